@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check of the cuDNN backend, one bounded stage per command. Installs nothing.
+# The GPU check of the cuDNN backend, one bounded stage per command. Installs nothing, except
+# MPICH from a local wheel when asked to (MPICH_WHEEL_DIR, below).
 #
 #   bash scripts/gpu_check.sh STAGE [STAGE ...]
 #
@@ -21,13 +22,21 @@
 #
 # Environment: PYTHON (default python3), OUT, STAGE_TIMEOUT (seconds, overrides every stage's limit),
 # CUPY_CACHE_DIR (default: one folder under $TMPDIR shared by the stages, so kernels compile once).
+# CUDNN_RNN_REQUIRE_GPU=1 is set for the stages: without a visible GPU the pytest stages fail
+# instead of passing with every test skipped.
+# MPICH_WHEEL_DIR: a folder holding an mpich wheel, for an offline machine whose mpi4py finds no MPI
+# library (tests/gpu/test_distributed_gpu.py needs one, and mpiexec). When mpi4py cannot load an
+# MPI, that wheel is installed once into $TMPDIR/cudnn_rnn_mpich and put on PATH and
+# LD_LIBRARY_PATH for the stages. Get the wheel on a machine with network access:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#       -d DIR mpich==5.0.2
 set -u
 cd "$(dirname "$0")/.." || exit 2
 python=${PYTHON:-python3}
 out=${OUT:-$(mktemp -d -t cudnn_rnn_gpu_check.XXXXXX)}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-${TMPDIR:-/tmp}/cudnn_rnn_cupy_cache}"
-export MPLBACKEND=Agg PYTHONUNBUFFERED=1
+export MPLBACKEND=Agg PYTHONUNBUFFERED=1 CUDNN_RNN_REQUIRE_GPU=1
 stages=(smoke tests long sanitizer layout bench)
 
 usage() {
@@ -71,6 +80,18 @@ run_stage() {  # run_stage STAGE: run it bounded, log it, write its record; retu
     return "$rc"
 }
 
+use_mpich_wheel() {  # an MPI for mpi4py from $MPICH_WHEEL_DIR when it has none; returns 0 unless that fails
+    [ -n "${MPICH_WHEEL_DIR:-}" ] || return 0
+    "$python" -c "from mpi4py import MPI" > /dev/null 2>&1 && return 0
+    local prefix="${TMPDIR:-/tmp}/cudnn_rnn_mpich" wheels=("$MPICH_WHEEL_DIR"/mpich-*.whl)
+    if [ ! -x "$prefix/bin/mpiexec" ]; then
+        [ -f "${wheels[0]}" ] || { echo "MPICH_WHEEL_DIR=$MPICH_WHEEL_DIR holds no mpich-*.whl" >&2; return 1; }
+        "$python" -m pip install -q --no-index --no-deps --no-compile --prefix "$prefix" "${wheels[0]}" || return 1
+    fi
+    export PATH="$prefix/bin:$PATH" LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "== MPI for mpi4py: MPICH from ${wheels[0]} in $prefix"
+}
+
 [ $# -ge 1 ] || usage
 requested=()
 for stage in "$@"; do
@@ -83,6 +104,7 @@ for stage in "$@"; do
     fi
 done
 mkdir -p "$out"
+use_mpich_wheel || exit 2
 failed=0
 for stage in "${requested[@]}"; do
     run_stage "$stage" || failed=1

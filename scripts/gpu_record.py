@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -46,10 +47,24 @@ def _environment() -> list[str]:
         lines.append(f"PyTorch: {importlib.metadata.version('torch')}")
     except importlib.metadata.PackageNotFoundError:
         lines.append("PyTorch: not installed")
+    lines.append(f"MPI: {_mpi_facts()}")
     driver = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
     if driver:
         lines.append(f"nvidia-smi: {driver}")
     return lines
+
+
+def _mpi_facts() -> str:
+    """mpi4py, the MPI library it loads (in a child process: loading MPI initialises it), mpiexec and NCCL."""
+    try:
+        mpi4py = importlib.metadata.version("mpi4py")
+    except importlib.metadata.PackageNotFoundError:
+        return "mpi4py not installed"
+    library = _run([sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"])
+    nccl = _run([sys.executable, "-c", "from cupy.cuda import nccl; print(nccl.get_version() if nccl.available "
+                 "else 'not loadable')"])
+    return (f"mpi4py {mpi4py}; library: {' '.join(library.split()) or 'cannot be loaded'}; "
+            f"mpiexec: {shutil.which('mpiexec') or 'not on PATH'}; NCCL (CuPy): {nccl or 'unknown'}")
 
 
 def _run(command: list[str]) -> str:

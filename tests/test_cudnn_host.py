@@ -453,6 +453,29 @@ def test_gpu_check_stage_leaves_its_log_and_record(tmp_path: Path) -> None:
             assert fact in record, fact
 
 
+def test_gpu_check_pytest_stage_fails_without_a_gpu_instead_of_skipping(tmp_path: Path) -> None:
+    result = _gpu_check(tmp_path, "tests")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "CUDNN_RNN_REQUIRE_GPU=1, but the GPU tests cannot run" in (tmp_path / "tests" / "tests.log").read_text()
+    record = (tmp_path / "tests" / "record.md").read_text()
+    assert record.startswith("# GPU check, stage `tests`: failed (exit 4)"), record
+
+
+def test_gpu_check_takes_mpich_from_a_wheel_folder_only_when_mpi4py_has_no_mpi(tmp_path: Path) -> None:
+    python = tmp_path / "python"  # the interpreter, except that mpi4py finds no MPI library
+    python.write_text(f'#!/bin/sh\n[ "$2" = "from mpi4py import MPI" ] && exit 1\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    result = _gpu_check(tmp_path / "out", "smoke", PYTHON=str(python), MPICH_WHEEL_DIR=str(empty),
+                        TMPDIR=str(tmp_path))
+    assert result.returncode == 2 and f"MPICH_WHEEL_DIR={empty} holds no mpich-*.whl" in result.stderr, result
+    assert not (tmp_path / "out" / "smoke").exists(), "no stage ran"
+    result = _gpu_check(tmp_path / "out", "smoke", MPICH_WHEEL_DIR=str(empty))  # this mpi4py loads its MPI
+    assert result.returncode == 1 and "MPI for mpi4py" not in result.stdout, result
+    assert "- MPI: mpi4py " in (tmp_path / "out" / "smoke" / "record.md").read_text()
+
+
 def test_gpu_check_stage_is_cut_off_at_its_limit(tmp_path: Path) -> None:
     python = tmp_path / "python"  # the interpreter, except that the smoke script hangs
     python.write_text(f'#!/bin/sh\n[ "$1" = scripts/gpu_smoke.py ] && sleep 60\nexec {sys.executable} "$@"\n')

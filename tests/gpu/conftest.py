@@ -3,6 +3,9 @@
 Every test module starts with ``pytest.importorskip("cupy")``; this file adds the device check
 and the ``gpu`` marker to every test in this folder. CuPy's kernel cache goes to a temporary
 folder so that the tests write nothing outside temporary space.
+
+With ``CUDNN_RNN_REQUIRE_GPU=1`` (set by ``scripts/gpu_check.sh``) a missing GPU stops the run
+with an error instead: a GPU check on a machine whose GPU is not visible must not pass by skipping.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 os.environ.setdefault("CUPY_CACHE_DIR", tempfile.mkdtemp(prefix="cudnn_rnn_cupy_cache_"))
 
 _HERE = Path(__file__).resolve().parent
+REQUIRE_GPU_VARIABLE = "CUDNN_RNN_REQUIRE_GPU"
 
 
 def _gpu_problem() -> str | None:
@@ -32,6 +36,8 @@ def _gpu_problem() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problem = _gpu_problem()
+    if problem is not None and os.environ.get(REQUIRE_GPU_VARIABLE) == "1":
+        raise pytest.UsageError(f"{REQUIRE_GPU_VARIABLE}=1, but the GPU tests cannot run: {problem}")
     for item in items:
         if _HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.gpu)
