@@ -78,15 +78,15 @@ def allreduce_worker(out: Path, widths: tuple[int, ...], repeats: int, warmup: i
         assert one.size == sum(a.size for a in packed)
         scale = 1.0 / comm.size
 
-        def mpi_mean() -> None:
+        def mpi_mean(one: np.ndarray = one, scale: float = scale) -> None:
             world.Allreduce(MPI.IN_PLACE, one, op=MPI.SUM)
             np.multiply(one, scale, out=one)
 
         steps: dict[str, Callable[[], None]] = {
-            "mpi": lambda: world.Allreduce(MPI.IN_PLACE, one, op=MPI.SUM),
+            "mpi": lambda one=one: world.Allreduce(MPI.IN_PLACE, one, op=MPI.SUM),
             "mpi+mean": mpi_mean,
-            "fused": lambda: comm.allreduce_mean(fused),
-            "packed": lambda: comm.allreduce_mean(packed),
+            "fused": lambda fused=fused: comm.allreduce_mean(fused),
+            "packed": lambda packed=packed: comm.allreduce_mean(packed),
         }
         times = interleaved_us(world, steps, warmup, repeats)
         if comm.rank == 0:

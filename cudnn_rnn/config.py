@@ -173,7 +173,8 @@ class RNNConfig:
 
         if self.num_proj:
             if self.rnn_mode != "lstm":
-                raise ValueError(f"num_proj > 0 needs rnn_mode='lstm'; got rnn_mode={self.rnn_mode!r}, num_proj={self.num_proj}")
+                raise ValueError(f"num_proj > 0 needs rnn_mode='lstm'; got rnn_mode={self.rnn_mode!r}, "
+                                 f"num_proj={self.num_proj}")
             if self.num_proj >= self.num_units:
                 raise ValueError(f"num_proj must be < num_units={self.num_units}; got num_proj={self.num_proj}")
         if self.input_mode == "skip_input" and self.input_size != self.num_units:

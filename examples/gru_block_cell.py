@@ -102,7 +102,7 @@ def gradient_checks(xp: Any, rng: np.random.Generator) -> dict[str, float]:
     errors: dict[str, float] = {}
 
     for label, steps in (("one cell", xs[:1]), (f"unrolled over {UNROLL} steps", xs)):
-        def loss() -> float:
+        def loss(steps: list[Any] = steps) -> float:
             return float((g * unrolled_forward(steps, h0, w)[0]).sum())
 
         _, tape = unrolled_forward(steps, h0, w)

@@ -21,6 +21,7 @@
 # hang still leaves its log and record. The exit status is 0 only when every stage passed.
 #
 # Environment: PYTHON (default python3), OUT, STAGE_TIMEOUT (seconds, overrides every stage's limit),
+# PYTEST_ADDOPTS (pytest's own: e.g. "-k 'not layout'" to split the tests stage over two commands),
 # CUPY_CACHE_DIR (default: one folder under $TMPDIR shared by the stages, so kernels compile once).
 # CUDNN_RNN_REQUIRE_GPU=1 is set for the stages: without a visible GPU the pytest stages fail
 # instead of passing with every test skipped.

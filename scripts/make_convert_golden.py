@@ -180,7 +180,8 @@ def mygrad_case(name: str) -> None:
     rng = np.random.default_rng(13)
     units, input_size = 3, 2
     shapes = {"U": (input_size, units), "W": (units, units), "b": (units,)}
-    weights = {k: draw(rng, shapes[k[0]], "float64", 0.8) for k in ("Uz", "Wz", "bz", "Ur", "Wr", "br", "Uh", "Wh", "bh")}
+    weights = {k: draw(rng, shapes[k[0]], "float64", 0.8)
+               for k in ("Uz", "Wz", "bz", "Ur", "Wr", "br", "Uh", "Wh", "bh")}
     x = draw(rng, (T, B, input_size), "float64")
     s0 = draw(rng, (B, units), "float64")
     states = gru(x, *weights.values(), s0=s0, constant=True).data

@@ -111,7 +111,8 @@ def compatible_gru_step(w: dict[str, Any], prefix: str, x: Any, h: Any, c: Any) 
     """CudnnCompatibleGRUCell.call (TF 1.15) in TF ops."""
     import tensorflow as tf
 
-    r, u = tf.split(tf.sigmoid(tf.matmul(tf.concat([x, h], 1), w[f"{prefix}/gates/kernel"]) + w[f"{prefix}/gates/bias"]),
+    r, u = tf.split(tf.sigmoid(tf.matmul(tf.concat([x, h], 1), w[f"{prefix}/gates/kernel"])
+                               + w[f"{prefix}/gates/bias"]),
                     2, axis=1)
     candidate = tf.matmul(x, w[f"{prefix}/candidate/input_projection/kernel"]) + \
         w[f"{prefix}/candidate/input_projection/bias"]

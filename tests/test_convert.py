@@ -207,7 +207,8 @@ def test_canonical_matches_params_to_canonical() -> None:
     params = indexed_params(config)
     weights, biases = cudnn_rnn.cudnn_rnn_params_to_canonical(2, 3, 2, params, direction="bidirectional", num_proj=1)
     canonical = to_format("canonical", params, config).value
-    assert list(canonical) == [f"weights/{i}" for i in range(len(weights))] + [f"biases/{i}" for i in range(len(biases))]
+    assert list(canonical) == ([f"weights/{i}" for i in range(len(weights))]
+                               + [f"biases/{i}" for i in range(len(biases))])
     assert all(np.array_equal(canonical[f"weights/{i}"], w) for i, w in enumerate(weights))
     assert all(np.array_equal(canonical[f"biases/{i}"], b) for i, b in enumerate(biases))
 
@@ -257,7 +258,7 @@ def test_params_to_format_to_params(config: RNNConfig, fmt: str, dtype: str, see
     for entry in layout.weights:
         assert np.array_equal(layout.view(back.value, entry), layout.view(params, entry)), entry.describe()
     for k in range(config.num_pseudo_layers):
-        def total(p: np.ndarray) -> np.ndarray:
+        def total(p: np.ndarray, k: int = k) -> np.ndarray:
             return layout.bias_block(p, k, "input") + layout.bias_block(p, k, "recurrent")
         np.testing.assert_allclose(total(back.value), total(params), rtol=1e-6 if dtype == "float32" else 1e-15)
 
@@ -299,7 +300,8 @@ def test_convert_between_any_pair_agrees_with_the_route_through_params(src: str,
     if src == dst or {src, dst} == set(RESET_BEFORE):
         assert result.approximations == ()
         if src == dst:
-            assert all(result.value[k].tobytes() == v.tobytes() and result.value[k] is not v for k, v in tensors.items())
+            assert all(result.value[k].tobytes() == v.tobytes() and result.value[k] is not v
+                       for k, v in tensors.items())
         return
     params = from_format(src, tensors, config, allow_approximation=approximate)
     expected = to_format(dst, params.value, config, allow_approximation=approximate)
@@ -335,7 +337,8 @@ def test_cudnn_gru_to_a_reset_before_gru_is_refused_then_reported(fmt: str) -> N
     assert isinstance(converted, Converted) and not converted.exact
     assert len(converted.approximations) == 2
     assert "reset gate after" in converted.approximations[0]
-    assert "bR_n" in converted.approximations[1] and ("b_c" if fmt == "gru_block_cell" else "bh") in converted.approximations[1]
+    assert "bR_n" in converted.approximations[1]
+    assert ("b_c" if fmt == "gru_block_cell" else "bh") in converted.approximations[1]
 
 
 def test_a_zero_candidate_recurrent_bias_is_not_reported_as_changed() -> None:
@@ -440,7 +443,8 @@ def test_config_must_be_an_rnn_config() -> None:
 
 def test_params_of_the_wrong_size_or_kind_are_refused() -> None:
     size = params_size(CONFIG)
-    with pytest.raises(ValueError, match=rf"params must be 1-D with {size} elements .*num_layers=2.*got shape \({size + 1},\)"):
+    with pytest.raises(ValueError, match=rf"params must be 1-D with {size} elements .*num_layers=2.*"
+                                         rf"got shape \({size + 1},\)"):
         to_format("torch", np.zeros(size + 1), CONFIG)
     with pytest.raises(ValueError, match=r"got shape \(1, \d+\)"):
         to_format("torch", np.zeros((1, size)), CONFIG)

@@ -66,7 +66,8 @@ def test_torch_npz_to_params_and_back(tmp_path: Path, capsys: pytest.CaptureFixt
     written = read_params_file(tmp_path / "p.npz")
     assert written.params.tobytes() == params.tobytes() and written.config == LSTM and written.step == 0
     assert cudnn_rnn.LSTM.load(tmp_path / "p.npz").params.tobytes() == params.tobytes()
-    assert main(["--from", "params", "--to", "torch", *LSTM_ARGS, str(tmp_path / "p.npz"), str(tmp_path / "t.npz")]) == 0
+    assert main(["--from", "params", "--to", "torch", *LSTM_ARGS,
+                 str(tmp_path / "p.npz"), str(tmp_path / "t.npz")]) == 0
     again = load(tmp_path / "t.npz")
     original = load(torch_file)
     assert list(again) == list(original)
@@ -230,7 +231,8 @@ def test_a_projection_to_keras_is_refused(tmp_path: Path, capsys: pytest.Capture
     config = RNNConfig("lstm", 1, 3, 2, num_proj=2)
     source = save(tmp_path / "p.npz", {"params": params_for(config)})
     refused(capsys, ["--from", "params", "--to", "keras", "--rnn-mode", "lstm", "--num-layers", "1", "--num-units", "3",
-                     "--input-size", "2", "--num-proj", "2", "--allow-approximation", str(source), str(tmp_path / "k.npz")],
+                     "--input-size", "2", "--num-proj", "2", "--allow-approximation",
+                     str(source), str(tmp_path / "k.npz")],
             match="format 'keras' cannot hold an LSTM projection (num_proj=2)")
 
 

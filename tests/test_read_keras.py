@@ -397,8 +397,8 @@ def test_a_config_listing_a_layer_without_weights(tmp_path: Path) -> None:
     config["config"]["layers"].append(ghost)
     path = rewrite(GOLDEN / "keras3_bidirectional_stack.keras", tmp_path / "m.keras",
                    {"config.json": json.dumps(config).encode()})
-    assert read_refusal(path).endswith("model.weights.h5: the config lists layer 'ghost' (LSTM) but no weights of it are "
-                                  "stored; re-save the model after building it")
+    assert read_refusal(path).endswith("model.weights.h5: the config lists layer 'ghost' (LSTM) but no weights of it "
+                                       "are stored; re-save the model after building it")
 
 
 def with_config(tmp_path: Path, config: dict[str, Any]) -> Path:
@@ -411,14 +411,15 @@ def test_a_config_disagreeing_with_the_weights(tmp_path: Path) -> None:
     encoder = next(layer for layer in config["config"]["layers"] if layer["class_name"] == "LSTM")
     encoder["config"]["units"] = 5
     path = with_config(tmp_path, config)
-    assert "layer 'encoder' (LSTM): its config says units=5 but its recurrent_kernel has shape (4, 16)" in read_refusal(path)
+    assert ("layer 'encoder' (LSTM): its config says units=5 but its recurrent_kernel has shape (4, 16)"
+            in read_refusal(path))
 
 
 def test_a_config_of_the_wrong_structure(tmp_path: Path) -> None:
     config = keras3_config("keras3_functional.keras")
     config["config"]["layers"][3]["config"]["name"] = 7
-    assert "config.json is not a Keras model config this reader understands (ValueError: a layer of class" in read_refusal(
-        with_config(tmp_path, config))
+    assert ("config.json is not a Keras model config this reader understands (ValueError: a layer of class"
+            in read_refusal(with_config(tmp_path, config)))
 
 
 def test_a_legacy_model_config_listing_a_layer_without_weights(tmp_path: Path) -> None:
@@ -532,7 +533,8 @@ def test_links_to_other_files_are_not_followed(tmp_path: Path) -> None:
     with h5py.File(path, "r+") as file:
         del file["layers/lstm/cell/vars/0"]
         file["layers/lstm/cell/vars/0"] = h5py.ExternalLink(str(tmp_path / "elsewhere.h5"), "/data")
-    assert "/layers/lstm/cell/vars/0 is a link to" in read_refusal(path) and "which is not followed" in read_refusal(path)
+    assert "/layers/lstm/cell/vars/0 is a link to" in read_refusal(path)
+    assert "which is not followed" in read_refusal(path)
 
 
 def test_weights_of_a_dtype_cudnn_has_no_params_for(tmp_path: Path) -> None:

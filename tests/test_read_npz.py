@@ -154,7 +154,7 @@ def test_a_bare_buffer_asks_for_every_size(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"a bare params buffer does not say its configuration: pass --rnn-mode "
                                          r"RNN_MODE, --num-layers NUM_LAYERS, --num-units NUM_UNITS, --input-size "
                                          r"INPUT_SIZE \(rnn_mode=, num_layers=, num_units=, input_size= in Python\)"):
-        rnn.config
+        _ = rnn.config  # evaluated for the ValueError it raises
     answered = rnn.with_hints(rnn_mode="gru", num_layers=3, num_units=4, input_size=6)
     assert answered.config == config and answered.to_params().value.tobytes() == params.tobytes()
     wrong = rnn.with_hints(rnn_mode="gru", num_layers=2, num_units=4, input_size=6)

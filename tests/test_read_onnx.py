@@ -161,11 +161,11 @@ def test_read_file_refuses_another_format_for_onnx() -> None:
 
 
 # ---- models built here ------------------------------------------------------------------------------
-N, I, D = 3, 2, 1
+N, INPUT_SIZE, D = 3, 2, 1
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
-def weights(op: str, directions: int = 1, seed: int = 0, input_size: int = I, dtype: str = "float32"
+def weights(op: str, directions: int = 1, seed: int = 0, input_size: int = INPUT_SIZE, dtype: str = "float32"
             ) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     g = GATES[op]
@@ -292,8 +292,8 @@ def test_weights_through_identity_constant_and_chains(tmp_path: Path) -> None:
              helper.make_node("Identity", ["R_init"], ["r"], name="identity"),
              helper.make_node("Transpose", ["b_t"], ["b"], name="transpose", perm=[1, 0]),
              helper.make_node("LSTM", ["X", "w", "r", "b"], ["Y"], name="lstm", hidden_size=N)]
-    path = save_model(tmp_path / "m.onnx", nodes, {"shape": np.array([1, 4 * N, I], np.int64), "R_init": w["R"],
-                                                    "b_t": np.ascontiguousarray(w["B"].T)})
+    path = save_model(tmp_path / "m.onnx", nodes, {"shape": np.array([1, 4 * N, INPUT_SIZE], np.int64),
+                                                    "R_init": w["R"], "b_t": np.ascontiguousarray(w["B"].T)})
     found = one(path)
     assert {k: v.tolist() for k, v in found.tensors.items()} == {f"layer_0/{k}": v.tolist() for k, v in w.items()}
 

@@ -119,7 +119,8 @@ def test_tf1_notes_name_the_opaque_buffer_and_the_assumed_mode() -> None:
         "variables do not say tanh or relu")
     assert decoder.questions["rnn_mode"].default == "rnn_relu"
     assert decoder.with_hints(rnn_mode="rnn_tanh").config.rnn_mode == "rnn_tanh"  # still a question: answerable
-    assert sorted(encoder.tensors)[0] == "stack_bidirectional_rnn/cell_0/bidirectional_rnn/bw/cudnn_compatible_gru_cell/" \
+    assert sorted(encoder.tensors)[0] == "stack_bidirectional_rnn/cell_0/bidirectional_rnn/bw/" \
+                                         "cudnn_compatible_gru_cell/" \
                                          "candidate/hidden_projection/bias"  # the scope is stripped: tf_cell names
 
 
@@ -221,8 +222,8 @@ def test_state_file_with_the_absolute_path_of_a_moved_folder_is_followed(tmp_pat
 def test_state_file_naming_nothing_is_refused(tmp_path: Path) -> None:
     folder = copy_case("tf1_cudnn_lstm", tmp_path)
     (folder / "checkpoint").write_text("this is { not a state file")
-    assert read_refusal(folder).endswith("the state file 'checkpoint' in the folder names no checkpoint (it is empty or "
-                                       "does not parse): pass a checkpoint prefix such as FOLDER/ckpt-1")
+    assert read_refusal(folder).endswith("the state file 'checkpoint' in the folder names no checkpoint (it is empty "
+                                         "or does not parse): pass a checkpoint prefix such as FOLDER/ckpt-1")
 
 
 def test_missing_index_and_missing_data_shard(tmp_path: Path) -> None:
@@ -342,8 +343,8 @@ def test_garbage_object_graph_is_refused(tmp_path: Path) -> None:
 
     tf.raw_ops.SaveV2(prefix=str(tmp_path / "ckpt"), tensor_names=["_CHECKPOINTABLE_OBJECT_GRAPH", "x"],
                       shape_and_slices=["", ""], tensors=[tf.constant(b"\xff\xfe not a proto"), tf.constant(1.0)])
-    assert read_refusal(tmp_path).endswith("the checkpoint's object graph (_CHECKPOINTABLE_OBJECT_GRAPH) does not parse: "
-                                         "the checkpoint is corrupt")
+    assert read_refusal(tmp_path).endswith("the checkpoint's object graph (_CHECKPOINTABLE_OBJECT_GRAPH) "
+                                           "does not parse: the checkpoint is corrupt")
 
 
 # ---- truncated, corrupt and hostile files --------------------------------------------------------

@@ -150,7 +150,8 @@ def test_prefix_picks_one_rnn() -> None:
 def test_key_picks_the_checkpoint_entry() -> None:
     path = GOLDEN / "checkpoint.pt"
     assert [item.name for item in read_file(path, key="model")] == ["rnn"]
-    assert "checkpoint entry 'optimizer' is a dict of 2 entries, not a state_dict" in read_refusal(path, key="optimizer")
+    assert ("checkpoint entry 'optimizer' is a dict of 2 entries, not a state_dict"
+            in read_refusal(path, key="optimizer"))
     assert ("the checkpoint has no entry 'weights'; it holds 'model' (state_dict of 17 tensors), 'epoch' (int), "
             "'optimizer' (dict of 2 entries)") in read_refusal(path, key="weights")
     assert "--key model (key= in Python) picks a checkpoint entry, but the file holds a state_dict of" in read_refusal(
@@ -216,8 +217,8 @@ def test_dtypes_mixed_or_unreadable_name_the_tensor(tmp_path: Path) -> None:
     assert "tensor 'enc.bias_hh_l0' is float64 while the others are float32" in message
     ints = {key: (value * 100).to(torch.int32) for key, value in torch.nn.GRU(2, 3).state_dict().items()}
     torch.save(ints, tmp_path / "ints.pt")
-    assert "tensor 'weight_ih_l0' is int32; an RNN's weights must be float16, float32, float64, bfloat16" in read_refusal(
-        tmp_path / "ints.pt", TypeError)
+    assert ("tensor 'weight_ih_l0' is int32; an RNN's weights must be float16, float32, float64, bfloat16"
+            in read_refusal(tmp_path / "ints.pt", TypeError))
 
 
 # ---- pickles that would run code ------------------------------------------------------------------------------
@@ -314,7 +315,8 @@ def test_a_damaged_member(tmp_path: Path) -> None:
         info = archive.getinfo("gru_batch_first/data.pkl")
     data[info.header_offset + 30 + len(info.filename) + len(info.extra) + 20] ^= 0xFF   # a byte of data.pkl
     (tmp_path / "flipped.pt").write_bytes(bytes(data))
-    assert "a damaged zip archive (Bad CRC-32 for file 'gru_batch_first/data.pkl')" in read_refusal(tmp_path / "flipped.pt")
+    assert ("a damaged zip archive (Bad CRC-32 for file 'gru_batch_first/data.pkl')"
+            in read_refusal(tmp_path / "flipped.pt"))
 
 
 def _set_declared_size(data: bytes, member: str, size: int) -> bytes:
@@ -440,7 +442,8 @@ def test_a_zip_holding_a_member_twice(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(tmp_path / "twice.pt", "w") as archive:
         for name, data in members + [("gru/data.pkl", b"\x80\x02}.")]:
             archive.writestr(name, data)
-    assert "the zip archive holds member 'gru/data.pkl' twice: the file is corrupt" in read_refusal(tmp_path / "twice.pt")
+    assert ("the zip archive holds member 'gru/data.pkl' twice: the file is corrupt"
+            in read_refusal(tmp_path / "twice.pt"))
 
 
 def test_tensors_shared_many_times_are_not_all_copied(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def test_each_sequence_equals_running_it_alone(rnn_mode: str, time_major: bool) 
             continue
         alone = case.with_(max_time=length, batch=1, lengths=None)
 
-        def cut(value: np.ndarray) -> np.ndarray:
+        def cut(value: np.ndarray, b: int = b, length: int = length) -> np.ndarray:
             rows = batch_rows(case, value, [b])
             return np.ascontiguousarray(rows[:length] if time_major else rows[:, :length])
 

@@ -91,7 +91,8 @@ def _implied_config(tensors: Mapping[str, Array], fmt: str) -> RNNConfig:
     for name in (bias, matrix):
         if getattr(tensors.get(name), "ndim", 0) < 1:
             raise ValueError(f"format {fmt!r} tensors need an array {name!r} (expected names "
-                             f"{list(_SHAPES[fmt](RNNConfig('gru', 1, 1, 1)))}); got {type(tensors.get(name)).__name__}")
+                             f"{list(_SHAPES[fmt](RNNConfig('gru', 1, 1, 1)))}); "
+                             f"got {type(tensors.get(name)).__name__}")
     n = int(tensors[bias].shape[0])
     i = int(tensors[matrix].shape[0]) - (n if fmt == "gru_block_cell" else 0)
     if n < 1 or i < 1:

@@ -68,7 +68,8 @@ def _epilog() -> str:
     lines = ["examples:"]
     for purpose, command in EXAMPLES:
         lines += [f"  # {purpose}", "  " + " \\\n      ".join(command), ""]
-    lines += ["formats:", f"  {PARAMS_FORMAT:15} the opaque cuDNN params buffer (with its configuration in a params file)"]
+    lines += ["formats:",
+              f"  {PARAMS_FORMAT:15} the opaque cuDNN params buffer (with its configuration in a params file)"]
     lines += [f"  {name:15} {spec.summary}" for name, spec in FORMAT_SPECS.items()]
     lines += ["", "`cudnn-rnn inspect IN` lists the RNNs a file holds and their configurations.",
               "Each format's tensor names, shapes and gate order are in the docstrings of cudnn_rnn.convert",

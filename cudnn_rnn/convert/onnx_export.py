@@ -80,7 +80,8 @@ def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *,
     refusal = _onnx.refusal(config)
     if refusal:
         raise ValueError(f"export_onnx: {refusal}")
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    if (isinstance(opset, bool) or not isinstance(opset, int)
+            or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version()):
         raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx.defs.onnx_opset_version()}]; got {opset!r}")
     check_params(params, config)
     if np.dtype(params.dtype) == np.float64:

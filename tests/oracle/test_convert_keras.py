@@ -48,7 +48,8 @@ KERAS_LAYERS = {
 
 
 def run_keras(config: RNNConfig, weights: dict[str, np.ndarray], x_btf: np.ndarray, h0: np.ndarray,
-              c0: np.ndarray | None, lengths: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+              c0: np.ndarray | None, lengths: np.ndarray, dtype: str
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Stacked Keras layers on batch-major x with a right-padded mask.
 
     Returns (output [B, T, D*N], h [L*D, B, N], c [L*D, B, N] or None).
@@ -151,7 +152,8 @@ def lstm_block_step(tensors, prefix, x, h, c):
 
 def compatible_gru_step(tensors, prefix, x, h, c):
     """CudnnCompatibleGRUCell.call, written with TF ops (TF 1.15 contrib source)."""
-    gates = tf.sigmoid(tf.matmul(tf.concat([x, h], 1), tensors[f"{prefix}/gates/kernel"]) + tensors[f"{prefix}/gates/bias"])
+    gates = tf.sigmoid(tf.matmul(tf.concat([x, h], 1), tensors[f"{prefix}/gates/kernel"])
+                       + tensors[f"{prefix}/gates/bias"])
     r, u = tf.split(gates, 2, axis=1)
     candidate = tf.matmul(x, tensors[f"{prefix}/candidate/input_projection/kernel"]) + \
         tensors[f"{prefix}/candidate/input_projection/bias"]

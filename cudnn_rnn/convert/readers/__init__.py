@@ -228,7 +228,7 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
         if converted.approximations:  # pragma: no cover - to_params raises before this
             raise ValueError(f"cannot stack {item.name}: it converts only approximately")
         for name, value in to_format("torch", converted.value, config).value.items():
-            tensors[_TORCH_LAYER.sub(lambda m: f"_l{int(m.group(1)) + offset}", name)] = value
+            tensors[_TORCH_LAYER.sub(lambda m, offset=offset: f"_l{int(m.group(1)) + offset}", name)] = value
         notes += [f"{item.name}: {note}" for note in item.notes]
         offset += config.num_layers
     fields = {name: getattr(first, name) for name in CONFIG_FIELDS}

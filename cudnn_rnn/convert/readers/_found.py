@@ -260,7 +260,7 @@ class FoundRNN:
             return f"refused: {self.refusal}"
         if not self.complete:
             try:
-                self.config
+                _ = self.config  # evaluated for the ValueError it raises
             except ValueError as error:
                 return "needs: " + str(error).split(": ", 1)[-1]
         try:

@@ -145,7 +145,8 @@ def _keras(tensors: dict[str, np.ndarray]) -> Inferred:
         shape = (2, gn) if gates == 3 else (gn,)
         for layer in range(layers):
             for direction in ("forward", "backward")[:directions]:
-                result.tensors[f"layer_{layer}/{direction}/bias"] = np.zeros(shape, tensors["layer_0/forward/kernel"].dtype)
+                result.tensors[f"layer_{layer}/{direction}/bias"] = np.zeros(shape,
+                                                                             tensors["layer_0/forward/kernel"].dtype)
         result.notes.append("the layers have no biases (use_bias=False): zero biases are used, the same function")
     return result
 

@@ -104,7 +104,8 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     fmt = options.fmt or _guess(arrays)
     if fmt == PARAMS_FORMAT or (fmt is None and set(arrays) == {"params"}):
         if set(arrays) != {"params"}:
-            raise FileReadError(path, f"a params buffer is one array named 'params'; the archive holds {sorted(arrays)}")
+            raise FileReadError(path, "a params buffer is one array named 'params'; "
+                                      f"the archive holds {sorted(arrays)}")
         params = arrays["params"]
         if params.ndim != 1:
             raise FileReadError(path, f"'params' must be 1-D; got shape {params.shape}")

@@ -173,7 +173,8 @@ def _check_entry(path: str, key: str, entry: object, num_shards: int, shard_size
                                   "missing: copy every .data-* file of the checkpoint beside its .index")
     if entry.offset < 0 or entry.size < 0 or entry.offset + entry.size > stored:
         raise FileReadError(data_path, f"variable {key!r} declares bytes {entry.offset}..{entry.offset + entry.size} "
-                                       f"but the file holds only {stored} bytes: the checkpoint is truncated or corrupt")
+                                       f"but the file holds only {stored} bytes: "
+                                       "the checkpoint is truncated or corrupt")
     return BundleEntry(dtype.name, tuple(dims), int(entry.shard_id), int(entry.offset), int(entry.size), False)
 
 
@@ -215,6 +216,7 @@ def read_index(prefix: str) -> dict[str, BundleEntry]:
         try:
             entry = tensor_bundle_pb2.BundleEntryProto.FromString(value)
         except DecodeError:
-            raise FileReadError(path, f"the index entry of variable {key!r} does not parse: the file is corrupt") from None
+            raise FileReadError(path, f"the index entry of variable {key!r} does not parse: "
+                                      "the file is corrupt") from None
         entries[key] = _check_entry(path, key, entry, header.num_shards, shard_sizes, prefix, stored_total)
     return entries

@@ -247,8 +247,8 @@ def _cudnn_candidates(names: dict[str, str]) -> list[_Candidate]:
         candidate = _Candidate(label, f"TF1 {CUDNN_LAYERS[cells[scope]]} (canonical variables)", "tf_cell", tensors)
         opaque = f"{scope}/{OPAQUE_VARIABLE}" if scope else OPAQUE_VARIABLE
         if opaque in names:
-            candidate.notes.append(f"the opaque buffer {opaque!r} is not read (its layout belongs to the GPU that wrote "
-                                   "it); the canonical variables beside it hold the same weights")
+            candidate.notes.append(f"the opaque buffer {opaque!r} is not read (its layout belongs to the GPU that "
+                                   "wrote it); the canonical variables beside it hold the same weights")
         default = _scope_mode(scope)
         if cells[scope] == "basic_rnn_cell" and default in ("rnn_tanh", "rnn_relu"):
             candidate.mode_default = default
@@ -562,7 +562,8 @@ def _saved_model_names(location: Location, graph: _ObjectGraph, shapes: dict[str
             model = saved_model_pb2.SavedModel.FromString(handle.read())
     except (OSError, DecodeError) as error:
         raise ValueError(f"the SavedModel's {SAVED_MODEL_FILE} cannot be read ({one_line(error, 120)}): the model is "
-                         "corrupt; pass its variables/variables prefix to read the weights without layer names") from None
+                         "corrupt; pass its variables/variables prefix to read the weights "
+                         "without layer names") from None
     if not model.meta_graphs:
         return {}
     nodes = model.meta_graphs[0].object_graph_def.nodes
@@ -608,8 +609,9 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     candidates: list[_Candidate] = []
     if OBJECT_GRAPH_KEY in shapes:
         if checkpoint.dtypes[OBJECT_GRAPH_KEY] != "string" or shapes[OBJECT_GRAPH_KEY]:
-            raise ValueError(f"the checkpoint's object graph ({OBJECT_GRAPH_KEY}) is {checkpoint.dtypes[OBJECT_GRAPH_KEY]} "
-                             f"of shape {shapes[OBJECT_GRAPH_KEY]}, not a string scalar: the checkpoint is corrupt")
+            raise ValueError(f"the checkpoint's object graph ({OBJECT_GRAPH_KEY}) is "
+                             f"{checkpoint.dtypes[OBJECT_GRAPH_KEY]} of shape {shapes[OBJECT_GRAPH_KEY]}, "
+                             "not a string scalar: the checkpoint is corrupt")
         serialized = checkpoint.value(OBJECT_GRAPH_KEY)
         graph = _ObjectGraph.parse(serialized.item() if isinstance(serialized, np.ndarray) else bytes(serialized))
         if location.saved_model:
