@@ -22,6 +22,8 @@
 #
 # Environment: PYTHON (default python3), OUT, STAGE_TIMEOUT (seconds, overrides every stage's limit),
 # PYTEST_ADDOPTS (pytest's own: e.g. "-k 'not layout'" to split the tests stage over two commands),
+# BUDGET (seconds for the whole command: each stage's limit shrinks to what is left of it, less
+# 30 s for the records, and a stage with under 60 s left is not started: its record says so),
 # CUPY_CACHE_DIR (default: one folder under $TMPDIR shared by the stages, so kernels compile once).
 # CUDNN_RNN_REQUIRE_GPU=1 is set for the stages: without a visible GPU the pytest stages fail
 # instead of passing with every test skipped.
@@ -71,6 +73,16 @@ run_stage() {  # run_stage STAGE: run it bounded, log it, write its record; retu
     mkdir -p "$folder"
     mapfile -t words < <(command_of "$stage" "$folder")
     limit=$(limit_of "$stage")
+    if [ -n "${BUDGET:-}" ]; then
+        local left=$((BUDGET - ($(date +%s) - started) - 30))
+        if [ "$left" -lt 60 ]; then
+            printf '# GPU check, stage `%s`: not run (exit 3)\n\nBUDGET=%s s was spent before it could start.\n' \
+                "$stage" "$BUDGET" > "$folder/record.md"
+            echo "== $stage: not run, BUDGET=$BUDGET s is spent"
+            return 3
+        fi
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
     echo "== $stage (limit ${limit} s): ${words[*]}"
     begin=$(date +%s)
     timeout --kill-after=20 "$limit" "${words[@]}" 2>&1 | tee "$folder/$stage.log"
@@ -106,6 +118,7 @@ for stage in "$@"; do
 done
 mkdir -p "$out"
 use_mpich_wheel || exit 2
+started=$(date +%s)
 failed=0
 for stage in "${requested[@]}"; do
     run_stage "$stage" || failed=1

@@ -476,6 +476,16 @@ def test_gpu_check_takes_mpich_from_a_wheel_folder_only_when_mpi4py_has_no_mpi(t
     assert "- MPI: mpi4py " in (tmp_path / "out" / "smoke" / "record.md").read_text()
 
 
+def test_gpu_check_fits_its_stages_into_a_budget(tmp_path: Path) -> None:
+    result = _gpu_check(tmp_path / "some", "smoke", BUDGET="100")  # 100 s less 30 for the records: limit 70 s
+    assert "(limit 70 s, took " in (tmp_path / "some" / "smoke" / "record.md").read_text(), result
+    result = _gpu_check(tmp_path / "none", "smoke", "layout", BUDGET="80")  # 50 s left: nothing starts
+    assert result.returncode == 1 and "== smoke: not run, BUDGET=80 s is spent" in result.stdout, result
+    for stage in ("smoke", "layout"):
+        record = (tmp_path / "none" / stage / "record.md").read_text()
+        assert record.startswith(f"# GPU check, stage `{stage}`: not run (exit 3)"), record
+
+
 def test_gpu_check_stage_is_cut_off_at_its_limit(tmp_path: Path) -> None:
     python = tmp_path / "python"  # the interpreter, except that the smoke script hangs
     python.write_text(f'#!/bin/sh\n[ "$1" = scripts/gpu_smoke.py ] && sleep 60\nexec {sys.executable} "$@"\n')
