@@ -74,7 +74,7 @@ run_stage() {  # run_stage STAGE: run it bounded, log it, write its record; retu
     mapfile -t words < <(command_of "$stage" "$folder")
     limit=$(limit_of "$stage")
     if [ -n "${BUDGET:-}" ]; then
-        local left=$((BUDGET - ($(date +%s) - started) - 30))
+        local left=$((BUDGET - SECONDS - 30))  # SECONDS: bash's seconds since this script started
         if [ "$left" -lt 60 ]; then
             printf '# GPU check, stage `%s`: not run (exit 3)\n\nBUDGET=%s s was spent before it could start.\n' \
                 "$stage" "$BUDGET" > "$folder/record.md"
@@ -118,7 +118,6 @@ for stage in "$@"; do
 done
 mkdir -p "$out"
 use_mpich_wheel || exit 2
-started=$(date +%s)
 failed=0
 for stage in "${requested[@]}"; do
     run_stage "$stage" || failed=1

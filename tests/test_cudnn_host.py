@@ -433,6 +433,14 @@ def _gpu_check(tmp_path: Path, *stages: str, **env: str) -> subprocess.Completed
                           capture_output=True, text=True, timeout=120)
 
 
+def _python_that(folder: Path, first: str) -> Path:
+    """This interpreter behind a shell script that runs the shell line ``first`` before it."""
+    python = folder / "python"
+    python.write_text(f'#!/bin/sh\n{first}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 def test_gpu_check_refuses_an_unknown_stage(tmp_path: Path) -> None:
     subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu_check.sh")], check=True)
     for stages in ((), ("everything",), ("smoke", "nope")):
@@ -462,9 +470,7 @@ def test_gpu_check_pytest_stage_fails_without_a_gpu_instead_of_skipping(tmp_path
 
 
 def test_gpu_check_takes_mpich_from_a_wheel_folder_only_when_mpi4py_has_no_mpi(tmp_path: Path) -> None:
-    python = tmp_path / "python"  # the interpreter, except that mpi4py finds no MPI library
-    python.write_text(f'#!/bin/sh\n[ "$2" = "from mpi4py import MPI" ] && exit 1\nexec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+    python = _python_that(tmp_path, '[ "$2" = "from mpi4py import MPI" ] && exit 1')  # mpi4py finds no MPI
     empty = tmp_path / "wheels"
     empty.mkdir()
     result = _gpu_check(tmp_path / "out", "smoke", PYTHON=str(python), MPICH_WHEEL_DIR=str(empty),
@@ -487,9 +493,7 @@ def test_gpu_check_fits_its_stages_into_a_budget(tmp_path: Path) -> None:
 
 
 def test_gpu_check_stage_is_cut_off_at_its_limit(tmp_path: Path) -> None:
-    python = tmp_path / "python"  # the interpreter, except that the smoke script hangs
-    python.write_text(f'#!/bin/sh\n[ "$1" = scripts/gpu_smoke.py ] && sleep 60\nexec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+    python = _python_that(tmp_path, '[ "$1" = scripts/gpu_smoke.py ] && sleep 60')  # the smoke script hangs
     out = tmp_path / "out"
     result = _gpu_check(out, "smoke", PYTHON=str(python), STAGE_TIMEOUT="2")
     assert result.returncode == 1
