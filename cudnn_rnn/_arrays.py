@@ -17,7 +17,7 @@ from typing import Any, ContextManager
 
 import numpy as np
 
-__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "device_of", "on_device"]
+__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "device_of", "on_device", "to_host", "copy_into"]
 
 #: A NumPy or CuPy ndarray.
 Array = Any
@@ -81,3 +81,27 @@ def on_device(device_id: int | None) -> ContextManager[Any]:
     import cupy
 
     return cupy.cuda.Device(device_id)
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A NumPy array with the values of a NumPy or CuPy array (a device-to-host copy for CuPy)."""
+    return array.get() if is_cupy_array(array) else np.asarray(array)
+
+
+def copy_into(target: Any, source: Any) -> None:
+    """``target[...] = source`` between any two of NumPy and CuPy, on ``target``'s device.
+
+    The caller has checked that the shapes and dtypes agree.
+    """
+    if not is_cupy_array(target):
+        target[...] = to_host(source)
+        return
+    import cupy
+
+    device = target.data.device_id
+    with on_device(device):
+        if not is_cupy_array(source):
+            source = cupy.asarray(source)
+        elif source.data.device_id != device:
+            source = source.copy()  # CuPy copies onto the current device
+        target[...] = source

@@ -9,23 +9,32 @@ layer::
     step    ()    int64: the layer's training-step counter (0 for a converted model)
     format  ()    int64: this file layout's version, FORMAT_VERSION
 
-Reading never unpickles (``allow_pickle=False``) and checks every field before use.
+Reading never unpickles (``allow_pickle=False``) and checks every field before use. Writing is
+atomic (:mod:`cudnn_rnn.files`): a kill during a save leaves the previous file whole.
+
+The same three things, as a dict, are a layer's state (``layer.state_dict()``, which
+:mod:`cudnn_rnn.checkpoint` stores)::
+
+    {"config": {"rnn_mode": ..., ..., "dtype": ...}, "step": int, "params": [S] array}
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zipfile
 from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
+from ._arrays import array_kind
 from .config import RNNConfig
+from .files import atomic_write
 from .layout import params_layout
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
-           "is_params_file"]
+           "is_params_file", "config_fields", "config_from_fields", "parse_layer_state"]
 
 FORMAT_VERSION = 1
 
@@ -59,11 +68,10 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Any, con
     """
     host = params.get() if hasattr(params, "get") else np.asarray(params)
     _check_params(host, config, "params")
-    fields = {name: getattr(config, name) for name in CONFIG_FIELDS}
-    arrays = dict(params=host, config=np.array(json.dumps(fields)), step=np.array(int(step), np.int64),
-                  format=np.array(FORMAT_VERSION, np.int64))
+    arrays = dict(params=host, config=np.array(json.dumps(config_fields(config))),
+                  step=np.array(int(step), np.int64), format=np.array(FORMAT_VERSION, np.int64))
     if isinstance(file, (str, os.PathLike)):
-        with open(file, "wb") as handle:
+        with atomic_write(file) as handle:
             np.savez(handle, **arrays)
     else:
         np.savez(file, **arrays)
@@ -77,12 +85,21 @@ def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
             that does not validate, or params that do not match the config.
     """
     where = repr(os.fspath(path))
-    with np.load(path, allow_pickle=False) as archive:
-        missing = [name for name in KEYS if name not in archive.files]
-        if missing:
-            raise ValueError(f"{where} is not a cudnn_rnn params file (a saved layer or a converted model): "
-                             f"missing {missing}; it holds {sorted(archive.files)}")
-        return parse_params_file({name: archive[name] for name in KEYS}, where)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with loaded as archive:
+            names = list(archive.files)
+            arrays = {name: archive[name] for name in KEYS if name in names}
+    except (zipfile.BadZipFile, EOFError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{where} is not a whole params file (a damaged or truncated archive, or another kind "
+                         f"of file: {error})") from None
+    missing = [name for name in KEYS if name not in names]
+    if missing:
+        raise ValueError(f"{where} is not a cudnn_rnn params file (a saved layer or a converted model): "
+                         f"missing {missing}; it holds {sorted(names)}")
+    return parse_params_file(arrays, where)
 
 
 def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
@@ -97,23 +114,59 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
         fields = json.loads(str(text))
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: 'config' is not valid JSON ({error})") from None
-    if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS):
-        raise ValueError(f"{where}: 'config' must be an object with fields among {list(CONFIG_FIELDS)}; "
-                         f"got {fields!r:.200}")
-    try:
-        config = RNNConfig(**fields)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{where}: invalid configuration: {error}") from None
+    config = config_from_fields(fields, where)
     step = arrays["step"]
-    if step.shape != () or step.dtype.kind not in "iu":
-        raise ValueError(f"{where}: 'step' must be an integer scalar; got {step.dtype} of shape {step.shape}")
+    if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
+        raise ValueError(f"{where}: 'step' must be an integer scalar >= 0; got {step.dtype} {step!r:.40}")
     params = np.array(arrays["params"])
     _check_params(params, config, f"params in {where}")
     return ParamsFile(params, config, int(step))
 
 
-def _check_params(params: np.ndarray, config: RNNConfig, what: str) -> None:
+def config_fields(config: RNNConfig) -> dict[str, Any]:
+    """The stored fields of ``config`` (JSON-ready: strings and numbers)."""
+    return {name: getattr(config, name) for name in CONFIG_FIELDS}
+
+
+def config_from_fields(fields: Any, where: str) -> RNNConfig:
+    """The configuration that :func:`config_fields` gave ``fields``, validated (``where`` names the source).
+
+    Raises:
+        ValueError: not a dict of known fields, or fields that do not make a valid configuration.
+    """
+    if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS):
+        raise ValueError(f"{where}: 'config' must be an object with fields among {list(CONFIG_FIELDS)}; "
+                         f"got {fields!r:.200}")
+    try:
+        return RNNConfig(**fields)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: invalid configuration: {error}") from None
+
+
+def parse_layer_state(state: Any, where: str) -> ParamsFile:
+    """Check a layer's state dict (``{"config": fields, "step": int, "params": array}``) and decode it.
+
+    ``params`` stays the array it was (NumPy or CuPy); it must have the configuration's size and dtype.
+
+    Raises:
+        ValueError / TypeError: the first thing that is wrong, naming ``where`` and the key.
+    """
+    if not isinstance(state, dict) or set(state) != {"config", "step", "params"}:
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{where}: a layer's state must be a dict with keys ['config', 'params', 'step']; got {keys}")
+    config = config_from_fields(state["config"], where)
+    step = state["step"]
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"{where}: 'step' must be a non-negative integer; got {type(step).__name__} {step!r:.40}")
+    params = state["params"]
+    if array_kind(params) is None:
+        raise TypeError(f"{where}: 'params' must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
+    _check_params(params, config, f"params in {where}")
+    return ParamsFile(params, config, int(step))
+
+
+def _check_params(params: Any, config: RNNConfig, what: str) -> None:
     size = params_layout(config).size
-    if params.shape != (size,) or params.dtype.name != config.dtype:
+    if tuple(params.shape) != (size,) or params.dtype.name != config.dtype:
         raise ValueError(f"{what} must be [{size}] {config.dtype} for its configuration; "
                          f"got {params.shape} {params.dtype}")

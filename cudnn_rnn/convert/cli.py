@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..config import DIRECTIONS, INPUT_MODES, MODES, RNNConfig
+from ..files import write_through_path
 from ..params_file import write_params_file
 from ._core import Converted, describe
 from ._formats import FORMAT_SPECS, FORMATS, convert_between, to_format
@@ -121,19 +121,6 @@ def _check_paths(source: str, target: str, force: bool) -> None:
                                "choose another output")
         if not force:
             raise CommandError(f"output {target!r} already exists; pass --force to replace it")
-
-
-def _write_atomically(target: str, write: Callable[[str], None]) -> None:
-    """Write through a temporary file beside ``target``, then move it into place."""
-    directory = os.path.dirname(os.path.abspath(target))
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".cudnn-rnn-", suffix=os.path.splitext(target)[1])
-    os.close(descriptor)
-    try:
-        write(temporary)
-        os.replace(temporary, target)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 # ---- reading: shared with `cudnn-rnn inspect` ----------------------------------------------------
@@ -239,17 +226,17 @@ def _run(args: argparse.Namespace) -> None:
         if out_extension == ".onnx":
             params = _convert(found, config, PARAMS_FORMAT, args.allow_approximation)
             result = Converted(None, params.approximations)
-            _write_atomically(args.output, lambda path: export_onnx(
+            write_through_path(args.output, lambda path: export_onnx(
                 params.value[PARAMS_FORMAT], config, path, time_major=not args.batch_major, opset=args.opset))
             written = f"an ONNX model ({config.num_layers} {_onnx_node(config)} node(s), opset {args.opset})"
         elif target == PARAMS_FORMAT and out_extension == ".npz":
             result = _convert(found, config, target, args.allow_approximation)
-            _write_atomically(args.output, lambda path: write_params_file(path, result.value[PARAMS_FORMAT], config))
+            write_through_path(args.output, lambda path: write_params_file(path, result.value[PARAMS_FORMAT], config))
             layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
             written = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
         else:
             result = _convert(found, config, target, args.allow_approximation)
-            _write_atomically(args.output, lambda path: WRITERS[out_extension](path, result.value))
+            write_through_path(args.output, lambda path: WRITERS[out_extension](path, result.value))
             written = f"{len(result.value)} tensor(s)"
     except (ValueError, TypeError, ImportError) as error:
         raise CommandError(one_line(error)) from None

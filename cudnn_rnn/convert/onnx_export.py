@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..config import RNNConfig
+from ..files import write_bytes
 from . import _onnx
 from ._formats import to_format
 from ._core import check_config, check_params, describe
@@ -99,7 +100,7 @@ def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *,
                               ir_version=helper.find_min_ir_version_for(opsets),  # readable by older runtimes
                               doc_string=f"cudnn_rnn_v3 inference: {describe(config)}, time_major={time_major}")
     onnx.checker.check_model(model)
-    onnx.save(model, os.fspath(path))
+    write_bytes(path, model.SerializeToString())  # atomically: a kill leaves no torn model
     return model
 
 

@@ -1,0 +1,183 @@
+"""Every file cudnn_rnn writes appears whole or not at all; and files are read back whole.
+
+A write goes to a temporary file beside the target, which then replaces the target in one
+step, so a reader of the target (or a process started after a crash) sees the old file or
+the new one, never a torn one::
+
+    <folder>/.<name>.<random>.partial   written, flushed, fsync'ed      (a kill here: target untouched)
+    os.replace(partial, <folder>/<name>)                                (atomic on POSIX and Windows)
+    fsync(<folder>)                                                     (the rename survives a power cut)
+
+Three ways in, one path through: :func:`atomic_write` hands out a binary file object
+(``np.savez(f, ...)``, ``figure.savefig(f)``), :func:`write_bytes` writes bytes or a sequence
+of buffers, and :func:`write_through_path` lends a temporary *path* to writers that insist on
+opening a path themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
+whole, refusing what is not a regular file with an error that names it.
+
+The temporary file gets the permissions a plain ``open(path, "w")`` would give (0o666 less the
+umask). A leftover ``.partial`` file is what a killed write leaves; it never has the target's name.
+
+For tests that must kill a process inside a write, ``CUDNN_RNN_TEST_WRITE_PAUSE=<seconds>``
+makes every write go out in 64 KiB chunks with that pause after each chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
+
+__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "PARTIAL_SUFFIX", "PAUSE_VARIABLE"]
+
+#: the suffix of a file being written (a killed write leaves one behind)
+PARTIAL_SUFFIX = ".partial"
+
+#: the environment variable that slows writes down for fault-injection tests
+PAUSE_VARIABLE = "CUDNN_RNN_TEST_WRITE_PAUSE"
+
+#: the chunk size of a paused write
+_PAUSED_CHUNK = 64 * 1024
+
+PathLike = str | os.PathLike[str]
+
+
+def _write_pause() -> float:
+    text = os.environ.get(PAUSE_VARIABLE, "")
+    try:
+        return max(float(text), 0.0) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+class _PausedFile:
+    """A file object whose writes go out in small chunks with a pause after each (tests only)."""
+
+    def __init__(self, handle: IO[bytes], pause: float) -> None:
+        self._handle, self._pause = handle, pause
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), _PAUSED_CHUNK):
+            self._handle.write(view[start:start + _PAUSED_CHUNK])
+            self._handle.flush()
+            time.sleep(self._pause)
+        return len(view)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: read by setting (briefly) and putting it back
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable (POSIX; where folders cannot be opened, nothing to do)."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@contextlib.contextmanager
+def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tuple[int, str]]:
+    """A new partial file beside ``path`` (descriptor, name), moved onto ``path`` on success.
+
+    On any exception (or a KeyboardInterrupt) the partial file is removed and the target is
+    left as it was.
+    """
+    target = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(target)
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"{os.fspath(path)!r} is a folder; cannot write a file there")
+    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=suffix)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(descriptor, 0o666 & ~_umask())
+        yield descriptor, partial
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise
+    _fsync_folder(folder)
+
+
+@contextlib.contextmanager
+def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
+    """A binary file object whose contents become ``path`` when the block ends without an error.
+
+    ``with atomic_write("out.npz") as f: np.savez(f, ...)``. The data is flushed and fsync'ed
+    before the file takes the target's name; on an error the target is untouched.
+    """
+    with _partial_file(path) as (descriptor, _):
+        with os.fdopen(descriptor, "wb") as handle:
+            pause = _write_pause()
+            yield _PausedFile(handle, pause) if pause else handle  # type: ignore[misc]
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[Any]) -> None:
+    """Write ``data`` (bytes, or an iterable of buffers written back to back) to ``path`` atomically."""
+    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    with atomic_write(path) as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+
+
+def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
+    """Let ``write(temporary_path)`` write the file (a library that opens paths itself), then move it into place.
+
+    The temporary path lies beside ``path`` and ends in its extension, for writers that look at it.
+    """
+    extension = os.path.splitext(os.fspath(path))[1]
+    with _partial_file(path, PARTIAL_SUFFIX + extension) as (descriptor, partial):
+        os.close(descriptor)
+        write(partial)
+        descriptor = os.open(partial, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def read_bytes(path: PathLike, what: str = "file") -> bytes:
+    """The whole content of ``path`` (never blocks on a pipe or a device: those are refused).
+
+    Raises:
+        FileNotFoundError: no such file (the message names it and says ``what`` was expected).
+        IsADirectoryError: ``path`` is a folder.
+        ValueError: ``path`` is not a regular file (a device, a pipe, a socket).
+    """
+    name = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        descriptor = os.open(name, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such {what}: {name!r}") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{name!r} is a folder; expected a {what}") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(f"{name!r} is a folder; expected a {what}")
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{name!r} is not a regular file (a device, pipe or socket); expected a {what}")
+        return handle.read()
