@@ -6,13 +6,13 @@ arrays run cuDNN. See README.md for a tour and ``ops.py`` for shapes.
 
 from ._cudnn import allow_tf32, check_layout_against_cudnn, clear_caches, tf32_allowed
 from .config import RNNConfig
-from .errors import CudnnError, CudnnNotAvailableError
+from .errors import CheckpointError, CudnnError, CudnnNotAvailableError
 from .gru_block import gru_block_cell, gru_block_cell_grad, gru_block_cell_weight_grads
 from .layers import GRU, LSTM, RNN
 from .layout import cudnn_rnn_canonical_to_params, cudnn_rnn_params_size, cudnn_rnn_params_to_canonical
 from .ops import RNNGradients, RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
-from . import convert, distributed, optim  # noqa: E402  (subpackages of the public API)
+from . import checkpoint, convert, distributed, files, optim  # noqa: E402  (subpackages of the public API)
 
 __version__ = "0.1.0"
 
@@ -20,14 +20,17 @@ __all__ = [
     "LSTM",
     "GRU",
     "RNN",
+    "checkpoint",
     "convert",
     "distributed",
+    "files",
     "optim",
     "RNNConfig",
     "RNNOutputs",
     "RNNGradients",
     "CudnnError",
     "CudnnNotAvailableError",
+    "CheckpointError",
     "cudnn_rnn_params_size",
     "cudnn_rnn_v3",
     "cudnn_rnn_backprop_v3",

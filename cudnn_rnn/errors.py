@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CudnnError", "CudnnNotAvailableError"]
+__all__ = ["CudnnError", "CudnnNotAvailableError", "CheckpointError"]
 
 
 class CudnnError(RuntimeError):
@@ -29,3 +29,20 @@ class CudnnError(RuntimeError):
 
 class CudnnNotAvailableError(ImportError):
     """libcudnn.so.9 (or CuPy, or a GPU) could not be found; the message says what to install."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: damaged, truncated, of another kind or version, or inconsistent.
+
+    Attributes:
+        path: the file, as given.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"checkpoint {path!r}: {reason}")
+
+    def __reduce__(self):  # keep it picklable across processes
+        return (type(self), (self.path, self.reason))

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import os
 import types
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ._arrays import Array, array_kind, array_module
+from ._arrays import Array, array_kind, array_module, copy_into
 from .config import RNNConfig
 from .layout import ParamEntry, params_layout
-from .params_file import read_params_file, write_params_file
+from .params_file import CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file, write_params_file
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
@@ -308,7 +308,8 @@ class RecurrentLayer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write params, configuration and step counter to ``path`` (an ``.npz`` archive, exactly that path).
 
-        The params are stored bit for bit in their dtype (see :mod:`cudnn_rnn.params_file`);
+        The params are stored bit for bit in their dtype (see :mod:`cudnn_rnn.params_file`), and
+        the file is replaced atomically: a kill during the save leaves the previous file whole.
         :meth:`load` restores an equal layer.
         """
         write_params_file(path, self.params, self.config, self.step)
@@ -321,17 +322,77 @@ class RecurrentLayer:
         checks that the file holds that kind of layer.
 
         Raises:
-            ValueError: not a layer file, another layer kind, or params not matching the config.
+            ValueError: not a whole layer file, another layer kind, or params not matching the config.
         """
-        module = _array_module_named(xp)
         saved = read_params_file(path)
-        config, params, step = saved.config, saved.params, saved.step
+        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`::
+
+            {"config": {"rnn_mode": ..., ..., "seed": ..., "dtype": ...},   # RNNConfig's fields
+             "step": int,                                                  # the dropout stream's position
+             "params": params}                                             # this layer's own buffer, not a copy
+        """
+        return {"config": config_fields(self.config), "step": self.step, "params": self.params}
+
+    def load_state_dict(self, state: dict[str, Any], *, keep_seed: bool = False) -> None:
+        """Take the params (copied into this layer's buffer, in place), step and seed of ``state``.
+
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            keep_seed: keep this layer's own dropout seed instead of the saved one (data-parallel
+                ranks that each draw their own dropout masks).
+
+        Raises:
+            ValueError / TypeError: ``state`` is malformed, or its configuration differs from this
+                layer's in anything but the seed (each differing field is named).
+        """
+        self.state_loader(state, keep_seed=keep_seed)()
+
+    def state_loader(self, state: dict[str, Any], *, keep_seed: bool = False,
+                     where: str = "state_dict") -> Callable[[], None]:
+        """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
+
+        Nothing changes until the returned function runs, so several objects can be checked
+        before any is changed (``where`` names the source in messages).
+        """
+        saved = parse_layer_state(state, where)
+        config = replace(saved.config, seed=self.config.seed) if keep_seed else saved.config
+        differing = [f"{name}={getattr(saved.config, name)!r} there, {getattr(self.config, name)!r} here"
+                     for name in CONFIG_FIELDS if name != "seed"
+                     and getattr(saved.config, name) != getattr(self.config, name)]
+        if differing:
+            raise ValueError(f"{where} holds a layer of another configuration than this {type(self).__name__}: "
+                             + "; ".join(differing))
+
+        def load() -> None:
+            copy_into(self.params, saved.params)
+            self.config, self.step, self._saved = config, saved.step, None
+
+        return load
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], *, xp: types.ModuleType | None = None) -> "RecurrentLayer":
+        """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``.
+
+        Raises:
+            ValueError / TypeError: ``state`` is malformed, or holds another kind of layer than ``cls``.
+        """
+        saved = parse_layer_state(state, "state_dict")
+        params = saved.params.get() if array_kind(saved.params) == "cupy" else np.array(saved.params)
+        return cls._from_saved(saved.config, params, saved.step, xp, "state_dict")
+
+    @classmethod
+    def _from_saved(cls, config: RNNConfig, host_params: np.ndarray, step: int, xp: types.ModuleType | None,
+                    where: str) -> "RecurrentLayer":
+        module = _array_module_named(xp)
         layer_cls = _LAYER_CLASSES[config.rnn_mode]
         if cls is not RecurrentLayer and not issubclass(layer_cls, cls):
-            raise ValueError(f"{os.fspath(path)!r} holds a {layer_cls.__name__} (rnn_mode={config.rnn_mode!r}); "
+            raise ValueError(f"{where} holds a {layer_cls.__name__} (rnn_mode={config.rnn_mode!r}); "
                              f"{cls.__name__}.load cannot read it (use RecurrentLayer.load)")
         layer = object.__new__(layer_cls)
-        layer._attach(config, module, params, step)
+        layer._attach(config, module, host_params, step)
         return layer
 
     def export(self, fmt: str, allow_approximation: bool = False) -> Any:

@@ -17,17 +17,25 @@ Update rules (``g`` the gradient, ``p`` the parameter, ``t`` the 1-based step co
 These are PyTorch's ``torch.optim.SGD`` (dampening 0, no weight decay) and
 ``torch.optim.Adam`` (no weight decay, no amsgrad). Optimiser state is kept in at least
 float32, so float16 parameters are updated from float32 moments.
+
+``state_dict()`` returns everything a step depends on, as plain values and lists of arrays
+(one per parameter array; the optimiser's own, not copies), and ``load_state_dict`` checks
+and restores it in place, hyperparameters included (as PyTorch does)::
+
+    SGD:   {"kind": "SGD", "steps": t, "lr": ..., "momentum": ..., "nesterov": ..., "velocity": [v...]}
+    Adam:  {"kind": "Adam", "steps": t, "lr": ..., "betas": [b1, b2], "eps": ...,
+            "first_moment": [m...], "second_moment": [s...]}
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from ._arrays import array_kind, array_module
+from ._arrays import array_kind, array_module, copy_into
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
 
@@ -53,6 +61,18 @@ def _unit_interval(name: str, value: object) -> float:
     return value
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _betas(name: str, value: object) -> tuple[float, float]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise TypeError(f"{name} must be a pair (b1, b2); got {value!r}")
+    return (_unit_interval(f"{name}[0]", value[0]), _unit_interval(f"{name}[1]", value[1]))
+
+
 def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
     """Check a list of floating NumPy/CuPy arrays and return it as a list."""
     if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
@@ -72,7 +92,12 @@ def _state_dtype(dtype: object) -> np.dtype:
 
 
 class _Optimizer:
-    """Shared plumbing: the parameter list, shape checks of the gradients, the step count."""
+    """Shared plumbing: the parameter list, shape checks of the gradients, the step count, the state dict."""
+
+    #: hyperparameter -> its check (the constructor's), the keys of the state dict besides these tables
+    hyperparameters: ClassVar[dict[str, Callable[[str, Any], Any]]] = {}
+    #: the per-parameter state lists (one array per parameter array, the state dtype)
+    state_lists: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params_list: Sequence[Array]) -> None:
         self.params_list: list[Array] = _array_list("params_list", params_list)
@@ -105,6 +130,86 @@ class _Optimizer:
     def _updated(self, i: int, p: Array, g: Array) -> Array:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # -- state dict ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Kind, step count, hyperparameters and state lists (see the module docstring)."""
+        state: dict[str, Any] = {"kind": type(self).__name__, "steps": self.steps}
+        state.update({name: _plain(getattr(self, name)) for name in self.hyperparameters})
+        state.update({name: list(getattr(self, name)) for name in self.state_lists})
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (its arrays NumPy or CuPy) into this optimiser, in place.
+
+        Raises:
+            ValueError / TypeError: another kind of optimiser, missing or unexpected keys, a
+                hyperparameter its constructor would refuse, or state arrays whose number, shapes
+                or dtypes do not match ``params_list`` (each named).
+        """
+        self.state_loader(state)()
+
+    def state_loader(self, state: dict[str, Any], where: str = "state_dict") -> Callable[[], None]:
+        """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
+
+        Nothing changes until the returned function runs (``where`` names the source in messages).
+        """
+        kind = type(self).__name__
+        expected = {"kind", "steps", *self.hyperparameters, *self.state_lists}
+        if not isinstance(state, dict) or set(state) != expected:
+            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
+        if state["kind"] != kind:
+            raise ValueError(f"{where} is the state of a {state['kind']!r} optimiser; this one is {kind!r}")
+        steps = state["steps"]
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")
+        values = {name: check(f"{where}[{name!r}]", state[name]) for name, check in self.hyperparameters.items()}
+        self._check_together(values, where)
+        lists = {name: self._checked_list(state[name], where, name, self._list_in_use(name, values))
+                 for name in self.state_lists}
+
+        def load() -> None:
+            for name, value in values.items():
+                setattr(self, name, value)
+            for name, arrays in lists.items():
+                mine = getattr(self, name)
+                if len(mine) != len(arrays):  # state a changed hyperparameter brings in or leaves out
+                    mine[:] = self._zeros_like_params() if arrays else []
+                for target, source in zip(mine, arrays):
+                    copy_into(target, source)
+            self.steps = int(steps)
+
+        return load
+
+    def _check_together(self, values: dict[str, Any], where: str) -> None:
+        """Refuse hyperparameters that are valid alone but not together (none by default)."""
+
+    def _list_in_use(self, name: str, values: dict[str, Any]) -> bool:
+        """Whether the state list ``name`` holds arrays under hyperparameters ``values`` (else it is empty)."""
+        return True
+
+    def _checked_list(self, arrays: Any, where: str, name: str, in_use: bool) -> list[Array]:
+        count = len(self.params_list) if in_use else 0
+        if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence) or len(arrays) != count:
+            raise ValueError(f"{where}[{name!r}] must be a list of {count} arrays (one per parameter array"
+                             f"{'' if in_use else ', none under these hyperparameters'}); got {arrays!r:.80}")
+        for i, (array, p) in enumerate(zip(arrays, self.params_list)):
+            what = f"{where}[{name!r}][{i}]"
+            if array_kind(array) is None:
+                raise TypeError(f"{what} must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
+            if tuple(array.shape) != tuple(p.shape):
+                raise ValueError(f"{what} must have the shape of params_list[{i}], {tuple(p.shape)}; "
+                                 f"got {tuple(array.shape)}")
+            if array.dtype != _state_dtype(p.dtype):
+                raise TypeError(f"{what} must be {_state_dtype(p.dtype)} (the state dtype of a {p.dtype} "
+                                f"parameter); got {array.dtype}")
+        return list(arrays)
+
+
+def _plain(value: Any) -> Any:
+    """A hyperparameter as a JSON-ready value (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
 
 class SGD(_Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum.
@@ -121,17 +226,25 @@ class SGD(_Optimizer):
         p <- p - lr * (g + momentum * v)   if nesterov else   p <- p - lr * v
     """
 
+    hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": _flag}
+    state_lists = ("velocity",)
+
     def __init__(self, params_list: Sequence[Array], lr: float, momentum: float = 0.0,
                  nesterov: bool = False) -> None:
         super().__init__(params_list)
         self.lr = _positive_float("lr", lr)
         self.momentum = _unit_interval("momentum", momentum)
-        if not isinstance(nesterov, (bool, np.bool_)):
-            raise TypeError(f"nesterov must be a bool; got {type(nesterov).__name__} {nesterov!r}")
-        if nesterov and self.momentum == 0.0:
-            raise ValueError("nesterov=True needs momentum > 0; got momentum=0.0")
-        self.nesterov = bool(nesterov)
+        self.nesterov = _flag("nesterov", nesterov)
+        self._check_together({"momentum": self.momentum, "nesterov": self.nesterov}, "")
         self.velocity: list[Array] = self._zeros_like_params() if self.momentum else []
+
+    def _check_together(self, values: dict[str, Any], where: str) -> None:
+        if values["nesterov"] and values["momentum"] == 0.0:
+            prefix = f"{where}: " if where else ""
+            raise ValueError(f"{prefix}nesterov=True needs momentum > 0; got momentum=0.0")
+
+    def _list_in_use(self, name: str, values: dict[str, Any]) -> bool:
+        return values["momentum"] > 0.0
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:
         if not self.momentum:
@@ -160,13 +273,14 @@ class Adam(_Optimizer):
         p <- p - lr * (m / (1 - b1**t)) / (sqrt(s / (1 - b2**t)) + eps)
     """
 
+    hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
+    state_lists = ("first_moment", "second_moment")
+
     def __init__(self, params_list: Sequence[Array], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
         super().__init__(params_list)
         self.lr = _positive_float("lr", lr)
-        if not isinstance(betas, Sequence) or len(betas) != 2:
-            raise TypeError(f"betas must be a pair (b1, b2); got {betas!r}")
-        self.betas = (_unit_interval("betas[0]", betas[0]), _unit_interval("betas[1]", betas[1]))
+        self.betas = _betas("betas", betas)
         self.eps = _positive_float("eps", eps)
         self.first_moment: list[Array] = self._zeros_like_params()
         self.second_moment: list[Array] = self._zeros_like_params()

@@ -1,0 +1,274 @@
+"""One checkpoint: :func:`save` everything a training step depends on, :func:`load` it back, restore it.
+
+What a file holds (its ``contents`` JSON, arrays stored beside it; see ``_container``)::
+
+    {"step":       the manager's step number, or null,
+     "layers":     {name: layer.state_dict()},       config fields, step (dropout position), params
+     "optimizers": {name: optimiser.state_dict()},   kind, steps, hyperparameters, state arrays
+     "arrays":     {name: array},                    any other model arrays (a readout, an embedding)
+     "state":      {...}}                            the caller's own: step, epoch, data cursor, RNG state
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .._arrays import Array, array_kind, copy_into
+from ..errors import CheckpointError
+from ..files import read_bytes, write_bytes
+from ..layers import RecurrentLayer
+from ..optim import SGD, Adam
+from ..params_file import parse_layer_state
+from . import _container
+from ._tree import flatten, unflatten
+
+__all__ = ["Checkpoint", "save", "load", "from_bytes", "share_from_root"]
+
+#: the top-level keys of a checkpoint's contents
+CONTENTS_KEYS: tuple[str, ...] = ("step", "layers", "optimizers", "arrays", "state")
+
+#: optimiser kind -> class (what a checkpoint's optimiser entries may be)
+OPTIMIZERS: dict[str, type] = {cls.__name__: cls for cls in (SGD, Adam)}
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint file holds, checked, on the host.
+
+    Attributes:
+        path: the file it was read from.
+        step: the step number it was saved under (:class:`CheckpointManager`), or None.
+        layers: name -> a layer's state dict (``config`` fields, ``step``, ``params`` NumPy).
+        optimizers: name -> an optimiser's state dict (arrays NumPy).
+        arrays: name -> NumPy array.
+        state: the caller's own values (arrays in it come back as NumPy arrays, tuples as lists).
+    """
+
+    path: str
+    step: int | None
+    layers: dict[str, dict[str, Any]]
+    optimizers: dict[str, dict[str, Any]]
+    arrays: dict[str, np.ndarray]
+    state: dict[str, Any]
+
+    def restore(self, *, layers: Mapping[str, RecurrentLayer] | None = None,
+                optimizers: Mapping[str, Any] | None = None, arrays: Mapping[str, Array] | None = None,
+                keep_seeds: bool = False) -> None:
+        """Copy the saved values into existing objects, in place (NumPy or CuPy, any device).
+
+        Each group given must name exactly the entries the checkpoint holds; a group left out
+        is not restored. Everything is checked before anything changes, so a refused restore
+        leaves every object as it was.
+
+        Args:
+            layers: name -> layer: params (in place), step and seed (see ``keep_seeds``).
+            optimizers: name -> optimiser: step count, hyperparameters and state (in place).
+            arrays: name -> array of the saved shape and dtype, overwritten in place.
+            keep_seeds: keep each layer's own dropout seed (data-parallel ranks that draw
+                their own masks); by default the saved seed is restored too.
+
+        Raises:
+            ValueError / TypeError: other names, another configuration (each differing field
+                named), another kind of optimiser, or arrays of another shape or dtype.
+        """
+        where = repr(self.path)
+        loaders: list[Callable[[], None]] = []
+        for name, layer in _matching("layers", layers, self.layers, where).items():
+            if not isinstance(layer, RecurrentLayer):
+                raise TypeError(f"layers[{name!r}] must be a cudnn_rnn layer (LSTM, GRU, RNN); "
+                                f"got {type(layer).__name__}")
+            loaders.append(layer.state_loader(self.layers[name], keep_seed=keep_seeds,
+                                              where=f"checkpoint {where} layers[{name!r}]"))
+        for name, optimiser in _matching("optimizers", optimizers, self.optimizers, where).items():
+            if not isinstance(optimiser, tuple(OPTIMIZERS.values())):
+                raise TypeError(f"optimizers[{name!r}] must be a cudnn_rnn.optim optimiser; "
+                                f"got {type(optimiser).__name__}")
+            loaders.append(optimiser.state_loader(self.optimizers[name], where=f"checkpoint {where} "
+                                                                               f"optimizers[{name!r}]"))
+        for name, target in _matching("arrays", arrays, self.arrays, where).items():
+            loaders.append(_array_loader(target, self.arrays[name], f"arrays[{name!r}]", where))
+        for load in loaders:
+            load()
+
+    def layer(self, name: str, *, xp: Any = None) -> RecurrentLayer:
+        """A new layer holding the saved layer ``name`` (on ``xp``: numpy by default, or cupy)."""
+        if name not in self.layers:
+            raise KeyError(f"checkpoint {self.path!r} holds no layer {name!r}; it holds {sorted(self.layers)}")
+        return RecurrentLayer.from_state_dict(self.layers[name], xp=xp)
+
+
+def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
+         optimizers: Mapping[str, Any] | None = None, arrays: Mapping[str, Array] | None = None,
+         state: Mapping[str, Any] | None = None, step: int | None = None) -> None:
+    """Write a checkpoint to ``path`` atomically (a kill leaves the previous file whole).
+
+    Args:
+        layers: name -> cudnn_rnn layer (its configuration, step and params).
+        optimizers: name -> cudnn_rnn.optim optimiser (its state dict).
+        arrays: name -> NumPy or CuPy array (any other model arrays).
+        state: the caller's own values: None, bool, int, float, str, lists, dicts with str keys,
+            NumPy or CuPy arrays (a NumPy ``Generator``'s ``bit_generator.state`` is such a dict).
+        step: a step number to store with it (the manager's).
+
+    Raises:
+        TypeError / ValueError: something that cannot be stored, named by its place.
+    """
+    contents = {"step": _checked_step(step), "layers": {}, "optimizers": {}, "arrays": {},
+                "state": dict(_mapping("state", state))}
+    for name, layer in _mapping("layers", layers).items():
+        if not isinstance(layer, RecurrentLayer):
+            raise TypeError(f"layers[{name!r}] must be a cudnn_rnn layer (LSTM, GRU, RNN); got {type(layer).__name__}")
+        contents["layers"][name] = layer.state_dict()
+    for name, optimiser in _mapping("optimizers", optimizers).items():
+        if not isinstance(optimiser, tuple(OPTIMIZERS.values())):
+            raise TypeError(f"optimizers[{name!r}] must be a cudnn_rnn.optim optimiser ({', '.join(OPTIMIZERS)}); "
+                            f"got {type(optimiser).__name__}")
+        contents["optimizers"][name] = optimiser.state_dict()
+    for name, array in _mapping("arrays", arrays).items():
+        if array_kind(array) is None:
+            raise TypeError(f"arrays[{name!r}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
+        contents["arrays"][name] = array
+    tree, tensors = flatten(contents)
+    text = json.dumps(tree, separators=(",", ":"))
+    write_bytes(path, _container.encode(tensors, text))
+
+
+def load(path: PathLike, *, comm: Any = None) -> Checkpoint:
+    """Read and check the checkpoint at ``path``.
+
+    With ``comm`` (a :class:`cudnn_rnn.distributed.Communicator`), rank 0 reads the file and
+    broadcasts its bytes, and every rank returns the same checkpoint (or raises the same error).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: anything else that keeps the file from being a whole, consistent checkpoint.
+    """
+    def read() -> tuple[str, bytes]:
+        return os.fspath(path), read_checkpoint_bytes(path)
+
+    found = share_from_root(comm, read)
+    assert found is not None
+    return from_bytes(*found)
+
+
+def read_checkpoint_bytes(path: PathLike) -> bytes:
+    """The bytes of the file at ``path``; CheckpointError for a folder or a file that is not a regular file."""
+    try:
+        return read_bytes(path, "checkpoint")
+    except (IsADirectoryError, ValueError) as error:
+        raise CheckpointError(os.fspath(path), str(error)) from None
+
+
+def from_bytes(where: str, blob: bytes | bytearray) -> Checkpoint:
+    """The checkpoint whose file content is ``blob`` (``where`` names it in messages)."""
+    arrays, text = _container.decode(blob, where)
+    try:
+        tree = json.loads(text)
+        if not isinstance(tree, dict) or set(tree) != set(CONTENTS_KEYS):
+            keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
+            raise ValueError(f"its contents must have the keys {list(CONTENTS_KEYS)}; got {keys}")
+        used: set[str] = set()
+        contents = unflatten(tree, arrays, used)
+        if used != set(arrays):
+            raise ValueError(f"it holds arrays that nothing refers to: {sorted(set(arrays) - used)[:5]}")
+        for group in CONTENTS_KEYS[1:]:
+            if not isinstance(contents[group], dict):
+                raise ValueError(f"its {group!r} must be an object; got {type(contents[group]).__name__}")
+        step = contents["step"]
+        if step is not None:
+            _checked_step(step)
+        for name, layer in contents["layers"].items():
+            parse_layer_state(layer, f"layers[{name!r}]")
+        for name, optimiser in contents["optimizers"].items():
+            kind = optimiser.get("kind") if isinstance(optimiser, dict) else None
+            if kind not in OPTIMIZERS:
+                raise ValueError(f"optimizers[{name!r}] must be the state of one of {list(OPTIMIZERS)}; "
+                                 f"got kind {str(kind)[:40]!r}")
+        for name, array in contents["arrays"].items():
+            if array_kind(array) is None:
+                raise ValueError(f"arrays[{name!r}] must be an array; got {type(array).__name__}")
+    except (ValueError, TypeError, RecursionError) as error:
+        raise CheckpointError(where, f"its contents are inconsistent: {error}"[:500]) from None
+    return Checkpoint(where, step, contents["layers"], contents["optimizers"], contents["arrays"], contents["state"])
+
+
+def share_from_root(comm: Any, read: Callable[[], tuple[str, bytes] | None]) -> tuple[str, bytes] | None:
+    """``read()`` on rank 0, its (name, bytes) or None sent to every rank of ``comm``.
+
+    Without a communicator (or with one process) it is just ``read()``. If ``read`` raises on
+    rank 0, every other rank raises a CheckpointError that carries rank 0's message, so no rank
+    is left waiting.
+    """
+    if comm is None or comm.size == 1:
+        return read()
+    found: tuple[str, bytes] | None = None
+    failure: BaseException | None = None
+    if comm.rank == 0:
+        try:
+            found = read()
+        except Exception as error:  # every rank must hear of it, whatever it is
+            failure = error
+        name, data = found if found is not None else ("", b"")
+        message = (f"{type(failure).__name__}: {failure}" if failure is not None else "").encode()
+        head = np.array([2 if failure else (1 if found else 0), len(name.encode()), len(data), len(message)],
+                        np.int64)
+        payload = np.frombuffer(bytearray(name.encode() + data + message), np.uint8)
+    else:
+        head = np.zeros(4, np.int64)
+    comm.broadcast([head])
+    status, name_length, data_length, message_length = (int(value) for value in head)
+    if comm.rank != 0:
+        payload = np.empty(name_length + data_length + message_length, np.uint8)
+    comm.broadcast([payload])
+    if failure is not None:
+        raise failure
+    raw = payload.tobytes()
+    if status == 2:
+        raise CheckpointError("(read on rank 0)", raw[name_length + data_length:].decode(errors="replace"))
+    if status == 0:
+        return None
+    return raw[:name_length].decode(), raw[name_length:name_length + data_length]
+
+
+def _mapping(group: str, value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(f"{group} must be a dict with str keys; got {type(value).__name__}")
+    return value
+
+
+def _matching(group: str, given: Mapping[str, Any] | None, saved: dict[str, Any], where: str) -> Mapping[str, Any]:
+    """``given`` (nothing to restore when None), which must name exactly the entries ``saved`` has."""
+    if given is None:
+        return {}
+    given = _mapping(group, given)
+    if set(given) != set(saved):
+        raise ValueError(f"checkpoint {where} holds {group} {sorted(saved)}; restore was given {sorted(given)}")
+    return given
+
+
+def _checked_step(step: Any) -> int | None:
+    if step is None:
+        return None
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step must be a non-negative integer or None; got {step!r:.40}")
+    return int(step)
+
+
+def _array_loader(target: Any, saved: np.ndarray, what: str, where: str) -> Callable[[], None]:
+    if array_kind(target) is None:
+        raise TypeError(f"{what} must be a numpy.ndarray or cupy.ndarray; got {type(target).__name__}")
+    if tuple(target.shape) != saved.shape:
+        raise ValueError(f"checkpoint {where} {what} has shape {saved.shape}; the array given has "
+                         f"{tuple(target.shape)}")
+    if target.dtype != saved.dtype:
+        raise TypeError(f"checkpoint {where} {what} is {saved.dtype}; the array given is {target.dtype}")
+    return lambda: copy_into(target, saved)

@@ -1,0 +1,145 @@
+"""Numbered checkpoints in one folder: save every K steps, keep the newest N, resume from the newest good one.
+
+    <folder>/ckpt-000000100.safetensors     step 100 (nine digits or more: names sort as numbers do)
+    <folder>/ckpt-000000150.safetensors
+    <folder>/.ckpt-000000200.safetensors.<random>.partial    a save that a kill cut short: ignored,
+                                                             removed by the next save
+
+A save writes its file atomically and only then removes the oldest files, so a kill at any
+moment leaves every checkpoint that was already whole. With a communicator, rank 0 alone
+writes and reads; :meth:`CheckpointManager.latest` sends what it found to every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+from ..files import PARTIAL_SUFFIX
+from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
+
+__all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]
+
+#: the extension of a checkpoint file (the file is a safetensors file)
+EXTENSION = ".safetensors"
+
+_PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+class CheckpointWarning(UserWarning):
+    """A damaged checkpoint was skipped in favour of an older one."""
+
+
+class CheckpointManager:
+    """The checkpoints of one training run, in one folder.
+
+    Args:
+        directory: the folder (made on the first save).
+        keep: how many of the newest checkpoints to keep (>= 1).
+        prefix: the start of every file name (letters, digits, ``_ . -``).
+        comm: a :class:`cudnn_rnn.distributed.Communicator`: rank 0 writes and reads, every
+            rank gets what it read. None: this process alone.
+
+    ::
+
+        manager = CheckpointManager("runs/lm/checkpoints", keep=3)
+        found = manager.latest()                        # None when there is none yet
+        if found:
+            found.restore(layers={"lstm": lstm}, optimizers={"adam": adam})
+        ...
+        manager.save(step, layers={"lstm": lstm}, optimizers={"adam": adam}, state={...})
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, prefix: str = "ckpt",
+                 comm: Any = None) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1; got {keep!r}")
+        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+            raise ValueError(f"prefix must be letters, digits, '_', '.' or '-' (not starting with '.' or '-'); "
+                             f"got {prefix!r}")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.prefix = prefix
+        self.comm = comm
+        self._name = re.compile(re.escape(prefix) + r"-(\d{9,})" + re.escape(EXTENSION))
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes (rank 0, or no communicator)."""
+        return self.comm is None or self.comm.rank == 0
+
+    def path_for(self, step: int) -> Path:
+        """The file of the checkpoint of ``step``."""
+        return self.directory / f"{self.prefix}-{step:09d}{EXTENSION}"
+
+    def steps(self) -> list[int]:
+        """The steps of the checkpoint files in the folder, oldest first (damaged ones included)."""
+        if not self.directory.is_dir():
+            return []
+        found = (self._name.fullmatch(entry.name) for entry in self.directory.iterdir())
+        return sorted(int(match.group(1)) for match in found if match)
+
+    def save(self, step: int, **parts: Any) -> Path | None:
+        """Write the checkpoint of ``step`` (``parts``: :func:`cudnn_rnn.checkpoint.save`'s layers,
+        optimizers, arrays and state), then remove the oldest so that ``keep`` remain.
+
+        Returns the file written, or None on a rank that does not write. A file of the same
+        step is replaced. Files of later steps (a run resumed from an earlier checkpoint) are
+        left alone until this run replaces them.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative integer; got {step!r}")
+        if not self.writes:
+            return None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._remove_partials()
+        path = self.path_for(step)
+        save(path, step=step, **parts)
+        older = [s for s in self.steps() if s < step]
+        for old in older[:max(len(older) - (self.keep - 1), 0)]:
+            with contextlib.suppress(FileNotFoundError):
+                self.path_for(old).unlink()
+        return path
+
+    def latest(self) -> Checkpoint | None:
+        """The newest checkpoint that is whole and consistent, or None if there is none.
+
+        Damaged files are skipped with a :class:`CheckpointWarning` naming each. With a
+        communicator every rank returns the checkpoint rank 0 found.
+        """
+        found: dict[str, Checkpoint] = {}
+
+        def read() -> tuple[str, bytes] | None:
+            for step in reversed(self.steps()):
+                path = self.path_for(step)
+                try:
+                    blob = read_checkpoint_bytes(path)
+                    checkpoint = from_bytes(os.fspath(path), blob)
+                    if checkpoint.step != step:
+                        raise CheckpointError(os.fspath(path), f"it holds step {checkpoint.step}, not the step "
+                                                               f"{step} its name says")
+                except (CheckpointError, FileNotFoundError) as error:
+                    warnings.warn(f"skipping a damaged checkpoint: {error}", CheckpointWarning, stacklevel=3)
+                    continue
+                found["checkpoint"] = checkpoint
+                return os.fspath(path), blob
+            return None
+
+        shared = share_from_root(self.comm, read)
+        if shared is None:
+            return None
+        return found.get("checkpoint") or from_bytes(*shared)
+
+    def _remove_partials(self) -> None:
+        """Remove what killed saves of this manager left behind (one writer per folder)."""
+        for entry in self.directory.glob(f".{self.prefix}-*{PARTIAL_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+
+    def __repr__(self) -> str:
+        return f"CheckpointManager({os.fspath(self.directory)!r}, keep={self.keep}, prefix={self.prefix!r})"
