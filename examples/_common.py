@@ -1,10 +1,11 @@
-"""Plumbing shared by the examples: command-line flags, backend choice, a progress bar, a dense
-softmax readout, and the loss plot. Not part of the cudnn_rnn API.
+"""Plumbing shared by the examples: command-line flags, backend choice, checkpoints and resuming,
+a progress bar, a dense softmax readout, and the loss plot. Not part of the cudnn_rnn API.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -14,7 +15,13 @@ from typing import Any, Sequence, TextIO
 
 import numpy as np
 
+from cudnn_rnn.checkpoint import Checkpoint, CheckpointManager
+from cudnn_rnn.files import atomic_write, write_bytes
+
 Array = Any
+
+#: checkpoints kept in OUT/checkpoints
+KEEP_CHECKPOINTS = 3
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,14 +43,68 @@ def example_parser(name: str, description: str, default_steps: int, quick_steps:
     return parser
 
 
+def add_checkpoint_arguments(parser: argparse.ArgumentParser, default_every: int, quick_every: int) -> None:
+    """--checkpoint-every K and --resume: checkpoints in OUT/checkpoints, and continuing from the newest."""
+    parser.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
+                        help=f"save a checkpoint into OUT/checkpoints every K steps and at the end (default "
+                             f"{default_every}, or {quick_every} with --quick; 0: never); the newest "
+                             f"{KEEP_CHECKPOINTS} are kept")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest good checkpoint in OUT/checkpoints, exactly where that run "
+                             "was (start at step 1 if there is none)")
+    parser.set_defaults(default_checkpoint_every=default_every, quick_checkpoint_every=quick_every)
+
+
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse, fill in the number of steps, and check it."""
+    """Parse, fill in the number of steps and the checkpoint interval, and check them."""
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = args.quick_steps if args.quick else args.default_steps
     if args.steps < 1:
         parser.error(f"--steps must be >= 1; got {args.steps}")
+    if hasattr(args, "checkpoint_every"):
+        if args.checkpoint_every is None:
+            args.checkpoint_every = args.quick_checkpoint_every if args.quick else args.default_checkpoint_every
+        if args.checkpoint_every < 0:
+            parser.error(f"--checkpoint-every must be >= 0; got {args.checkpoint_every}")
     return args
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+class Checkpoints:
+    """An example's checkpoints: OUT/checkpoints, one every K steps and one at the end, the newest kept.
+
+    ``parts`` are what :func:`cudnn_rnn.checkpoint.save` takes besides the state (layers,
+    optimizers, arrays); ``run`` identifies the run (model sizes, seed, ...): a checkpoint of
+    another run is refused rather than silently mixed in.
+    """
+
+    def __init__(self, args: argparse.Namespace, run: dict[str, Any], comm: Any = None, **parts: Any) -> None:
+        self.manager = CheckpointManager(args.out / "checkpoints", keep=KEEP_CHECKPOINTS, comm=comm)
+        self.every, self.last_step, self.run, self.parts = args.checkpoint_every, args.steps, run, parts
+
+    def resume(self) -> Checkpoint | None:
+        """Restore the newest good checkpoint into the parts (None, and nothing changed, if there is none).
+
+        Every layer keeps its own dropout seed (under mpiexec each process draws its own masks);
+        single-process, that is the seed the checkpoint was written with.
+        """
+        found = self.manager.latest()
+        if found is None:
+            print(f"resume: no checkpoint in {self.manager.directory}; starting at step 1")
+            return None
+        saved_run = found.state.get("run")
+        if saved_run != self.run:
+            raise SystemExit(f"resume: {found.path} is a checkpoint of another run ({saved_run}); this run is "
+                             f"{self.run}: use another --out, or the settings it was made with")
+        found.restore(**self.parts, keep_seeds=True)
+        print(f"resumed from {found.path} (step {found.step})")
+        return found
+
+    def after_step(self, step: int, state: dict[str, Any]) -> None:
+        """Save the checkpoint of ``step`` when it is due (every K steps, and the last step)."""
+        if self.every and (step % self.every == 0 or step == self.last_step):
+            self.manager.save(step, **self.parts, state={"run": self.run, **state})
 
 
 # ---- backend -----------------------------------------------------------------------------------
@@ -107,19 +168,18 @@ class ProgressBar:
     tenth of the run.
     """
 
-    def __init__(self, total: int, unit: str, width: int = 24, stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, unit: str, width: int = 24, stream: TextIO | None = None, first: int = 1) -> None:
         self.total, self.unit, self.width = total, unit, width
         self.stream = stream or sys.stdout
         self.interactive = self.stream.isatty()
         self.start = time.perf_counter()
         self.count = 0
-        self.done = 0
+        self.first = first  # the first step this process runs (a resumed run starts later)
         self._next_line = 0
 
     def update(self, step: int, items: int, **values: float) -> None:
         """Record that ``step`` (1-based) finished after ``items`` more units (chars, sequences)."""
         self.count += items
-        self.done = step
         if not self.interactive and step < self._next_line and step != self.total:
             return
         self._next_line = step + max(1, self.total // 10)
@@ -127,7 +187,7 @@ class ProgressBar:
         filled = round(self.width * step / self.total)
         bar = "#" * filled + "-" * (self.width - filled)
         shown = "  ".join(f"{name} {value:.3f}" for name, value in values.items())
-        eta = elapsed / step * (self.total - step)
+        eta = elapsed / (step - self.first + 1) * (self.total - step)
         line = (f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] {shown}  "
                 f"{self.count / elapsed:,.0f} {self.unit}/s  eta {eta:.0f}s")
         self.stream.write(("\r" + line) if self.interactive else line + "\n")
@@ -193,9 +253,20 @@ def softmax_cross_entropy(logits: Array, targets: Array, weights: Array | None =
 
 
 # ---- plots -------------------------------------------------------------------------------------
+def write_json(path: Path, values: dict[str, Any]) -> None:
+    """``values`` as indented JSON at ``path``, written atomically."""
+    write_bytes(path, (json.dumps(values, indent=2) + "\n").encode())
+
+
+def write_npz(path: Path, **arrays: Array) -> None:
+    """``np.savez`` of ``arrays`` (NumPy or CuPy) at ``path``, written atomically."""
+    with atomic_write(path) as handle:
+        np.savez(handle, **{name: to_host(array) for name, array in arrays.items()})
+
+
 def save_loss_plot(path: Path, curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str,
                    ylabel: str = "loss (nats)") -> Path:
-    """Plot each curve ``name -> (steps, values)`` into a PNG at ``path`` (matplotlib, Agg backend)."""
+    """Plot each curve ``name -> (steps, values)`` into a PNG at ``path`` (matplotlib, Agg backend; atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -211,6 +282,7 @@ def save_loss_plot(path: Path, curves: dict[str, tuple[Sequence[float], Sequence
     axes.legend()
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    with atomic_write(path) as handle:
+        figure.savefig(handle, format="png")
     plt.close(figure)
     return path

@@ -11,15 +11,16 @@ sequence's length hold random garbage, which only the lengths tell the model to 
                reverse state after step 0) --dense--> logits [B, 3] --> cross-entropy
 
 Prints "held-out accuracy: X (chance Y)", compared with the best possible rule and with the same
-model run without lengths; writes loss_curve.png, gru.npz and metrics.json into --out
-(default runs/classify_variable_length).
+model run without lengths; writes loss_curve.png, gru.npz, metrics.json and checkpoints/ (the whole
+training state every 100 steps, 20 with --quick, and at the end) into --out (default
+runs/classify_variable_length). A killed run continues exactly where it stopped with --resume.
 
     python examples/classify_variable_length.py [--quick] [--steps N] [--seed S] [--out DIR]
+                                                [--checkpoint-every K] [--resume]
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ class Classifier:
 def main(argv: list[str] | None = None) -> int:
     parser = _common.example_parser("classify_variable_length", __doc__.splitlines()[0], default_steps=400,
                                     quick_steps=80)
+    _common.add_checkpoint_arguments(parser, default_every=100, quick_every=20)
     args = _common.parse_args(parser, argv)
     xp = _common.select_backend(args.backend)
     rng = np.random.default_rng(args.seed)
@@ -132,11 +134,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backend: {_common.describe_backend(xp)}")
 
     optimiser = Adam(model.params, lr=LR)
-    curve: tuple[list[int], list[float]] = ([], [])
-    bar = _common.ProgressBar(args.steps, unit="seqs")
-    running = None
-    started = time.perf_counter()
-    for step in range(1, args.steps + 1):
+    checkpoints = _common.Checkpoints(args, dict(seed=args.seed, units=NUM_UNITS, batch=BATCH, lr=LR),
+                                      layers={"gru": model.gru}, optimizers={"adam": optimiser},
+                                      arrays={"readout/weight": model.readout.weight,
+                                              "readout/bias": model.readout.bias})
+    resumed = checkpoints.resume() if args.resume else None
+    progress = dict(step=0, curve=[[], []], running=None, seconds=0.0)
+    if resumed is not None:
+        rng.bit_generator.state = resumed.state["rng"]
+        progress = resumed.state["progress"]
+    curve, running = progress["curve"], progress["running"]
+    bar = _common.ProgressBar(args.steps, unit="seqs", first=progress["step"] + 1)
+    started = time.perf_counter() - progress["seconds"]
+    for step in range(progress["step"] + 1, args.steps + 1):
         batch = train.take(rng.integers(0, len(train), BATCH))
         loss = model.train_step(batch)
         clip_grad_norm(model.grads, 5.0)
@@ -145,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         curve[0].append(step)
         curve[1].append(loss)
         bar.update(step, BATCH, loss=running)
+        progress = dict(step=step, curve=curve, running=running, seconds=time.perf_counter() - started)
+        checkpoints.after_step(step, dict(progress=progress, rng=rng.bit_generator.state))
     bar.close()
     seconds = time.perf_counter() - started
 
@@ -163,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = dict(accuracy=accuracy, chance=chance, best_possible=best, accuracy_without_lengths=without_lengths,
                    accuracy_by_length=by_bucket, steps=args.steps, seconds=seconds,
                    backend="numpy" if xp is np else "cupy")
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    _common.write_json(args.out / "metrics.json", metrics)
 
     print(f"trained {args.steps} steps in {seconds:.1f}s")
     print("held-out accuracy by length: " + ", ".join(f"{k}: {v:.3f}" for k, v in by_bucket.items()))

@@ -14,6 +14,13 @@ writes into --out (default runs/train_char_lm):
     lstm.npz             the LSTM (cudnn_rnn.layers.LSTM.save: params + configuration)
     readout.npz          the dense readout and the vocabulary
     metrics.json         the numbers printed at the end
+    checkpoints/         the whole training state every 50 steps (10 with --quick) and at the end,
+                         the newest 3 kept (cudnn_rnn.checkpoint)
+
+A run that was killed continues exactly where its newest checkpoint left it, and ends with the
+same weights and losses, bit for bit, as a run that was never interrupted::
+
+    python examples/train_char_lm.py --resume     # the same command, plus --resume
 
 Runs on the NumPy reference backend anywhere (well under 2 minutes on 2 CPU cores), and on
 CuPy + cuDNN when a GPU is present.
@@ -29,6 +36,10 @@ single-process one (dropout masks are drawn per process, so with dropout the run
 chance, not in distribution)::
 
     mpiexec -n 2 python examples/train_char_lm.py --distributed
+
+Under mpiexec rank 0 writes the checkpoints and, with --resume, reads the newest and sends it
+to every process; each process keeps its own dropout seed, so a resumed job ends where an
+uninterrupted job with the same number of processes ends.
 """
 
 from __future__ import annotations
@@ -36,12 +47,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import math
 import sys
 import time
 import types
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +164,7 @@ def show_sample(title: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _common.example_parser("train_char_lm", __doc__.splitlines()[0], default_steps=400, quick_steps=40)
+    _common.add_checkpoint_arguments(parser, default_every=50, quick_every=10)
     parser.add_argument("--distributed", action="store_true",
                         help="data-parallel over the processes mpiexec started (one process without mpiexec)")
     parser.add_argument("--dropout", type=float, default=None,
@@ -196,14 +207,30 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
         show_sample("sample before training", model.sample(PROMPT, s.sample_chars, np.random.default_rng(args.seed)))
 
     optimiser = Adam(model.params, lr=s.lr)
-    val_start = model.loss(val_batch, training=False) if lead else math.nan
-    print(f"step 0: validation loss {val_start:.3f} (uniform guessing: {math.log(len(vocab)):.3f})")
-    train_curve: tuple[list[int], list[float]] = ([], [])
-    val_curve: tuple[list[int], list[float]] = ([0], [val_start])
-    bar = _common.ProgressBar(args.steps, unit="chars")
-    running = None
-    started = time.perf_counter()
-    for step in range(1, args.steps + 1):
+    run = dict(asdict(s), seed=args.seed, vocab_size=len(vocab))
+    checkpoints = _common.Checkpoints(args, run, comm, layers={"lstm": model.lstm}, optimizers={"adam": optimiser},
+                                      arrays={"readout/weight": model.readout.weight,
+                                              "readout/bias": model.readout.bias})
+    resumed = checkpoints.resume() if args.resume else None
+    if resumed is None:
+        if lead:
+            show_sample("sample before training", model.sample(PROMPT, s.sample_chars,
+                                                               np.random.default_rng(args.seed)))
+        val_start = model.loss(val_batch, training=False) if lead else math.nan
+        print(f"step 0: validation loss {val_start:.3f} (uniform guessing: {math.log(len(vocab)):.3f})")
+        progress = dict(step=0, train_curve=[[], []], val_curve=[[0], [val_start]], running=None, seconds=0.0)
+    else:
+        rng.bit_generator.state = resumed.state["rng"]
+        progress = resumed.state["progress"]
+        val_start = progress["val_curve"][1][0]
+        if resumed.state["processes"] != comm.size:
+            print(f"note: the checkpoint was written by {resumed.state['processes']} process(es); continuing with "
+                  f"{comm.size}, which trains on but not bit for bit as the original job would have")
+    train_curve, val_curve = progress["train_curve"], progress["val_curve"]
+    bar = _common.ProgressBar(args.steps, unit="chars", first=progress["step"] + 1)
+    running = progress["running"]
+    started = time.perf_counter() - progress["seconds"]
+    for step in range(progress["step"] + 1, args.steps + 1):
         starts = rng.integers(0, len(train_ids) - s.seq_len - 1, s.batch)
         batch = np.stack([train_ids[i:i + s.seq_len + 1] for i in starts])
         model.lstm.zero_grad()
@@ -220,6 +247,9 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
             val_curve[0].append(step)
             val_curve[1].append(model.loss(val_batch, training=False))
         bar.update(step, s.batch * s.seq_len, loss=running, val=val_curve[1][-1])
+        progress = dict(step=step, train_curve=train_curve, val_curve=val_curve, running=running,
+                        seconds=time.perf_counter() - started)
+        checkpoints.after_step(step, dict(progress=progress, rng=rng.bit_generator.state, processes=comm.size))
     chars_per_second = bar.close()
     seconds = time.perf_counter() - started
     if not lead:
@@ -233,8 +263,8 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
                                   {"training batch": train_curve, "validation": val_curve},
                                   f"char-level LSTM on {CORPUS.name}")
     model.lstm.save(args.out / "lstm.npz")
-    np.savez(args.out / "readout.npz", weight=_common.to_host(model.readout.weight),
-             bias=_common.to_host(model.readout.bias), vocab=np.array(vocab))
+    _common.write_npz(args.out / "readout.npz", weight=model.readout.weight, bias=model.readout.bias,
+                      vocab=np.array(vocab))
     reloaded = LSTM.load(args.out / "lstm.npz", xp=xp)
     model.lstm = reloaded
     val_reloaded = model.loss(val_batch, training=False)
@@ -243,7 +273,7 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
                    steps=args.steps, seconds=seconds, chars_per_second=chars_per_second,
                    backend="numpy" if xp is np else "cupy", vocab_size=len(vocab), processes=comm.size,
                    dropout=s.dropout, train_loss=train_curve[1])
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    _common.write_json(args.out / "metrics.json", metrics)
     print(f"trained {args.steps} steps in {seconds:.1f}s ({chars_per_second:,.0f} chars/s)")
     print(f"validation loss: {val_start:.3f} -> {val_end:.3f}")
     print(f"checkpoint reloaded from {args.out / 'lstm.npz'}: validation loss {val_reloaded:.3f}")
