@@ -174,10 +174,14 @@ def read_bytes(path: PathLike, what: str = "file") -> bytes:
         raise FileNotFoundError(f"no such {what}: {name!r}") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{name!r} is a folder; expected a {what}") from None
-    with os.fdopen(descriptor, "rb") as handle:
+    try:
         mode = os.fstat(descriptor).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(f"{name!r} is a folder; expected a {what}")
         if not stat.S_ISREG(mode):
             raise ValueError(f"{name!r} is not a regular file (a device, pipe or socket); expected a {what}")
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with os.fdopen(descriptor, "rb") as handle:
         return handle.read()

@@ -35,7 +35,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from ._arrays import array_kind, array_module, copy_into
+from ._arrays import array_kind, array_module, copy_into, device_of, on_device
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
 
@@ -106,7 +106,12 @@ class _Optimizer:
         self.steps: int = 0
 
     def _zeros_like_params(self) -> list[Array]:
-        return [array_module(p=p).zeros(p.shape, dtype=_state_dtype(p.dtype)) for p in self.params_list]
+        """Zero state arrays, each beside its parameter (on its GPU for CuPy)."""
+        zeros = []
+        for p in self.params_list:
+            with on_device(device_of(p=p)):
+                zeros.append(array_module(p=p).zeros(p.shape, dtype=_state_dtype(p.dtype)))
+        return zeros
 
     def _checked(self, grads_list: Sequence[Array]) -> list[Array]:
         grads = _array_list("grads_list", grads_list)
@@ -155,11 +160,11 @@ class _Optimizer:
         """
         kind = type(self).__name__
         expected = {"kind", "steps", *self.hyperparameters, *self.state_lists}
+        if isinstance(state, dict) and "kind" in state and state["kind"] != kind:
+            raise ValueError(f"{where} is the state of a {str(state['kind'])[:40]!r} optimiser; this one is {kind!r}")
         if not isinstance(state, dict) or set(state) != expected:
             keys = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
-        if state["kind"] != kind:
-            raise ValueError(f"{where} is the state of a {state['kind']!r} optimiser; this one is {kind!r}")
         steps = state["steps"]
         if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 0:
             raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")

@@ -58,7 +58,10 @@ _MAGICS: dict[bytes, str] = {
     b"PK\x03\x04": "a zip archive (an .npz, .keras or PyTorch file?)",
     b"PK\x05\x06": "an empty zip archive",
     b"\x89HDF\r\n\x1a\n": "an HDF5 file (a Keras .h5?)",
-    b"\x80": "a Python pickle",
+    b"\x80\x02": "a Python pickle",
+    b"\x80\x03": "a Python pickle",
+    b"\x80\x04": "a Python pickle",
+    b"\x80\x05": "a Python pickle",
     b"\x89PNG": "a PNG image",
     b"\x93NUMPY": "a .npy array",
 }
@@ -76,7 +79,7 @@ def encode(arrays: dict[str, np.ndarray], contents: str) -> list[Any]:
         code = _CODES.get(array.dtype.name)
         if code is None:
             raise TypeError(f"array {name!r} has dtype {array.dtype}; a checkpoint holds {sorted(_CODES)}")
-        data = np.ascontiguousarray(array, dtype=DTYPES[code])
+        data = np.asarray(array, dtype=DTYPES[code], order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
         buffers.append(memoryview(data.reshape(-1)).cast("B"))
         entries[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
         offset += data.nbytes
@@ -102,13 +105,13 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
     view = memoryview(blob)
     if len(view) == 0:
         raise CheckpointError(where, "the file is empty (0 bytes): a write that never finished, or not a checkpoint")
-    for magic, kind in _MAGICS.items():
-        if bytes(view[:len(magic)]) == magic:
-            raise CheckpointError(where, f"this is {kind}, not a cudnn_rnn checkpoint")
-    if len(view) < _LENGTH.size + 2:
-        raise CheckpointError(where, f"the file is too short ({len(view)} bytes) to be a checkpoint")
-    (length,) = _LENGTH.unpack_from(view)
-    if length > MAX_HEADER_BYTES or view[_LENGTH.size] != ord("{"):
+    length = _LENGTH.unpack_from(view)[0] if len(view) >= _LENGTH.size + 2 else None
+    if length is None or length > MAX_HEADER_BYTES or view[_LENGTH.size] != ord("{"):
+        for magic, kind in _MAGICS.items():  # only once it is clear the file is not one of ours
+            if bytes(view[:len(magic)]) == magic:
+                raise CheckpointError(where, f"this is {kind}, not a cudnn_rnn checkpoint")
+        if length is None:
+            raise CheckpointError(where, f"the file is too short ({len(view)} bytes) to be a checkpoint")
         raise CheckpointError(where, "not a cudnn_rnn checkpoint (its first 8 bytes are not the length of a JSON "
                                      f"header of at most {MAX_HEADER_BYTES} bytes)")
     data_start = _LENGTH.size + length
@@ -156,9 +159,9 @@ def _metadata(metadata: Any, where: str) -> dict[str, str]:
     return metadata
 
 
-def _entries(header: dict[str, Any], data_bytes: int, where: str) -> dict[str, tuple[str, list[int], int]]:
+def _entries(header: dict[str, Any], data_bytes: int, where: str) -> dict[str, tuple[str, tuple[int, ...], int]]:
     """name -> (dtype code, shape, begin) for every array, after checking that they tile the data exactly."""
-    entries: dict[str, tuple[str, list[int], int]] = {}
+    entries: dict[str, tuple[str, tuple[int, ...], int]] = {}
     spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
@@ -178,7 +181,7 @@ def _entries(header: dict[str, Any], data_bytes: int, where: str) -> dict[str, t
         if offsets[1] - offsets[0] != nbytes:
             raise CheckpointError(where, f"array {name[:80]!r}: {dtype} {shape} needs {nbytes} bytes; its offsets "
                                          f"span {offsets[1] - offsets[0]}")
-        entries[name] = (dtype, shape, offsets[0])
+        entries[name] = (dtype, tuple(shape), offsets[0])
         spans.append((offsets[0], offsets[1], name))
     position = 0
     for begin, end, name in sorted(spans):
