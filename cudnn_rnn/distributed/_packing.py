@@ -140,6 +140,15 @@ class PackLayout:
             offset += _round_up(size * dtype.itemsize, GROUP_ALIGNMENT)
         return cls(tuple(groups), tuple(slots), offset)
 
+    @property
+    def data_nbytes(self) -> int:
+        """The bytes up to the end of the last group's data (``nbytes`` less the last group's padding).
+
+        For one dtype this is exactly the arrays' bytes back to back: what a rank whose arrays
+        lie in one buffer sends or receives in place, so both ways give one message size.
+        """
+        return self.groups[-1].byte_offset + self.groups[-1].nbytes if self.groups else 0
+
     def allocate(self, xp: types.ModuleType) -> Array:
         """A new uint8 buffer of ``nbytes`` (at least 1 byte) on ``xp``."""
         return xp.empty(max(self.nbytes, 1), dtype=np.uint8)

@@ -172,7 +172,7 @@ class Communicator:
         if self.rank == root:
             for view, array in zip(views, arrays):
                 view[...] = array
-        plan.transport.broadcast(buffer, root)
+        plan.transport.broadcast(buffer[:plan.layout.data_nbytes], root)  # the size a span sends, no padding
         if self.rank != root:
             for view, array in zip(views, arrays):
                 array[...] = view

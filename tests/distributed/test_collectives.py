@@ -87,6 +87,8 @@ def test_broadcast_leaves_every_rank_bit_identical_to_the_root(job: tuple[int, l
         for name in ("fused_a", "fused_b"):
             assert record[f"bcast_{name}"].tobytes() == ranks[-1][f"bin_{name}"].tobytes()
     assert np.signbit(root["bcast_special"][0]) and np.isnan(root["bcast_special"][1])
+    for rank, record in enumerate(ranks):  # in place on one rank, through the packing buffer on another
+        assert record["bcast_mixed_paths"].tobytes() == b"r0" * 5, f"rank {rank}"
 
 
 def test_mismatched_shapes_dtypes_counts_and_roots_raise_value_error_on_every_rank(

@@ -87,6 +87,11 @@ def main(out: Path) -> None:
     comm.broadcast(pair, root=size - 1)
     sent["fused_a"], sent["fused_b"] = pair
     saved.update({f"bcast_{name}": value for name, value in sent.items()})
+    # one rank's array lies in a buffer it owns (sent in place), another's is a view of foreign memory
+    # (copied through the plan's buffer): both ways must make a message of one size
+    owned = np.frombuffer(bytearray(b"r%d" % rank * 5), np.uint8) if rank == 0 else np.full(10, 7, np.uint8)
+    comm.broadcast([owned])
+    saved["bcast_mixed_paths"] = owned.copy()
 
     # -- refused calls: every rank raises, and the communicator still works afterwards ------------
     errors: dict[str, list[str] | None] = {}
