@@ -14,8 +14,9 @@ of buffers, and :func:`write_through_path` lends a temporary *path* to writers t
 opening a path themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
 whole, refusing what is not a regular file with an error that names it.
 
-The temporary file gets the permissions a plain ``open(path, "w")`` would give (0o666 less the
-umask). A leftover ``.partial`` file is what a killed write leaves; it never has the target's name.
+The temporary file gets the permissions a plain ``open(path, "w")`` would leave (those of the file
+it replaces, else 0o666 less the umask). A leftover ``.partial`` file is what a killed write leaves;
+it never has the target's name.
 
 For tests that must kill a process inside a write, ``CUDNN_RNN_TEST_WRITE_PAUSE=<seconds>``
 makes every write go out in 64 KiB chunks with that pause after each chunk.
@@ -82,6 +83,14 @@ def _umask() -> int:
     return mask
 
 
+def _mode_for(target: str) -> int:
+    """The permissions ``open(target, "w")`` would leave: the existing file's, else 0o666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
 def _fsync_folder(folder: str) -> None:
     """Make a rename in ``folder`` durable (POSIX; where folders cannot be opened, nothing to do)."""
     if not hasattr(os, "O_DIRECTORY"):
@@ -107,7 +116,7 @@ def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tupl
     descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=suffix)
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(descriptor, 0o666 & ~_umask())
+            os.fchmod(descriptor, _mode_for(target))
         yield descriptor, partial
         os.replace(partial, target)
     except BaseException:

@@ -38,6 +38,7 @@ __all__ = [
     "ParamEntry",
     "ParamsLayout",
     "params_layout",
+    "params_size",
     "PROJECTION_ID",
     "cudnn_rnn_params_size",
     "cudnn_rnn_params_to_canonical",
@@ -227,6 +228,23 @@ def _cached_layout(key: tuple, facts: LayoutAssumptions) -> ParamsLayout:
     config = RNNConfig(mode, layers, units, input_size, input_mode=input_mode, direction=direction, num_proj=proj)
     weights, biases, size = _entries(config, facts)
     return ParamsLayout(config, tuple(weights), tuple(biases), size)
+
+
+def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> int:
+    """The number of elements of ``config``'s params buffer, without walking it (``params_layout(config).size``).
+
+    Per pseudo-layer: G*N*width input matrices (none for layer 0 under skip_input), G*N*P recurrent
+    matrices, the P*N projection, 2*G*N biases (layer 0's input biases under skip_input as
+    ``facts`` say). Checking a size against this costs nothing however many layers a
+    configuration (from a file, say) claims.
+    """
+    facts = facts or UNCONFIRMED
+    g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
+    first_width = 0 if config.skip_input else config.input_size
+    matrices = d * g * n * (first_width + (config.num_layers - 1) * config.output_size)
+    per_pseudo_layer = g * n * p + (p * n if config.num_proj else 0) + 2 * g * n
+    dropped_biases = d * g * n if config.skip_input and not facts.skip_input_keeps_input_biases else 0
+    return matrices + config.num_pseudo_layers * per_pseudo_layer - dropped_biases
 
 
 def params_layout(config: RNNConfig, facts: LayoutAssumptions | None = None) -> ParamsLayout:

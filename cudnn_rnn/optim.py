@@ -158,20 +158,10 @@ class _Optimizer:
 
         Nothing changes until the returned function runs (``where`` names the source in messages).
         """
-        kind = type(self).__name__
-        expected = {"kind", "steps", *self.hyperparameters, *self.state_lists}
-        if isinstance(state, dict) and "kind" in state and state["kind"] != kind:
-            raise ValueError(f"{where} is the state of a {str(state['kind'])[:40]!r} optimiser; this one is {kind!r}")
-        if not isinstance(state, dict) or set(state) != expected:
-            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
-        steps = state["steps"]
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 0:
-            raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")
-        values = {name: check(f"{where}[{name!r}]", state[name]) for name, check in self.hyperparameters.items()}
-        self._check_together(values, where)
+        values = self.checked_state(state, where)
         lists = {name: self._checked_list(state[name], where, name, self._list_in_use(name, values))
                  for name in self.state_lists}
+        steps = state["steps"]
 
         def load() -> None:
             for name, value in values.items():
@@ -186,10 +176,47 @@ class _Optimizer:
 
         return load
 
-    def _check_together(self, values: dict[str, Any], where: str) -> None:
+    @classmethod
+    def checked_state(cls, state: Any, where: str = "state_dict") -> dict[str, Any]:
+        """The hyperparameters of ``state``, after checking everything that needs no parameters to compare with.
+
+        Kind, keys, step count, each hyperparameter (as the constructor checks it) and that each
+        state list is a list of arrays (empty when the hyperparameters use none).
+
+        Raises:
+            ValueError / TypeError: the first thing that is wrong, named.
+        """
+        kind = cls.__name__
+        expected = {"kind", "steps", *cls.hyperparameters, *cls.state_lists}
+        if isinstance(state, dict) and "kind" in state and state["kind"] != kind:
+            raise ValueError(f"{where} is the state of a {str(state['kind'])[:40]!r} optimiser; this one is {kind!r}")
+        if not isinstance(state, dict) or set(state) != expected:
+            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
+        steps = state["steps"]
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")
+        values = {name: check(f"{where}[{name!r}]", state[name]) for name, check in cls.hyperparameters.items()}
+        cls._check_together(values, where)
+        for name in cls.state_lists:
+            arrays = state[name]
+            if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
+                raise ValueError(f"{where}[{name!r}] must be a list of arrays; got {type(arrays).__name__}")
+            if arrays and not cls._list_in_use(name, values):
+                raise ValueError(f"{where}[{name!r}] must be empty under these hyperparameters; got {len(arrays)} "
+                                 "arrays")
+            for i, array in enumerate(arrays):
+                if array_kind(array) is None:
+                    raise TypeError(f"{where}[{name!r}][{i}] must be a numpy.ndarray or cupy.ndarray; "
+                                    f"got {type(array).__name__}")
+        return values
+
+    @classmethod
+    def _check_together(cls, values: dict[str, Any], where: str) -> None:
         """Refuse hyperparameters that are valid alone but not together (none by default)."""
 
-    def _list_in_use(self, name: str, values: dict[str, Any]) -> bool:
+    @classmethod
+    def _list_in_use(cls, name: str, values: dict[str, Any]) -> bool:
         """Whether the state list ``name`` holds arrays under hyperparameters ``values`` (else it is empty)."""
         return True
 
@@ -243,12 +270,14 @@ class SGD(_Optimizer):
         self._check_together({"momentum": self.momentum, "nesterov": self.nesterov}, "")
         self.velocity: list[Array] = self._zeros_like_params() if self.momentum else []
 
-    def _check_together(self, values: dict[str, Any], where: str) -> None:
+    @classmethod
+    def _check_together(cls, values: dict[str, Any], where: str) -> None:
         if values["nesterov"] and values["momentum"] == 0.0:
             prefix = f"{where}: " if where else ""
             raise ValueError(f"{prefix}nesterov=True needs momentum > 0; got momentum=0.0")
 
-    def _list_in_use(self, name: str, values: dict[str, Any]) -> bool:
+    @classmethod
+    def _list_in_use(cls, name: str, values: dict[str, Any]) -> bool:
         return values["momentum"] > 0.0
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:

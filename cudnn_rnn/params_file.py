@@ -31,7 +31,7 @@ import numpy as np
 from ._arrays import array_kind
 from .config import RNNConfig
 from .files import atomic_write
-from .layout import params_layout
+from .layout import params_size
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
            "is_params_file", "config_fields", "config_from_fields", "parse_layer_state"]
@@ -166,7 +166,7 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
 
 
 def _check_params(params: Any, config: RNNConfig, what: str) -> None:
-    size = params_layout(config).size
+    size = params_size(config)  # in closed form: a file claiming 10**9 layers is refused at once
     if tuple(params.shape) != (size,) or params.dtype.name != config.dtype:
         raise ValueError(f"{what} must be [{size}] {config.dtype} for its configuration; "
                          f"got {params.shape} {params.dtype}")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cudnn_rnn import cudnn_rnn_canonical_to_params, cudnn_rnn_params_size, cudnn_rnn_params_to_canonical
 from cudnn_rnn.config import RNNConfig
-from cudnn_rnn.layout import PROJECTION_ID, UNCONFIRMED, LayoutAssumptions, params_layout
+from cudnn_rnn.layout import PROJECTION_ID, UNCONFIRMED, LayoutAssumptions, params_layout, params_size
 
 
 def expected_size(mode: str, layers: int, units: int, inputs: int, dirs: int, proj: int, skip: bool) -> int:
@@ -139,3 +139,18 @@ def test_params_to_canonical_rejects_wrong_size_and_kind() -> None:
         cudnn_rnn_params_to_canonical(1, 4, 2, [0.0] * 128)
     with pytest.raises(TypeError, match="params.dtype"):
         cudnn_rnn_params_to_canonical(1, 4, 2, np.zeros(128, dtype=np.int64))
+
+
+@settings(max_examples=150, deadline=None)
+@given(configs, st.booleans())
+def test_params_size_is_the_walked_layouts_size(kw: dict, keeps_biases: bool) -> None:
+    config = RNNConfig(kw["rnn_mode"], kw["num_layers"], kw["num_units"], kw["input_size"],
+                       input_mode=kw["input_mode"], direction=kw["direction"], num_proj=kw["num_proj"])
+    facts = LayoutAssumptions(skip_input_keeps_input_biases=keeps_biases)
+    assert params_size(config, facts) == params_layout(config, facts).size
+
+
+def test_params_size_does_not_walk_the_layers() -> None:
+    """A configuration read from a file may claim any number of layers: its size comes at once."""
+    config = RNNConfig("lstm", 10**9, 4, 3)
+    assert params_size(config) == 4 * 4 * (3 + (10**9 - 1) * 4) + 10**9 * (4 * 4 * 4 + 2 * 4 * 4)

@@ -191,6 +191,7 @@ def from_bytes(where: str, blob: bytes | bytearray) -> Checkpoint:
             if kind not in OPTIMIZERS:
                 raise ValueError(f"optimizers[{name!r}] must be the state of one of {list(OPTIMIZERS)}; "
                                  f"got kind {str(kind)[:40]!r}")
+            OPTIMIZERS[kind].checked_state(optimiser, f"optimizers[{name!r}]")
         for name, array in contents["arrays"].items():
             if array_kind(array) is None:
                 raise ValueError(f"arrays[{name!r}] must be an array; got {type(array).__name__}")

@@ -49,6 +49,9 @@ MAX_HEADER_BYTES = 64 * 2**20
 #: the most dimensions an array may have
 MAX_DIMENSIONS = 32
 
+#: no array (not even an empty one: each dimension counts) may span this many bytes (NumPy's own bound)
+MAX_ARRAY_BYTES = 2**62
+
 _CHECKSUM_PREFIX = "sha256:"
 _ZERO_DIGEST = "0" * 64
 _LENGTH = struct.Struct("<Q")
@@ -147,7 +150,7 @@ def _metadata(metadata: Any, where: str) -> dict[str, str]:
         raise CheckpointError(where, f"a safetensors file, but not a cudnn_rnn checkpoint (no __metadata__ with "
                                      f"format {FORMAT!r})")
     if metadata.get("version") != VERSION:
-        raise CheckpointError(where, f"checkpoint format version {str(metadata.get('version'))[:20]!r}; this "
+        raise CheckpointError(where, f"checkpoint format version {metadata.get('version')!r:.20}; this "
                                      f"version of cudnn_rnn reads version {VERSION!r}")
     for key in ("checksum", "contents"):
         if not isinstance(metadata.get(key), str):
@@ -177,6 +180,9 @@ def _entries(header: dict[str, Any], data_bytes: int, where: str) -> dict[str, t
         if not _integers(offsets, 2) or len(offsets) != 2 or offsets[0] > offsets[1]:
             raise CheckpointError(where, f"array {name[:80]!r}: data_offsets must be [begin, end] with "
                                          f"0 <= begin <= end; got {str(offsets)[:80]}")
+        if math.prod(max(size, 1) for size in shape) * DTYPES[dtype].itemsize >= MAX_ARRAY_BYTES:
+            raise CheckpointError(where, f"array {name[:80]!r}: shape {str(shape)[:80]} is larger than any array "
+                                         "can be")
         nbytes = math.prod(shape) * DTYPES[dtype].itemsize
         if offsets[1] - offsets[0] != nbytes:
             raise CheckpointError(where, f"array {name[:80]!r}: {dtype} {shape} needs {nbytes} bytes; its offsets "

@@ -1,0 +1,288 @@
+"""cudnn_rnn.files: atomic writes (whole or not at all, even under a kill) and whole reads that refuse non-files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import cudnn_rnn
+from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE, atomic_write, read_bytes, write_bytes, write_through_path
+
+#: the folder that holds the cudnn_rnn package (a subprocess imports it from there)
+REPO = Path(cudnn_rnn.__file__).resolve().parents[1]
+
+OLD = b"the previous content\x00\xff" * 100
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in the block after ``seconds`` (a blocking open or read is interrupted too)."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(entry.name for entry in folder.iterdir())
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    """An existing file holding OLD, alone in its folder."""
+    path = tmp_path / "model.bin"
+    path.write_bytes(OLD)
+    return path
+
+
+# ---- atomic_write / write_bytes ------------------------------------------------------------------------------
+def test_atomic_write_replaces_the_content(target: Path) -> None:
+    """The target holds the new bytes afterwards, and nothing else is left in the folder."""
+    with atomic_write(target) as handle:
+        handle.write(b"new ")
+        handle.write(b"content")
+    assert target.read_bytes() == b"new content"
+    assert listing(target.parent) == ["model.bin"]
+
+
+def test_atomic_write_creates_a_new_file_given_as_str(tmp_path: Path) -> None:
+    """A str path to a file that does not exist yet works too."""
+    path = tmp_path / "fresh.npz"
+    with atomic_write(str(path)) as handle:
+        np.savez(handle, a=np.arange(5))
+    with np.load(path) as archive:
+        assert archive["a"].tolist() == [0, 1, 2, 3, 4]
+    assert listing(tmp_path) == ["fresh.npz"]
+
+
+def test_the_target_keeps_the_old_content_while_the_write_is_under_way(target: Path) -> None:
+    """Until the block ends the bytes go to a hidden partial file beside the target, never to the target."""
+    with atomic_write(target) as handle:
+        handle.write(b"half of the new")
+        handle.flush()
+        assert target.read_bytes() == OLD
+        partials = [name for name in listing(target.parent) if name != "model.bin"]
+        assert len(partials) == 1
+        assert partials[0].startswith(".model.bin.") and partials[0].endswith(PARTIAL_SUFFIX)
+        assert (target.parent / partials[0]).read_bytes() == b"half of the new"
+    assert target.read_bytes() == b"half of the new"
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()], ids=["RuntimeError", "Interrupt"])
+def test_an_error_in_the_block_leaves_the_target_untouched(target: Path, error: BaseException) -> None:
+    """An exception (or Ctrl-C) inside the block: the old bytes stay, byte for byte, and no partial file remains."""
+    with pytest.raises(type(error)):
+        with atomic_write(target) as handle:
+            handle.write(b"x" * 100_000)
+            raise error
+    assert target.read_bytes() == OLD
+    assert listing(target.parent) == ["model.bin"]
+    assert not any(name.endswith(PARTIAL_SUFFIX) for name in listing(target.parent))
+
+
+def test_an_error_in_write_bytes_chunks_leaves_the_target_untouched(target: Path) -> None:
+    """A chunk that cannot be written (not a buffer) fails the whole write; the old file stays."""
+    with pytest.raises(TypeError):
+        write_bytes(target, [b"first chunk", 12345])
+    assert target.read_bytes() == OLD
+    assert listing(target.parent) == ["model.bin"]
+
+
+def test_a_new_file_gets_the_permissions_of_a_plain_open(tmp_path: Path) -> None:
+    """0o666 less the umask, as open(path, "w") would give (mkstemp alone would give 0o600)."""
+    previous = os.umask(0o027)
+    try:
+        write_bytes(tmp_path / "a.bin", b"a")
+        with atomic_write(tmp_path / "b.bin") as handle:
+            handle.write(b"b")
+        write_through_path(tmp_path / "c.bin", lambda path: Path(path).write_bytes(b"c"))
+        with open(tmp_path / "plain.bin", "wb") as handle:
+            handle.write(b"p")
+    finally:
+        os.umask(previous)
+    for name in ("a.bin", "b.bin", "c.bin", "plain.bin"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o640, name
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path: Path) -> None:
+    """As open(path, "w") would: a private file stays private when it is written again."""
+    target = tmp_path / "private.bin"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    write_bytes(target, b"new")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_bytes() == b"new"
+
+
+def test_writing_to_a_folder_is_refused(tmp_path: Path) -> None:
+    """A target that is a folder: IsADirectoryError naming it, and the folder and its parent are unchanged."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "inside.txt").write_bytes(b"keep")
+    with pytest.raises(IsADirectoryError, match=re.escape(str(folder))):
+        write_bytes(folder, b"data")
+    with pytest.raises(IsADirectoryError):
+        with atomic_write(folder) as handle:
+            handle.write(b"data")
+    with pytest.raises(IsADirectoryError):
+        write_through_path(folder, lambda path: Path(path).write_bytes(b"data"))
+    assert listing(tmp_path) == ["models"]
+    assert listing(folder) == ["inside.txt"] and (folder / "inside.txt").read_bytes() == b"keep"
+
+
+def test_write_bytes_concatenates_buffers(target: Path) -> None:
+    """A list of bytes, bytearrays and memoryviews (of NumPy arrays too) is written back to back."""
+    matrix = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    chunks = [b"ab", memoryview(b"cd"), bytearray(b"ef"), memoryview(matrix), memoryview(b""),
+              memoryview(np.array([1.5], "<f8")).cast("B")]
+    write_bytes(target, chunks)
+    assert target.read_bytes() == b"abcdef" + bytes(range(6)) + np.array([1.5], "<f8").tobytes()
+    write_bytes(target, memoryview(b"single view"))
+    assert target.read_bytes() == b"single view"
+    write_bytes(target, b"")
+    assert target.read_bytes() == b""
+
+
+def test_a_paused_write_still_writes_everything(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the pause variable set, writes go out in chunks, and the file is still whole and exact."""
+    monkeypatch.setenv(PAUSE_VARIABLE, "0.0001")
+    data = np.random.default_rng(1).integers(0, 256, 200_000, dtype=np.uint8)
+    write_bytes(target, [memoryview(data[:70_000]), data[70_000:].tobytes()])
+    assert target.read_bytes() == data.tobytes()
+    assert listing(target.parent) == ["model.bin"]
+
+
+# ---- write_through_path --------------------------------------------------------------------------------------
+def test_write_through_path_lends_a_temporary_path_beside_the_target(tmp_path: Path) -> None:
+    """The writer gets a new path beside the target ending in the target's extension; its file becomes the target."""
+    target = tmp_path / "weights.npy"
+    target.write_bytes(OLD)
+    seen: list[str] = []
+
+    def writer(path: str) -> None:
+        seen.append(path)
+        assert Path(path).exists() and target.read_bytes() == OLD
+        np.save(path, np.arange(4.0))  # np.save appends ".npy" to a path that does not end in it
+
+    write_through_path(target, writer)
+    assert len(seen) == 1
+    lent = Path(seen[0])
+    assert lent.parent == tmp_path and lent.name != target.name and lent.name.endswith(".npy")
+    assert lent.name.startswith(".weights.npy.") and lent.name.endswith(PARTIAL_SUFFIX + ".npy")
+    assert np.load(target).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert listing(tmp_path) == ["weights.npy"]
+
+
+def test_write_through_path_without_an_extension(tmp_path: Path) -> None:
+    """A target with no extension gets a temporary path that ends in the partial suffix."""
+    seen: list[str] = []
+
+    def writer(path: str) -> None:
+        seen.append(path)
+        Path(path).write_bytes(b"made by a path writer")
+
+    write_through_path(tmp_path / "model", writer)
+    assert seen[0].endswith(PARTIAL_SUFFIX)
+    assert (tmp_path / "model").read_bytes() == b"made by a path writer"
+    assert listing(tmp_path) == ["model"]
+
+
+@pytest.mark.parametrize("error", [OSError("disk full"), KeyboardInterrupt()], ids=["OSError", "Interrupt"])
+def test_a_failing_path_writer_leaves_the_target_untouched(target: Path, error: BaseException) -> None:
+    """The writer wrote part of its file and raised: the old target stays and nothing is left behind."""
+    def writer(path: str) -> None:
+        Path(path).write_bytes(b"half written")
+        raise error
+
+    with pytest.raises(type(error)):
+        write_through_path(target, writer)
+    assert target.read_bytes() == OLD
+    assert listing(target.parent) == ["model.bin"]
+
+
+# ---- a real kill in the middle of a write --------------------------------------------------------------------
+def test_a_process_killed_mid_write_leaves_the_old_file_whole(target: Path) -> None:
+    """SIGKILL mid-write: the target has exactly the old bytes, and the partial file is the only leftover."""
+    new = bytes(range(256)) * 4096  # 1 MiB: 16 chunks of 64 KiB, each followed by a pause
+    code = ("import sys\nfrom cudnn_rnn.files import write_bytes\n"
+            "write_bytes(sys.argv[1], bytes(range(256)) * 4096)\nprint('finished')\n")
+    env = {**os.environ, PAUSE_VARIABLE: "0.05",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, "-c", code, str(target)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partials: list[str] = []
+    try:
+        limit = time.monotonic() + 20
+        while not partials and time.monotonic() < limit and process.poll() is None:
+            partials = [name for name in listing(target.parent) if name.endswith(PARTIAL_SUFFIX)]
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        out, err = process.communicate(timeout=20)
+    assert partials, f"no partial file appeared (exit {process.returncode}, stderr {err[-500:]!r})"
+    assert process.returncode == -signal.SIGKILL and b"finished" not in out
+    assert target.read_bytes() == OLD
+    leftovers = sorted(set(listing(target.parent)) - {"model.bin"})
+    assert leftovers == partials
+    assert leftovers[0].startswith(".model.bin.")
+    written = (target.parent / leftovers[0]).read_bytes()
+    assert len(written) < len(new) and new.startswith(written)
+
+
+# ---- read_bytes ----------------------------------------------------------------------------------------------
+def test_read_bytes_returns_the_whole_file(tmp_path: Path) -> None:
+    """A regular file comes back whole (an empty one as b'')."""
+    data = np.random.default_rng(2).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+    (tmp_path / "data.bin").write_bytes(data)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert read_bytes(tmp_path / "data.bin") == data
+    assert read_bytes(str(tmp_path / "empty.bin")) == b""
+
+
+def test_read_bytes_of_a_missing_file_names_it(tmp_path: Path) -> None:
+    """FileNotFoundError whose message names the path and what was expected."""
+    missing = tmp_path / "nowhere" / "model.safetensors"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))) as caught:
+        read_bytes(missing, "checkpoint")
+    assert "checkpoint" in str(caught.value)
+
+
+def test_read_bytes_of_a_folder_is_refused(tmp_path: Path) -> None:
+    """A folder: IsADirectoryError naming it."""
+    with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path))):
+        read_bytes(tmp_path, "params file")
+
+
+def test_read_bytes_of_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A named pipe with no writer: ValueError at once (a blocking open or read would run into the deadline)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with deadline(5):
+        with pytest.raises(ValueError, match=re.escape(str(fifo))) as caught:
+            read_bytes(fifo, "checkpoint")
+    assert "not a regular file" in str(caught.value)
+    assert time.monotonic() - started < 2
+
+
+def test_read_bytes_of_a_device_is_refused() -> None:
+    """/dev/zero would never end: ValueError, not an endless read."""
+    with deadline(5):
+        with pytest.raises(ValueError, match="/dev/zero"):
+            read_bytes("/dev/zero")
