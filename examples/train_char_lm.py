@@ -203,9 +203,6 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
         processes = f"{comm.size} process{'es' if comm.size > 1 else ''}"
         print(f"distributed: {processes} ({comm.backend}), each training on {s.batch // comm.size} "
               f"of every {s.batch} sequences")
-    if lead:
-        show_sample("sample before training", model.sample(PROMPT, s.sample_chars, np.random.default_rng(args.seed)))
-
     optimiser = Adam(model.params, lr=s.lr)
     run = dict(asdict(s), seed=args.seed, vocab_size=len(vocab))
     checkpoints = _common.Checkpoints(args, run, comm, layers={"lstm": model.lstm}, optimizers={"adam": optimiser},
