@@ -208,35 +208,16 @@ def timed(call: Callable[[], Any]) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
-@dataclass
-class Files:
-    """Where each write goes, in one temporary folder."""
+#: each write's file in the temporary folder (``manager`` is the CheckpointManager's folder)
+FILE_NAMES: dict[str, str] = {"ours": "checkpoint.safetensors", "npz": "arrays.npz", "npz_fsync": "arrays_fsync.npz",
+                              "parts": "parts.safetensors", "staged": "staged.safetensors", "manager": "managed"}
 
-    folder: Path
+#: kind of write -> its path
+Files = dict[str, Path]
 
-    @property
-    def ours(self) -> Path:
-        return self.folder / "checkpoint.safetensors"
 
-    @property
-    def npz(self) -> Path:
-        return self.folder / "arrays.npz"
-
-    @property
-    def npz_fsync(self) -> Path:
-        return self.folder / "arrays_fsync.npz"
-
-    @property
-    def parts(self) -> Path:
-        return self.folder / "parts.safetensors"
-
-    @property
-    def staged(self) -> Path:
-        return self.folder / "staged.safetensors"
-
-    @property
-    def manager(self) -> Path:
-        return self.folder / "managed"
+def files_in(folder: Path) -> Files:
+    return {kind: folder / name for kind, name in FILE_NAMES.items()}
 
 
 def write_calls(run: Run, files: Files, manager: checkpoint.CheckpointManager, step: int,
@@ -245,15 +226,15 @@ def write_calls(run: Run, files: Files, manager: checkpoint.CheckpointManager, s
     tensors, text = gather(run)
     chunks = _container.encode(tensors, text)
     return {
-        "checkpoint.save": lambda: checkpoint.save(files.ours, **run.parts()),
+        "checkpoint.save": lambda: checkpoint.save(files["ours"], **run.parts()),
         "CheckpointManager.save": lambda: manager.save(step, **run.parts()),
-        "np.savez": lambda: np.savez(files.npz, **run.arrays()),
-        "np.savez + fsync": lambda: savez_fsync(files.npz_fsync, run.arrays()),
+        "np.savez": lambda: np.savez(files["npz"], **run.arrays()),
+        "np.savez + fsync": lambda: savez_fsync(files["npz_fsync"], run.arrays()),
         "gather + JSON": lambda: gather(run),
         "encode": lambda: _container.encode(tensors, text),
         "SHA-256": lambda: sha256_alone(chunks),
-        "write_bytes": lambda: write_bytes(files.parts, chunks),
-        "staged write": lambda: staged_write(files.staged, chunks, stages),
+        "write_bytes": lambda: write_bytes(files["parts"], chunks),
+        "staged write": lambda: staged_write(files["staged"], chunks, stages),
     }
 
 
@@ -262,16 +243,16 @@ def read_calls(run: Run, files: Files, manager: checkpoint.CheckpointManager) ->
     model = {name: part for name, part in run.parts().items() if name != "state"}
     targets = run.arrays()
     return {
-        "checkpoint.load": lambda: checkpoint.load(files.ours),
-        "checkpoint.load + restore": lambda: checkpoint.load(files.ours).restore(**model),
+        "checkpoint.load": lambda: checkpoint.load(files["ours"]),
+        "checkpoint.load + restore": lambda: checkpoint.load(files["ours"]).restore(**model),
         "CheckpointManager.latest + restore": lambda: manager.latest().restore(**model),
-        "np.load + copy": lambda: npz_into(files.npz, targets),
+        "np.load + copy": lambda: npz_into(files["npz"], targets),
     }
 
 
 def measure(run: Run, files: Files, rounds: int, warmup: int, interval: int) -> dict[str, list[float]]:
     """Milliseconds of every timed call, one entry per round (the order of writes and reads shuffled each round)."""
-    manager = checkpoint.CheckpointManager(files.manager, keep=KEEP)
+    manager = checkpoint.CheckpointManager(files["manager"], keep=KEEP)
     times: dict[str, list[float]] = {}
     order = random.Random(0)
     for round_number in range(warmup + rounds):
@@ -294,12 +275,12 @@ def measure(run: Run, files: Files, rounds: int, warmup: int, interval: int) -> 
 
 def check_same_contents(run: Run, files: Files) -> None:
     """Both files of the last round hold the model's arrays exactly, and ours the state."""
-    found = checkpoint.load(files.ours)
+    found = checkpoint.load(files["ours"])
     saved = {"lstm_params": found.layers["lstm"]["params"], "readout_weight": found.arrays["readout_weight"],
              "readout_bias": found.arrays["readout_bias"]}
     for kind in ("first_moment", "second_moment"):
         saved.update({f"adam_{kind}_{k}": a for k, a in enumerate(found.optimizers["adam"][kind])})
-    with np.load(files.npz) as npz:
+    with np.load(files["npz"]) as npz:
         for name, array in run.arrays().items():
             if not (np.array_equal(saved[name], array) and np.array_equal(npz[name], array)):
                 raise AssertionError(f"{name}: a saved copy differs from the model's array")
@@ -336,8 +317,8 @@ def filesystem(path: Path) -> dict[str, str]:
 def report(times: dict[str, list[float]], files: Files, interval: int) -> dict[str, Any]:
     """Print the table; return the numbers for the record."""
     stats = {name: summary(values) for name, values in times.items()}
-    sizes = {"checkpoint.save": files.ours.stat().st_size, "np.savez": files.npz.stat().st_size,
-             "np.savez + fsync": files.npz_fsync.stat().st_size}
+    sizes = {"checkpoint.save": files["ours"].stat().st_size, "np.savez": files["npz"].stat().st_size,
+             "np.savez + fsync": files["npz_fsync"].stat().st_size}
     sizes["CheckpointManager.save"] = sizes["checkpoint.save"]
     savez = stats["np.savez"]["median_ms"]
     npload = stats["np.load + copy"]["median_ms"]
@@ -421,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"checkpoints in {folder} ({mount['type']} on {mount['device']}); each write after an untimed os.sync()")
     try:
-        times = measure(run, Files(folder), repeats, args.warmup, args.interval)
-        results = report(times, Files(folder), args.interval)
+        times = measure(run, files_in(folder), repeats, args.warmup, args.interval)
+        results = report(times, files_in(folder), args.interval)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if made_parent:

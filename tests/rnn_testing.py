@@ -9,14 +9,16 @@ batch-major [B, L*D, P]).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import signal
 import sys
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -28,6 +30,22 @@ DTYPE_TOLERANCE: dict[str, float] = {"float64": 1e-10, "float32": 1e-5, "float16
 
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError inside the block after ``seconds``, so a hang (a blocking open or read included)
+    fails the test instead of stalling it."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def load_script(name: str) -> ModuleType:

@@ -7,24 +7,24 @@ refuse them; CheckpointManager.latest() skips what is refused and falls back to 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
 import pickle
 import re
-import signal
 import struct
 import time
 import tracemalloc
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pytest
+
+from rnn_testing import deadline
 
 from cudnn_rnn import checkpoint
 from cudnn_rnn.checkpoint import CheckpointError, CheckpointManager, CheckpointWarning
@@ -42,21 +42,6 @@ MEMORY_LIMIT = 32 * 2**20
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def deadline(seconds: float = DEADLINE_S) -> Iterator[None]:
-    """Raise TimeoutError inside the block after ``seconds`` (so a hang fails the test instead of stalling it)."""
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s: a hang")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def refusal(path: Path) -> CheckpointError:
     """The CheckpointError that loading ``path`` raises (any other exception propagates and fails the test)."""
     try:
@@ -73,7 +58,7 @@ def refused(path: Path, blob: bytes | None = None, match: str | None = None) -> 
         path.write_bytes(blob)
     tracemalloc.start()
     try:
-        with deadline():
+        with deadline(DEADLINE_S):
             error = refusal(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -648,5 +633,5 @@ def test_a_layer_file_claiming_a_billion_layers_is_refused_at_once(tmp_path: Pat
     fields = json.loads(str(arrays["config"]))
     arrays["config"] = np.array(json.dumps(dict(fields, num_layers=10**9)))
     np.savez(path, **arrays)
-    with deadline(), pytest.raises(ValueError, match=r"must be \[\d+\] float32 for its configuration"):
+    with deadline(DEADLINE_S), pytest.raises(ValueError, match=r"must be \[\d+\] float32 for its configuration"):
         LSTM.load(path)

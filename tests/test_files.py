@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -11,10 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
+
+from rnn_testing import deadline
 
 import cudnn_rnn
 from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE, atomic_write, read_bytes, write_bytes, write_through_path
@@ -23,21 +23,6 @@ from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE, atomic_write, read_b
 REPO = Path(cudnn_rnn.__file__).resolve().parents[1]
 
 OLD = b"the previous content\x00\xff" * 100
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Raise TimeoutError in the block after ``seconds`` (a blocking open or read is interrupted too)."""
-    def expire(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def listing(folder: Path) -> list[str]:
