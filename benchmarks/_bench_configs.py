@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudnn_rnn.files import write_bytes
+
 #: where the committed records of benchmark runs live
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -20,7 +22,7 @@ def write_record(kind: str, record: dict[str, Any], quick: bool) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = record["date"].replace(":", "").replace("-", "")[:15]
     path = RESULTS / f"{kind}_{stamp}{'_quick' if quick else ''}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())  # whole or not at all
     print(f"recorded {path.relative_to(RESULTS.parent.parent)}")
     return path
 

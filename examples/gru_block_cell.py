@@ -25,7 +25,6 @@ check.json into --out (default runs/gru_block_cell).
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable
 
@@ -154,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = dict(errors=errors, worst=worst, tolerance=TOLERANCE, passed=passed, loss_start=losses[0],
                   loss_end=losses[-1], steps=args.steps)
-    (args.out / "check.json").write_text(json.dumps(report, indent=2) + "\n")
+    _common.write_json(args.out / "check.json", report)
     print(f"wrote {args.out / 'check.json'}")
     return 0 if passed else 1
 
