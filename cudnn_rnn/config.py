@@ -29,6 +29,7 @@ __all__ = [
     "RNNConfig",
     "tf_seed64",
     "resolve_input_mode",
+    "is_count",
 ]
 
 
@@ -80,6 +81,11 @@ def _choice(name: str, value: object, allowed: tuple[str, ...] | dict) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {options}; got {value!r}")
     return value
+
+
+def is_count(value: object) -> bool:
+    """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts)."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and value >= 0
 
 
 def _int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -31,7 +31,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from ._arrays import Array, array_kind, array_module, copy_into
+from ._arrays import Array, array_kind, array_module, copy_into, to_host
 from .config import RNNConfig
 from .layout import ParamEntry, params_layout
 from .params_file import CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file, write_params_file
@@ -380,7 +380,7 @@ class RecurrentLayer:
             ValueError / TypeError: ``state`` is malformed, or holds another kind of layer than ``cls``.
         """
         saved = parse_layer_state(state, "state_dict")
-        params = saved.params.get() if array_kind(saved.params) == "cupy" else np.array(saved.params)
+        params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
         return cls._from_saved(saved.config, params, saved.step, xp, "state_dict")
 
     @classmethod

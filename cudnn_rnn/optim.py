@@ -36,6 +36,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from ._arrays import array_kind, array_module, copy_into, device_of, on_device
+from .config import is_count
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
 
@@ -194,7 +195,7 @@ class _Optimizer:
             keys = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
         steps = state["steps"]
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        if not is_count(steps):
             raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")
         values = {name: check(f"{where}[{name!r}]", state[name]) for name, check in cls.hyperparameters.items()}
         cls._check_together(values, where)
@@ -220,15 +221,14 @@ class _Optimizer:
         """Whether the state list ``name`` holds arrays under hyperparameters ``values`` (else it is empty)."""
         return True
 
-    def _checked_list(self, arrays: Any, where: str, name: str, in_use: bool) -> list[Array]:
+    def _checked_list(self, arrays: Sequence[Array], where: str, name: str, in_use: bool) -> list[Array]:
+        """A state list that :meth:`checked_state` found to be a list of arrays, against ``params_list``."""
         count = len(self.params_list) if in_use else 0
-        if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence) or len(arrays) != count:
+        if len(arrays) != count:
             raise ValueError(f"{where}[{name!r}] must be a list of {count} arrays (one per parameter array"
-                             f"{'' if in_use else ', none under these hyperparameters'}); got {arrays!r:.80}")
+                             f"{'' if in_use else ', none under these hyperparameters'}); got {len(arrays)}")
         for i, (array, p) in enumerate(zip(arrays, self.params_list)):
             what = f"{where}[{name!r}][{i}]"
-            if array_kind(array) is None:
-                raise TypeError(f"{what} must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
             if tuple(array.shape) != tuple(p.shape):
                 raise ValueError(f"{what} must have the shape of params_list[{i}], {tuple(p.shape)}; "
                                  f"got {tuple(array.shape)}")

@@ -28,8 +28,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from ._arrays import array_kind
-from .config import RNNConfig
+from ._arrays import array_kind, to_host
+from .config import RNNConfig, is_count
 from .files import atomic_write
 from .layout import params_size
 
@@ -66,7 +66,7 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Any, con
     Raises:
         ValueError: params does not have the size and dtype of ``config``.
     """
-    host = params.get() if hasattr(params, "get") else np.asarray(params)
+    host = to_host(params)
     _check_params(host, config, "params")
     arrays = dict(params=host, config=np.array(json.dumps(config_fields(config))),
                   step=np.array(int(step), np.int64), format=np.array(FORMAT_VERSION, np.int64))
@@ -156,7 +156,7 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
         raise ValueError(f"{where}: a layer's state must be a dict with keys ['config', 'params', 'step']; got {keys}")
     config = config_from_fields(state["config"], where)
     step = state["step"]
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+    if not is_count(step):
         raise ValueError(f"{where}: 'step' must be a non-negative integer; got {type(step).__name__} {step!r:.40}")
     params = state["params"]
     if array_kind(params) is None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .._arrays import Array, array_kind, copy_into
+from ..config import is_count
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes
 from ..layers import RecurrentLayer
@@ -34,6 +35,14 @@ CONTENTS_KEYS: tuple[str, ...] = ("step", "layers", "optimizers", "arrays", "sta
 
 #: optimiser kind -> class (what a checkpoint's optimiser entries may be)
 OPTIMIZERS: dict[str, type] = {cls.__name__: cls for cls in (SGD, Adam)}
+
+#: group -> (whether a value belongs in it, what it must be): checked by save and by restore
+GROUP_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "layers": (lambda value: isinstance(value, RecurrentLayer), "a cudnn_rnn layer (LSTM, GRU, RNN)"),
+    "optimizers": (lambda value: isinstance(value, tuple(OPTIMIZERS.values())),
+                   f"a cudnn_rnn.optim optimiser ({', '.join(OPTIMIZERS)})"),
+    "arrays": (lambda value: array_kind(value) is not None, "a numpy.ndarray or cupy.ndarray"),
+}
 
 PathLike = str | os.PathLike[str]
 
@@ -81,15 +90,9 @@ class Checkpoint:
         where = repr(self.path)
         loaders: list[Callable[[], None]] = []
         for name, layer in _matching("layers", layers, self.layers, where).items():
-            if not isinstance(layer, RecurrentLayer):
-                raise TypeError(f"layers[{name!r}] must be a cudnn_rnn layer (LSTM, GRU, RNN); "
-                                f"got {type(layer).__name__}")
             loaders.append(layer.state_loader(self.layers[name], keep_seed=keep_seeds,
                                               where=f"checkpoint {where} layers[{name!r}]"))
         for name, optimiser in _matching("optimizers", optimizers, self.optimizers, where).items():
-            if not isinstance(optimiser, tuple(OPTIMIZERS.values())):
-                raise TypeError(f"optimizers[{name!r}] must be a cudnn_rnn.optim optimiser; "
-                                f"got {type(optimiser).__name__}")
             loaders.append(optimiser.state_loader(self.optimizers[name], where=f"checkpoint {where} "
                                                                                f"optimizers[{name!r}]"))
         for name, target in _matching("arrays", arrays, self.arrays, where).items():
@@ -120,21 +123,11 @@ def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
     Raises:
         TypeError / ValueError: something that cannot be stored, named by its place.
     """
-    contents = {"step": _checked_step(step), "layers": {}, "optimizers": {}, "arrays": {},
+    contents = {"step": _checked_step(step),
+                "layers": {name: layer.state_dict() for name, layer in _of_kind("layers", layers).items()},
+                "optimizers": {name: opt.state_dict() for name, opt in _of_kind("optimizers", optimizers).items()},
+                "arrays": dict(_of_kind("arrays", arrays)),
                 "state": dict(_mapping("state", state))}
-    for name, layer in _mapping("layers", layers).items():
-        if not isinstance(layer, RecurrentLayer):
-            raise TypeError(f"layers[{name!r}] must be a cudnn_rnn layer (LSTM, GRU, RNN); got {type(layer).__name__}")
-        contents["layers"][name] = layer.state_dict()
-    for name, optimiser in _mapping("optimizers", optimizers).items():
-        if not isinstance(optimiser, tuple(OPTIMIZERS.values())):
-            raise TypeError(f"optimizers[{name!r}] must be a cudnn_rnn.optim optimiser ({', '.join(OPTIMIZERS)}); "
-                            f"got {type(optimiser).__name__}")
-        contents["optimizers"][name] = optimiser.state_dict()
-    for name, array in _mapping("arrays", arrays).items():
-        if array_kind(array) is None:
-            raise TypeError(f"arrays[{name!r}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
-        contents["arrays"][name] = array
     tree, tensors = flatten(contents)
     text = json.dumps(tree, separators=(",", ":"))
     write_bytes(path, _container.encode(tensors, text))
@@ -246,11 +239,21 @@ def _mapping(group: str, value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return value
 
 
+def _of_kind(group: str, values: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``values`` (a dict, or None for none), each checked to be what ``group`` holds (:data:`GROUP_KINDS`)."""
+    values = _mapping(group, values)
+    belongs, what = GROUP_KINDS[group]
+    for name, value in values.items():
+        if not belongs(value):
+            raise TypeError(f"{group}[{name!r}] must be {what}; got {type(value).__name__}")
+    return values
+
+
 def _matching(group: str, given: Mapping[str, Any] | None, saved: dict[str, Any], where: str) -> Mapping[str, Any]:
     """``given`` (nothing to restore when None), which must name exactly the entries ``saved`` has."""
     if given is None:
         return {}
-    given = _mapping(group, given)
+    given = _of_kind(group, given)
     if set(given) != set(saved):
         raise ValueError(f"checkpoint {where} holds {group} {sorted(saved)}; restore was given {sorted(given)}")
     return given
@@ -259,14 +262,12 @@ def _matching(group: str, given: Mapping[str, Any] | None, saved: dict[str, Any]
 def _checked_step(step: Any) -> int | None:
     if step is None:
         return None
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+    if not is_count(step):
         raise ValueError(f"step must be a non-negative integer or None; got {step!r:.40}")
     return int(step)
 
 
 def _array_loader(target: Any, saved: np.ndarray, what: str, where: str) -> Callable[[], None]:
-    if array_kind(target) is None:
-        raise TypeError(f"{what} must be a numpy.ndarray or cupy.ndarray; got {type(target).__name__}")
     if tuple(target.shape) != saved.shape:
         raise ValueError(f"checkpoint {where} {what} has shape {saved.shape}; the array given has "
                          f"{tuple(target.shape)}")

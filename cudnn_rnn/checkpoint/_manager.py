@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..config import is_count
 from ..errors import CheckpointError
 from ..files import PARTIAL_SUFFIX
 from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
@@ -57,7 +58,7 @@ class CheckpointManager:
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, prefix: str = "ckpt",
                  comm: Any = None) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        if not is_count(keep) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1; got {keep!r}")
         if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
             raise ValueError(f"prefix must be letters, digits, '_', '.' or '-' (not starting with '.' or '-'); "
@@ -92,7 +93,7 @@ class CheckpointManager:
         step is replaced. Files of later steps (a run resumed from an earlier checkpoint) are
         left alone until this run replaces them.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_count(step):
             raise ValueError(f"step must be a non-negative integer; got {step!r}")
         if not self.writes:
             return None

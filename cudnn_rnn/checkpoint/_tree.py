@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import array_kind
+from .._arrays import array_kind, to_host
 
 __all__ = ["ARRAY_KEY", "flatten", "unflatten"]
 
@@ -60,7 +60,7 @@ def _flatten(value: Any, path: list[str], arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return _flatten(value.item(), path, arrays)
     if array_kind(value) is not None:
-        host = value.get() if array_kind(value) == "cupy" else value
+        host = to_host(value)
         if host.dtype.kind not in "biuf" or host.dtype.itemsize > 8:
             raise TypeError(f"{_where(path)}: a {host.dtype} array cannot be stored in a checkpoint; arrays of "
                             "bool, integer and float16/32/64 can")
