@@ -38,7 +38,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import _reserve
+from . import _cells, _reserve
 from ._arrays import Array, array_module
 from .config import RNNConfig
 from .layout import params_layout
@@ -49,59 +49,6 @@ __all__ = ["forward", "backward", "header_tag", "dropout_mask", "ReserveLayout"]
 def _compute_dtype(dtype: object) -> np.dtype:
     """float16 computes in float32; the others in themselves."""
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-
-
-def _sigmoid_(a: Array, xp: Any) -> Array:
-    """In-place logistic sigmoid, as 0.5 * (1 + tanh(a / 2)) (no overflow)."""
-    a *= 0.5
-    xp.tanh(a, out=a)
-    a *= 0.5
-    a += 0.5
-    return a
-
-
-# ---- cells: the per-step math of each mode ------------------------------------------------
-@dataclass(frozen=True)
-class _Cell:
-    """Per-mode activation facts: ``activations[g]`` names the nonlinearity of gate g."""
-
-    activations: tuple[str, ...]
-
-    def segments(self, n: int) -> list[tuple[str, slice]]:
-        """Runs of adjacent gates sharing an activation, as column slices of a [B, G*N] array."""
-        runs: list[tuple[str, slice]] = []
-        for g, name in enumerate(self.activations):
-            if runs and runs[-1][0] == name:
-                runs[-1] = (name, slice(runs[-1][1].start, (g + 1) * n))
-            else:
-                runs.append((name, slice(g * n, (g + 1) * n)))
-        return runs
-
-
-_CELLS: dict[str, _Cell] = {
-    "rnn_relu": _Cell(("relu",)),
-    "rnn_tanh": _Cell(("tanh",)),
-    "lstm": _Cell(("sigmoid", "sigmoid", "tanh", "sigmoid")),
-    "gru": _Cell(("sigmoid", "sigmoid", "tanh")),
-}
-
-
-def _activate_(name: str, a: Array, xp: Any) -> None:
-    if name == "sigmoid":
-        _sigmoid_(a, xp)
-    elif name == "tanh":
-        xp.tanh(a, out=a)
-    else:  # relu
-        xp.maximum(a, 0, out=a)
-
-
-def _activation_grad(name: str, value: Array, xp: Any) -> Array:
-    """d act / d a expressed through the activation's output ``value``."""
-    if name == "sigmoid":
-        return value * (1 - value)
-    if name == "tanh":
-        return 1 - value * value
-    return (value > 0).astype(value.dtype)
 
 
 # ---- reserve-space layout -------------------------------------------------------------------
@@ -169,6 +116,8 @@ def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: o
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
 #: [T, B, G*N] temporary beyond the reserve space is ever alive.
 TIME_CHUNK = 32
+#: elements of [s, B, G*N] per block of backward factors: small enough to stay in a core's cache
+FACTOR_BLOCK = 1 << 16
 
 
 class _TimeOrder:
@@ -176,101 +125,129 @@ class _TimeOrder:
 
     The forward direction processes t = 0 .. T-1 in place. The reverse direction processes
     each sequence backwards within its own span (step t reads position len-1-t), which is a
-    per-column permutation of time, so gathers and scatters never collide.
+    per-column permutation of time, so gathers and scatters never collide. When every sequence
+    is T long that permutation is a plain reversal of time, done with views instead of gathers.
     """
 
     def __init__(self, reverse: bool, lengths: np.ndarray, max_time: int, xp: Any) -> None:
-        self.index = _span_reversal(lengths, max_time, xp) if reverse else None
-        self.columns = xp.arange(len(lengths)) if reverse else None
+        self.max_time = max_time
+        self.reversed = reverse and bool(np.all(lengths == max_time))
+        self.index = _span_reversal(lengths, max_time, xp) if reverse and not self.reversed else None
+        self.columns = xp.arange(len(lengths)) if self.index is not None else None
+
+    @property
+    def natural(self) -> bool:
+        """Whether processing step t is position t."""
+        return self.index is None and not self.reversed
+
+    def _positions(self, start: int, stop: int) -> slice:
+        """The natural positions of steps [start, stop) of a reversal, in natural order."""
+        return slice(self.max_time - stop, self.max_time - start)
 
     def gather(self, values: Array, start: int, stop: int) -> Array:
         """Processing steps [start, stop) of a natural-order [T, B, F] array."""
+        if self.reversed:
+            return values[self._positions(start, stop)][::-1]
         if self.index is None:
             return values[start:stop]
         return values[self.index[start:stop], self.columns]
 
     def scatter_add(self, target: Array, start: int, stop: int, values: Array) -> None:
         """target[position of steps start..stop) += values (processing order [stop-start, B, F])."""
-        if self.index is None:
+        if self.reversed:
+            target[self._positions(start, stop)] += values[::-1]
+        elif self.index is None:
             target[start:stop] += values
         else:
             target[self.index[start:stop], self.columns] += values
 
-    def put(self, target: Array, step: int, values: Array) -> None:
-        """target[position of step] = values ([B, F])."""
-        if self.index is None:
-            target[step] = values
+    def put_valid(self, target: Array, start: int, stop: int, values: Array, valid: Array | None, xp: Any) -> None:
+        """target[position of steps start..stop) = values where valid (the rest of ``target`` stays 0)."""
+        if self.reversed:  # no padding
+            target[self._positions(start, stop)] = values[::-1]
+        elif self.index is None:
+            if valid is None:
+                target[start:stop] = values
+            else:
+                xp.copyto(target[start:stop], values, where=valid[start:stop])
         else:
-            target[self.index[step], self.columns] = values
+            if valid is not None:
+                values = xp.where(valid[start:stop], values, xp.zeros((), dtype=values.dtype))
+            target[self.index[start:stop], self.columns] = values
 
 
-def _chunks(max_time: int) -> list[tuple[int, int]]:
-    return [(start, min(max_time, start + TIME_CHUNK)) for start in range(0, max_time, TIME_CHUNK)]
+def _chunks(max_time: int, size: int | None = None) -> list[tuple[int, int]]:
+    size = TIME_CHUNK if size is None else size
+    return [(start, min(max_time, start + size)) for start in range(0, max_time, size)]
+
+
+class _Track:
+    """A saved [T, B, F] sequence as the step loop writes it: straight into its reserve slot when the
+    dtypes agree, else into a chunk buffer copied to the slot after each chunk (or kept nowhere:
+    inference, or a quantity that is not saved)."""
+
+    def __init__(self, slot: Array | None, chunk: int, batch: int, width: int, dtype: object, xp: Any) -> None:
+        self.slot = slot
+        in_place = slot is not None and slot.dtype == dtype
+        self.buffer = None if in_place else xp.empty((chunk, batch, width), dtype=dtype)
+
+    def rows(self, start: int, stop: int) -> Array:
+        return self.slot[start:stop] if self.buffer is None else self.buffer[:stop - start]
+
+    def flush(self, start: int, stop: int) -> None:
+        if self.buffer is not None and self.slot is not None:
+            self.slot[start:stop] = self.buffer[:stop - start]
 
 
 # ---- forward ----------------------------------------------------------------------------------
-def _step_forward(config: RNNConfig, gates: Array, h: Array, c: Array | None, weights: dict,
-                  rec_n_slot: Array | None, xp: Any) -> tuple[Array, Array | None]:
-    """One time step for all rows, in place: ``gates`` [B, G*N] holds W x_t + the foldable biases
-    on entry and the gate activations on return. Returns the new (h, c)."""
-    n = config.num_units
-    if config.rnn_mode == "gru":
-        rec = h @ weights["R"].T
-        rec[:, 2 * n:] += weights["bR_n"]
-        gates[:, :2 * n] += rec[:, :2 * n]
-        _sigmoid_(gates[:, :2 * n], xp)
-        if rec_n_slot is not None:
-            rec_n_slot[...] = rec[:, 2 * n:]
-        gates[:, 2 * n:] += gates[:, :n] * rec[:, 2 * n:]
-        xp.tanh(gates[:, 2 * n:], out=gates[:, 2 * n:])
-        new_n, u = gates[:, 2 * n:], gates[:, n:2 * n]
-        return new_n + u * (h - new_n), None
-    gates += h @ weights["R"].T
-    for name, columns in _CELLS[config.rnn_mode].segments(n):
-        _activate_(name, gates[:, columns], xp)
-    if config.rnn_mode != "lstm":
-        return gates.copy(), None
-    i, f, g_, o = (gates[:, j * n:(j + 1) * n] for j in range(4))
-    c_new = f * c + i * g_
-    h_new = o * xp.tanh(c_new)
-    if config.num_proj:
-        h_new = h_new @ weights["Proj"].T
-    return h_new, c_new
-
-
 def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Array, c: Array | None,
-                   weights: dict, valid: Array | None, saved: dict, out: Array, xp: Any
+                   weights: dict, valid: Array | None, invalid: Array | None, saved: dict, out: Array, xp: Any
                    ) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
 
-    Input pre-activations are computed a chunk of steps at a time, straight into the reserve's
-    gate slots where the dtypes allow. Writes this direction's output [T, B, P] into ``out``
-    (0 past each length) and the saved tensors into ``saved``; returns the final (h, c).
+    Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
+    step loop (``_cells.step_forward``) turns them into activations and writes h (and c) rows,
+    then the chunk's outputs go to their natural positions. Writes this direction's output
+    [T, B, P] into ``out`` (0 past each length; ``out`` arrives zeroed) and the saved tensors into
+    ``saved``; returns the final (h, c).
     """
-    slot = saved.get("gates")
-    in_place = slot is not None and slot.dtype == layer_in.dtype
-    for start, stop in _chunks(layer_in.shape[0]):
-        pre = slot[start:stop] if in_place else None
-        pre = _input_preactivations(config, order.gather(layer_in, start, stop), weights, xp, out=pre)
-        for t in range(start, stop):
-            gates = pre[t - start]
-            h_new, c_new = _step_forward(config, gates, h, c, weights,
-                                         saved["rec_n"][t] if "rec_n" in saved else None, xp)
-            if slot is not None and not in_place:
-                slot[t] = gates
-            if valid is not None:
-                m = valid[t]
-                h_new = xp.where(m, h_new, h)
-                c_new = None if c is None else xp.where(m, c_new, c)
-                order.put(out, t, xp.where(m, h_new, 0))
-            else:
-                order.put(out, t, h_new)
-            h, c = h_new, c_new
-            if "hidden" in saved:
-                saved["hidden"][t] = h
-            if "cell" in saved:
-                saved["cell"][t] = c
-    return h, c
+    mode, n, p = config.rnn_mode, config.num_units, config.state_size
+    max_time, batch = layer_in.shape[0], layer_in.shape[1]
+    dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
+    fw = _cells.forward_weights(mode, n, weights, xp)
+    ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
+
+    def track(name: str, width: int) -> _Track:
+        return _Track(saved.get(name), chunk, batch, width, dtype, xp)
+
+    gates = track("gates", config.num_gates * n)
+    rnn = mode in ("rnn_tanh", "rnn_relu")
+    hidden = gates if rnn else track("hidden", p)
+    cell = track("cell", n) if mode == "lstm" else None
+    rec_n = track("rec_n", n) if "rec_n" in saved else None
+    h_carry = h.copy()
+    c_carry = None if c is None else c.copy()
+    for start, stop in _chunks(max_time):
+        g_rows, h_rows = gates.rows(start, stop), hidden.rows(start, stop)
+        c_rows = None if cell is None else cell.rows(start, stop)
+        n_rows = None if rec_n is None else rec_n.rows(start, stop)
+        _input_preactivations(fw, order.gather(layer_in, start, stop), g_rows, n, xp)
+        for j in range(stop - start):
+            h_prev = h_rows[j - 1] if j else h_carry
+            c_prev = None if c_rows is None else (c_rows[j - 1] if j else c_carry)
+            _cells.step_forward(mode, fw, g_rows[j], h_prev, c_prev, h_rows[j],
+                                None if c_rows is None else c_rows[j], None if n_rows is None else n_rows[j], ws, xp)
+            if invalid is not None:  # past a sequence's end the state is carried
+                xp.copyto(h_rows[j], h_prev, where=invalid[start + j])
+                if c_rows is not None:
+                    xp.copyto(c_rows[j], c_prev, where=invalid[start + j])
+        order.put_valid(out, start, stop, h_rows, valid, xp)
+        h_carry[...] = h_rows[stop - start - 1]
+        if c_rows is not None:
+            c_carry[...] = c_rows[stop - start - 1]
+        for saved_track in {id(t): t for t in (gates, hidden, cell, rec_n) if t is not None}.values():
+            saved_track.flush(start, stop)
+    return h_carry, c_carry
 
 
 def _layer_weights(config: RNNConfig, layout, params: Array, k: int) -> dict[str, Array]:
@@ -287,26 +264,17 @@ def _layer_weights(config: RNNConfig, layout, params: Array, k: int) -> dict[str
     return weights
 
 
-def _input_preactivations(config: RNNConfig, x: Array, weights: dict, xp: Any, out: Array | None = None) -> Array:
-    """W x_t + bW (+ the recurrent biases that can be folded in) for steps x [t, B, width]: [t, B, G*N].
-
-    Under skip_input, x itself stands in place of W x for every gate.
-    """
-    g, n = config.num_gates, config.num_units
-    t, b = x.shape[0], x.shape[1]
-    bias = weights["bR"].copy()
-    if config.rnn_mode == "gru":  # bR_n sits inside r * (R_n h + bR_n): not foldable
-        bias[2 * n:] = 0
-    if weights["bW"] is not None:
-        bias += weights["bW"]
-    pre = xp.empty((t, b, g * n), dtype=x.dtype) if out is None else out
-    if weights["W"] is None:
-        for gate in range(g):
-            pre[:, :, gate * n:(gate + 1) * n] = x
+def _input_preactivations(fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int, xp: Any) -> None:
+    """``out`` [t, B, G*N] <- W x_t + the foldable biases, for steps x [t, B, width], in the cells'
+    forward order and scaling (``_cells.forward_weights``). Under skip_input, x itself stands in
+    place of W x for every gate."""
+    t, b, n = x.shape[0], x.shape[1], num_units
+    if fw.W is None:
+        for gate, scale in enumerate(fw.input_scale):
+            xp.multiply(x, scale, out=out[:, :, gate * n:(gate + 1) * n])
     else:
-        xp.matmul(x.reshape(t * b, x.shape[2]), weights["W"].T, out=pre.reshape(t * b, g * n))
-    pre += bias
-    return pre
+        xp.matmul(x.reshape(t * b, x.shape[2]), fw.W.T, out=out.reshape(t * b, out.shape[2]))
+    out += fw.bias
 
 
 def _valid_mask(lengths: np.ndarray, max_time: int, xp: Any) -> Array | None:
@@ -369,6 +337,7 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
                                                                                   time_major)
     d, p = config.num_directions, config.state_size
 
+    invalid = None if valid is None else ~valid
     reserve_layout = ReserveLayout.build(config, max_time, batch)
     head = _reserve.header_elements(io_dtype)
     if is_training:
@@ -389,8 +358,8 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
             weights = _layer_weights(config, layout, params_c, k)
             c_init = None if c0 is None else c0[k].astype(dtype)
             h_last, c_last = _run_direction(config, seq, order, h0[k].astype(dtype), c_init, weights, valid,
-                                            _slots_for(saved_all, k), out[:, :, direction * p:(direction + 1) * p],
-                                            xp)
+                                            invalid, _slots_for(saved_all, k),
+                                            out[:, :, direction * p:(direction + 1) * p], xp)
             hy[k] = h_last
             if cy is not None:
                 cy[k] = c_last
@@ -413,41 +382,6 @@ def _slots_for(saved_all: dict | None, k: int) -> dict[str, Array]:
 
 
 # ---- backward ---------------------------------------------------------------------------------
-def _step_backward(config: RNNConfig, dh: Array, dc: Array | None, h_prev: Array, c_prev: Array | None,
-                   saved_t: dict[str, Array], weights: dict, dg: Array, dr: Array, xp: Any
-                   ) -> tuple[Array, Array | None, Array | None]:
-    """Backprop one step ([B, X] rows). ``saved_t`` holds the step's saved rows (gates, cell,
-    rec_n). Writes d(pre-activation) into ``dg`` and d(R h + bR) into ``dr`` (the same array
-    except for GRU); returns (dh_prev, dc_prev, d_unprojected_h or None)."""
-    n = config.num_units
-    gates = saved_t["gates"]
-    cell = _CELLS[config.rnn_mode]
-    d_unproj = None
-    if config.rnn_mode == "gru":
-        r, u, new_n = gates[:, :n], gates[:, n:2 * n], gates[:, 2 * n:]
-        dn_pre = dh * (1 - u) * (1 - new_n * new_n)
-        dg[:, 2 * n:] = dn_pre
-        dg[:, n:2 * n] = dh * (h_prev - new_n) * u * (1 - u)
-        dg[:, :n] = dn_pre * saved_t["rec_n"] * r * (1 - r)
-        dr[:, :2 * n] = dg[:, :2 * n]
-        dr[:, 2 * n:] = dn_pre * r
-        return dh * u + dr @ weights["R"], None, None
-    if config.rnn_mode == "lstm":
-        if config.num_proj:
-            d_unproj = dh
-            dh = dh @ weights["Proj"]
-        c = saved_t["cell"]
-        i, f, g_, o = (gates[:, j * n:(j + 1) * n] for j in range(4))
-        tanh_c = xp.tanh(c)
-        dc_total = dc + dh * o * (1 - tanh_c * tanh_c)
-        grads = (dc_total * g_, dc_total * c_prev, dc_total * i, dh * tanh_c)
-        for j, (grad, name) in enumerate(zip(grads, cell.activations)):
-            xp.multiply(grad, _activation_grad(name, gates[:, j * n:(j + 1) * n], xp), out=dg[:, j * n:(j + 1) * n])
-        return dg @ weights["R"], dc_total * f, d_unproj
-    xp.multiply(dh, _activation_grad(cell.activations[0], gates, xp), out=dg)
-    return dg @ weights["R"], None, None
-
-
 @_propagating_non_finite
 def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
              y: Array, dy: Array, dhy: Array, dcy: Array | None, reserve: Array, *, time_major: bool
@@ -466,7 +400,8 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
     dparams = xp.zeros(layout.size, dtype=dtype)
     dh0 = xp.empty((config.num_pseudo_layers, batch, p), dtype=dtype)
     dc0 = xp.empty((config.num_pseudo_layers, batch, n), dtype=dtype) if config.has_cell else None
-    d_out = _without_padding(_to_time_major(dy, time_major).astype(dtype), valid, xp)
+    d_out = _without_padding(_to_time_major(dy, time_major).astype(dtype, copy=False), valid, xp)
+    invalid = None if valid is None else ~valid
 
     for layer in reversed(range(config.num_layers)):
         if layer == 0:
@@ -484,7 +419,8 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
                 config, layer_in, _TimeOrder(direction == 1, lengths, max_time, xp),
                 _layer_weights(config, layout, params_c, k), _layer_weight_grads(layout, dparams, k),
                 _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k].astype(dtype),
-                None if dcy is None else dcy[k].astype(dtype), h0[k].astype(dtype), c_init, valid, d_in, xp)
+                None if dcy is None else dcy[k].astype(dtype), h0[k].astype(dtype), c_init, invalid, d_in,
+                direction == 0, xp)
             dh0[k] = dh
             if dc0 is not None:
                 dc0[k] = dc
@@ -509,64 +445,96 @@ def _layer_weight_grads(layout, dparams: Array, k: int) -> dict[str, Array | Non
 
 def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, weights: dict, grads: dict,
                         saved: dict, d_out: Array, dh: Array, dc: Array | None, h_init: Array,
-                        c_init: Array | None, valid: Array | None, d_in: Array, xp: Any
+                        c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, xp: Any
                         ) -> tuple[Array, Array | None]:
     """Backprop through one pseudo-layer, a chunk of steps at a time, latest chunk first.
 
     ``layer_in`` [T, B, width] and ``d_out`` [T, B, P] are in natural order; the saved tensors
-    in processing order. Per chunk, the step loop fills d(pre-activation) ``dg`` and
-    d(R h + bR) ``dr`` [t, B, G*N]; then one GEMM each adds the chunk's share of the input,
-    recurrent and bias gradients into ``grads`` (views of params_backprop) and of the input
-    gradient into ``d_in``. Returns d input_h and d input_c of this pseudo-layer.
+    in processing order. Per block of a chunk, ``_cells.factors`` computes what depends only on
+    the saved activations, then the serial steps (``_cells.step_backward``) turn the chunk's
+    ``dg`` and ``dr`` [t, B, G*N] into d(pre-activation) and d(R h + bR); then one GEMM each
+    adds the chunk's share of the input, recurrent and bias gradients into ``grads`` (views of
+    params_backprop) and of the input gradient into ``d_in`` (written, not added, by the
+    ``first_writer``). Returns d input_h and d input_c of this pseudo-layer.
     """
-    n, gn = config.num_units, config.num_gates * config.num_units
+    mode, n, p = config.rnn_mode, config.num_units, config.state_size
+    gn = config.num_gates * n
     max_time, batch, width = layer_in.shape
-    h_seq = saved["hidden"] if "hidden" in saved else saved["gates"]  # carried h; for RNN the activations
-    c_seq = saved.get("cell")
-    d_proj = xp.zeros_like(weights["Proj"]) if config.num_proj else None
-    step_names = [name for name in ("gates", "cell", "rec_n") if name in saved]
-    dg_buffer = xp.empty((min(max_time, TIME_CHUNK), batch, gn), dtype=layer_in.dtype)
-    dr_buffer = xp.empty_like(dg_buffer) if config.rnn_mode == "gru" else dg_buffer
+    dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
+    block = max(1, min(chunk, FACTOR_BLOCK // (batch * gn)))
+    gates, c_seq, rec_n = saved["gates"], saved.get("cell"), saved.get("rec_n")
+    h_seq = saved["hidden"] if "hidden" in saved else gates  # carried h; for RNN the activations
+    projecting = weights["Proj"] is not None
+    dg_buffer = xp.empty((chunk, batch, gn), dtype=dtype)
+    dr_buffer = xp.empty_like(dg_buffer) if mode == "gru" else dg_buffer
+    per_block = {name: xp.empty((block, batch, n), dtype=dtype) for name in ("k", "carry", "previous")}
+    unprojected = xp.empty((chunk, batch, n), dtype=dtype) if projecting else None
+    d_projected = xp.empty((chunk, batch, p), dtype=dtype) if projecting else None
+    ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
+    dh, dc = xp.array(dh, dtype=dtype), None if dc is None else xp.array(dc, dtype=dtype)
+
+    def previous(sequence: Array, initial: Array, a: int, b: int) -> Array:
+        """sequence[a-1 .. b-2]: the values of the step before each of a .. b-1 (``initial`` before 0)."""
+        if a > 0:
+            return sequence[a - 1:b - 1]
+        rows = per_block["previous"][:b - a]  # LSTM c or GRU h: N wide either way
+        rows[0] = initial
+        rows[1:] = sequence[:b - a - 1]
+        return rows
+
     for start, stop in reversed(_chunks(max_time)):
         steps = stop - start
         dg, dr = dg_buffer[:steps], dr_buffer[:steps]
         dy = order.gather(d_out, start, stop)
-        for t in reversed(range(start, stop)):
-            j = t - start
-            h_prev = h_seq[t - 1] if t > 0 else h_init
-            c_prev = None if c_seq is None else (c_seq[t - 1] if t > 0 else c_init)
-            saved_t = {name: saved[name][t] for name in step_names}
-            dh_prev, dc_prev, d_unproj = _step_backward(config, dh + dy[j], dc, h_prev, c_prev, saved_t, weights,
-                                                        dg[j], dr[j], xp)
-            if valid is not None:  # past a sequence's end the state was carried: pass its gradient on
-                m = valid[t]
-                dg[j] *= m
-                if dr is not dg:
-                    dr[j] *= m
-                dh_prev = xp.where(m, dh_prev, dh)
-                dc_prev = None if dc is None else xp.where(m, dc_prev, dc)
-                if d_unproj is not None:
-                    d_unproj = d_unproj * m
-            if d_unproj is not None:
-                h_unprojected = saved_t["gates"][:, 3 * n:] * xp.tanh(saved_t["cell"])
-                d_proj += d_unproj.T @ h_unprojected
-            dh, dc = dh_prev, dc_prev
+        for a, b in reversed(_chunks(stop - start, block)):
+            a, b = a + start, b + start
+            rows = slice(a - start, b - start)
+            factors = _cells.Factors(dg=dg[rows], dr=dr[rows],
+                                     k=per_block["k"][:b - a] if mode == "lstm" else None,
+                                     carry=per_block["carry"][:b - a] if mode in ("lstm", "gru") else None,
+                                     unprojected=None if unprojected is None else unprojected[rows])
+            _cells.factors(mode, n, gates[a:b], None if c_seq is None else c_seq[a:b],
+                           None if c_seq is None else previous(c_seq, c_init, a, b),
+                           None if rec_n is None else rec_n[a:b],
+                           previous(h_seq, h_init, a, b) if mode == "gru" else None,
+                           factors, None if invalid is None else invalid[a:b], xp)
+            for t in reversed(range(a, b)):
+                _cells.step_backward(mode, n, t - a, factors, weights["R"], weights["Proj"], dh, dy[t - start], dc,
+                                     None if d_projected is None else d_projected[t - start],
+                                     None if invalid is None else invalid[t], ws, xp)
+        first = stop == max_time  # the first chunk backprop sees writes the weight gradients, later ones add
         flat_dg, flat_dr = dg.reshape(steps * batch, gn), dr.reshape(steps * batch, gn)
         if grads["W"] is not None:
-            grads["W"] += flat_dg.T @ order.gather(layer_in, start, stop).reshape(steps * batch, width)
-            order.scatter_add(d_in, start, stop, (flat_dg @ weights["W"]).reshape(steps, batch, width))
+            _add_products(grads["W"], [(flat_dg.T, order.gather(layer_in, start, stop).reshape(steps * batch, width))],
+                          first, xp)
+            if first_writer and order.natural:
+                xp.matmul(flat_dg, weights["W"], out=d_in[start:stop].reshape(steps * batch, width))
+            else:
+                order.scatter_add(d_in, start, stop, (flat_dg @ weights["W"]).reshape(steps, batch, width))
         else:  # skip_input: x fed every gate directly
             order.scatter_add(d_in, start, stop, dg.reshape(steps, batch, config.num_gates, n).sum(axis=2))
         if grads["bW"] is not None:
             grads["bW"] += flat_dg.sum(axis=0)
         grads["bR"] += flat_dr.sum(axis=0)
-        first = 1 if start == 0 else 0  # step 0 saw h_init, the others h_seq[t - 1]
-        if first:
-            grads["R"] += dr[0].T @ h_init
-        if steps > first:
-            p = h_seq.shape[2]
-            rows = (steps - first) * batch
-            grads["R"] += flat_dr[first * batch:].T @ h_seq[start + first - 1:stop - 1].reshape(rows, p)
-    if d_proj is not None:
-        grads["Proj"] += d_proj
+        skip = 1 if start == 0 else 0  # step 0 saw h_init, the others h_seq[t - 1]
+        products = [(flat_dr[skip * batch:].T, h_seq[start + skip - 1:stop - 1].reshape((steps - skip) * batch, p))]
+        if skip:
+            products.append((dr[0].T, h_init))
+        _add_products(grads["R"], products, first, xp)
+        if projecting:
+            _add_products(grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
+                                           unprojected[:steps].reshape(steps * batch, n))], first, xp)
     return dh, dc
+
+
+def _add_products(target: Array, products: list[tuple[Array, Array]], overwrite: bool, xp: Any) -> None:
+    """target (+)= sum of a @ b over ``products``; with ``overwrite`` the first product is written in
+    place (``target`` holds zeros then, so an empty list leaves it right too)."""
+    for left, right in products:
+        if left.shape[1] == 0:
+            continue
+        if overwrite:
+            xp.matmul(left, right, out=target)
+            overwrite = False
+        else:
+            target += left @ right

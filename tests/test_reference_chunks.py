@@ -1,4 +1,5 @@
-"""The reference backend processes time in chunks; the chunk size must not change any result."""
+"""The reference backend processes time in chunks (and backprop's factors in blocks of a chunk);
+neither size may change any result."""
 
 from __future__ import annotations
 
@@ -47,4 +48,19 @@ def test_chunk_size_does_not_change_results(monkeypatch: pytest.MonkeyPatch, cas
     monkeypatch.setattr(_reference, "TIME_CHUNK", chunk)
     chunked = run(case, time_major, lengths)
     for expected, actual in zip(whole, chunked):
+        np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["rnn_mode"])
+@pytest.mark.parametrize("lengths", [[11, 0, 4, 7, 1], [11, 11, 11]], ids=["padded", "full"])
+@pytest.mark.parametrize("block", [1, 3])
+def test_factor_block_size_does_not_change_results(monkeypatch: pytest.MonkeyPatch, case: dict, lengths: list,
+                                                   block: int) -> None:
+    lengths = np.array(lengths, np.int32)
+    whole = run(case, True, lengths)  # one block per chunk
+    gates = {"lstm": 4, "gru": 3}.get(case["rnn_mode"], 1)
+    monkeypatch.setattr(_reference, "TIME_CHUNK", 5)  # 11 steps: chunks of 5, 5, 1, which 3 does not divide
+    monkeypatch.setattr(_reference, "FACTOR_BLOCK", block * len(lengths) * gates * 4)  # [block, B, G*N]
+    blocked = run(case, True, lengths)
+    for expected, actual in zip(whole, blocked):
         np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
