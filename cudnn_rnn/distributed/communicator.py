@@ -26,6 +26,7 @@ from ._devices import check_one_gpu_per_process
 from ._mpi import MpiTransport, install_abort_hook, load_mpi
 from ._nccl import NcclTransport, probe_gpu
 from ._packing import PackLayout, contiguous_span, mismatch_message, signature_of
+from ._threads import share_host_threads
 
 __all__ = ["init", "Communicator", "BACKENDS"]
 
@@ -370,7 +371,9 @@ def init(backend: str = "auto") -> Communicator:
             arrays always go over MPI.
 
     Without ``mpiexec`` (or without mpi4py, under ``"auto"``) the communicator has size 1 and
-    its collectives only validate their arguments. With several processes, an uncaught
+    its collectives only validate their arguments. The processes on one node share its cores:
+    each runs BLAS on its share of them, unless a thread variable such as ``OMP_NUM_THREADS`` is
+    set (:func:`~cudnn_rnn.distributed._threads.share_host_threads`). With several processes, an uncaught
     exception on any rank prints its traceback and aborts the whole job (exit status 1)
     instead of leaving the other ranks waiting.
 
@@ -393,6 +396,7 @@ def init(backend: str = "auto") -> Communicator:
         return Communicator()
     comm = world.Dup()
     node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
+    share_host_threads(node.Get_size())
     try:
         device_transport, device = _gpu_transport(backend, comm, node)
     except BaseException:

@@ -1,0 +1,52 @@
+"""Host threads per process: a node's cores shared among the processes that run on it.
+
+NumPy's BLAS starts one thread per core in every process. With ``local_size`` processes on a
+node that is ``local_size`` times too many, and OpenBLAS's waiting threads spin, so an
+oversubscribed step can take many times as long as one that is not. :func:`share_host_threads`
+gives each process its share of the cores it may run on::
+
+    threads = max(1, cores // local_size)        cores = len(os.sched_getaffinity(0))
+
+through threadpoolctl (the ``distributed`` extra), for every BLAS and OpenMP pool loaded. A thread
+count the user chose wins: when any of ``THREAD_VARIABLES`` is set, nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+
+__all__ = ["THREAD_VARIABLES", "host_cores", "share_host_threads"]
+
+#: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS")
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def share_host_threads(local_size: int, environ: Mapping[str, str] | None = None) -> int | None:
+    """Limit this process's BLAS/OpenMP threads to its share of the node's cores.
+
+    Returns the thread count set, or None when nothing was changed: one process on the node, a
+    thread variable set by the user, or threadpoolctl missing (then a warning says what to do).
+    """
+    environ = os.environ if environ is None else environ
+    if local_size <= 1 or any(environ.get(name) for name in THREAD_VARIABLES):
+        return None
+    threads = max(1, host_cores() // local_size)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        warnings.warn(f"{local_size} processes share this node's {host_cores()} cores but each runs BLAS on all of "
+                      f"them; pip install threadpoolctl (in the 'distributed' extra), or set OMP_NUM_THREADS="
+                      f"{threads}, to give each process {threads}", UserWarning, stacklevel=3)
+        return None
+    threadpool_limits(limits=threads)
+    return threads

@@ -1,0 +1,31 @@
+"""How many BLAS threads each process runs after ``distributed.init()``; each rank writes FOLDER/rank<r>.json.
+
+    mpiexec -n N python tests/distributed/jobs/threads_job.py FOLDER
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from threadpoolctl import threadpool_info
+
+from cudnn_rnn import distributed
+from cudnn_rnn.distributed._threads import host_cores
+
+
+def blas_threads() -> list[int]:
+    return [pool["num_threads"] for pool in threadpool_info() if pool.get("user_api") == "blas"]
+
+
+def main() -> None:
+    before = blas_threads()
+    comm = distributed.init()
+    facts = dict(rank=comm.rank, before=before, after=blas_threads(), cores=host_cores(), local_size=comm.local_size)
+    (Path(sys.argv[1]) / f"rank{comm.rank}.json").write_text(json.dumps(facts))
+    comm.close()
+
+
+if __name__ == "__main__":
+    main()
