@@ -32,7 +32,8 @@ GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 @dataclass(frozen=True)
 class Bench:
-    """One configuration: float32, every sequence of length T, I = H unless ``input_size`` is given."""
+    """One configuration: float32, every sequence of length T, I = H unless ``input_size`` is given,
+    ``dropout`` between layers in training (0: none)."""
 
     mode: str
     max_time: int
@@ -41,6 +42,7 @@ class Bench:
     layers: int = 1
     bidirectional: bool = False
     input_size: int = 0
+    dropout: float = 0.0
 
     @property
     def inputs(self) -> int:
@@ -53,7 +55,8 @@ class Bench:
     def name(self) -> str:
         mode = self.mode.upper() + (" bi" if self.bidirectional else "")
         sizes = f"I=H={self.hidden}" if self.inputs == self.hidden else f"I={self.inputs} H={self.hidden}"
-        return f"{mode} T={self.max_time} B={self.batch} {sizes} L={self.layers}"
+        dropout = f" dropout={self.dropout:g}" if self.dropout else ""
+        return f"{mode} T={self.max_time} B={self.batch} {sizes} L={self.layers}{dropout}"
 
     def flops(self) -> float:
         """Forward + backward FLOPs (forward x 3), anchors.md section 3.1."""

@@ -1,18 +1,59 @@
-"""Forward+backward time and memory of cudnn_rnn's reference backend against PyTorch's CPU RNNs.
+"""Time and memory of cudnn_rnn's reference backend on the CPU against PyTorch, ONNX Runtime and a GEMM floor.
 
-One step is a training forward plus the full backprop (input, initial-state and weight gradients)
-of the same configuration, float32, in the same process: ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3``
-on NumPy arrays, and ``torch.nn.LSTM`` / ``torch.nn.GRU`` forward + ``torch.autograd.backward``.
-torch runs on as many threads as the machine has cores (``torch.set_num_threads``); NumPy's BLAS
-runs with whatever threads it has (reported). Each side is warmed up, then the median of several
-repeats is reported.
+Everything is measured in one run on one machine, per configuration (time-major, every sequence of
+length T, no projection):
 
-Memory: the peak of NumPy allocations (``tracemalloc``) during one training step of ours, beyond
-the inputs and params already allocated, against the activations cuDNN would keep: per layer and
-direction T*B*(G*N + N + P) elements (+ N for GRU), anchors of the reserve space.
+training, float32
+    one step = a training forward (``is_training=True``, with the configuration's dropout) plus the full
+    backprop (input, initial-state and weight gradients): ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3`` on
+    NumPy arrays, against ``torch.nn.LSTM`` / ``torch.nn.GRU`` forward + ``torch.autograd.backward``.
+inference, float32
+    ``cudnn_rnn_v3(..., is_training=False)`` against ONNX Runtime's CPU running the model that
+    ``cudnn_rnn.convert.export_onnx`` writes for the same params.
+training, float64
+    our step again in float64, against its own float64 GEMM floor.
+GEMM floor
+    only the matrix products a step needs (see :func:`gemm_floor`), run by NumPy's BLAS on
+    preallocated operands of the same dtype: a lower bound for any implementation built on them.
 
-Targets: time ratio ours/torch <= 1.5; peak memory <= 2x the activations estimate.
-Usage: python benchmarks/bench_cpu.py [--repeats N] [--warmup N] [--quick] [--record]
+torch runs on as many threads as the machine has cores (``torch.set_num_threads``), ONNX Runtime on
+the same number of intra-op threads (one inter-op thread, sequential execution, all graph
+optimisations); NumPy's BLAS runs with whatever threads it has (reported). Both sides agree on the
+results or the run fails: our output and input gradient against torch's (relative to their max,
+<= 1e-3; checked without dropout, whose masks differ), our inference output against ONNX Runtime's Y
+(<= 1e-4). The sides of a group (training: ours, torch, floor; inference: ours, ORT, floor; float64:
+ours, floor) take turns after the warm-up, and each reports the median of the repeats.
+
+Columns
+    ours / torch / ORT / floor ms   median milliseconds of one step (one inference forward)
+    ours/torch, ours/ORT, ours/floor  the time ratios
+    peak MB          the peak of NumPy allocations (``tracemalloc``) during one float32 training step of ours,
+                     beyond the inputs and params already allocated, of which
+    reserve          is our reserve_space and
+    returned         the outputs and gradients handed back
+    cuDNN MB         what cuDNN would keep for backprop: per layer and direction T*B*(G*N + N + P) elements
+                     (+ N for GRU), anchors of the reserve space
+    x                peak / cuDNN MB
+    transient T->2T MB  how much the transient memory of a training step (peak - reserve - returned) grows
+                     when T doubles (same B, H; measured at T and 2T): ~0 when temporaries are per chunk of
+                     steps or per call of a size that does not scale with T; anything kept per time step, or
+                     a [T, B, ...] scratch buffer, shows here
+    ratio64, ratio32  ours/floor in float64 and in float32
+
+Targets (each printed as met / NOT met; every configuration must meet it)
+    training float32: ours/torch <= 0.9 and ours/floor <= 1.25
+    inference float32: ours/ORT <= 1.0
+    memory: peak / cuDNN MB <= 1.3
+    float64: ratio64 <= ratio32 * 1.05
+
+Defaults: 5 repeats after 1 warm-up per side, 3 repeats in the float64 group (the slowest); the full run
+takes 2-4 minutes on 2 cores. A group whose repeats of one side vary by more than 1.3x (max/min) is named
+after the targets as noisy: rerun it alone with ``--only``.
+
+Usage: python benchmarks/bench_cpu.py [--repeats N] [--repeats64 N] [--warmup N] [--quick] [--only TEXT] [--record]
+    --quick      three tiny configurations (one with I != H and dropout, one GRU bi): a smoke test, seconds
+    --only TEXT  the configurations whose name (as printed) contains TEXT, e.g. --only "GRU bi"
+    --record     write the results to benchmarks/results/cpu_<date>[_quick].json
 """
 
 from __future__ import annotations
@@ -22,9 +63,10 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -38,25 +80,47 @@ from _bench_configs import GATES, RESULTS, Bench, write_record  # noqa: E402
 
 import cudnn_rnn  # noqa: E402
 
-TIME_TARGET = 1.5
-MEMORY_TARGET = 2.0
+#: the targets' limits (see TARGETS)
+TORCH_TARGET = 0.9
+FLOOR_TARGET = 1.25
+ORT_TARGET = 1.0
+MEMORY_TARGET = 1.3
+FLOAT64_SLACK = 1.05
+
+#: the char-LM example's corpus; its vocabulary (distinct characters) is the example LSTM's input size
+CHAR_LM_CORPUS = HERE.parent / "examples" / "data" / "almanac.txt"
+#: dropout seeds of our training step (the op's seed and seed2 attributes)
+DROPOUT_SEEDS = dict(seed=1, seed2=2)
+
+
+def char_lm_bench() -> Bench:
+    """The LSTM of examples/train_char_lm.py ("full" settings): input size = its vocabulary, computed as its
+    ``load_corpus()`` does (the distinct characters of the corpus)."""
+    vocabulary = "".join(sorted(set(CHAR_LM_CORPUS.read_text(encoding="utf-8"))))
+    return Bench("lstm", 64, 32, 128, layers=2, input_size=len(vocabulary), dropout=0.1)
 
 
 BENCHES = (
     Bench("lstm", 100, 64, 512),
     Bench("lstm", 100, 32, 256, layers=2),
     Bench("gru", 100, 32, 256, layers=2, bidirectional=True),
+    char_lm_bench(),
 )
 QUICK = (
     Bench("lstm", 10, 4, 16),
     Bench("gru", 10, 4, 16, layers=2, bidirectional=True),
+    Bench("lstm", 10, 4, 16, layers=2, input_size=7, dropout=0.1),
 )
 
 
-# ---- the two sides ------------------------------------------------------------------------------
+# ---- the problem ------------------------------------------------------------------------------
 @dataclass
 class Problem:
-    """Inputs, params and upstream gradients shared by both sides (float32, time-major)."""
+    """Inputs, params and upstream gradients shared by every side (time-major).
+
+    x [T, B, I], h0 / c0 [L*D, B, N] (c0 LSTM only), params 1-D (``cudnn_rnn_params_size``),
+    dy [T, B, D*N], dhy / dcy [L*D, B, N].
+    """
 
     x: np.ndarray
     h0: np.ndarray
@@ -67,16 +131,20 @@ class Problem:
     dcy: np.ndarray | None
 
 
-def make_problem(bench: Bench, rng: np.random.Generator) -> Problem:
+def make_problem(bench: Bench, dtype: type = np.float32, seed: int = 0) -> Problem:
+    """Uniform(-1, 1) inputs (params scaled by 1/sqrt(N)), drawn in float32 and cast to ``dtype``, so the
+    float64 problem holds the float32 problem's numbers."""
+    rng = np.random.default_rng(seed)
     t, b, n, k = bench.max_time, bench.batch, bench.hidden, bench.layers * bench.directions
 
     def draw(*shape: int) -> np.ndarray:
-        return rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        return rng.uniform(-1.0, 1.0, shape).astype(np.float32).astype(dtype)
 
-    size = cudnn_rnn.cudnn_rnn_params_size(bench.layers, n, n, rnn_mode=bench.mode, direction=_direction(bench))
+    size = cudnn_rnn.cudnn_rnn_params_size(bench.layers, n, bench.inputs, rnn_mode=bench.mode,
+                                           direction=_direction(bench))
     lstm = bench.mode == "lstm"
-    return Problem(x=draw(t, b, n), h0=draw(k, b, n), c0=draw(k, b, n) if lstm else None,
-                   params=draw(size) * np.float32(1 / np.sqrt(n)), dy=draw(t, b, bench.directions * n),
+    return Problem(x=draw(t, b, bench.inputs), h0=draw(k, b, n), c0=draw(k, b, n) if lstm else None,
+                   params=draw(size) * dtype(1 / np.sqrt(n)), dy=draw(t, b, bench.directions * n),
                    dhy=draw(k, b, n), dcy=draw(k, b, n) if lstm else None)
 
 
@@ -84,10 +152,18 @@ def _direction(bench: Bench) -> str:
     return "bidirectional" if bench.bidirectional else "unidirectional"
 
 
+def _attributes(bench: Bench, training: bool) -> dict[str, Any]:
+    """The op attributes of ``bench``: dropout (and its seeds) in training only."""
+    attributes: dict[str, Any] = dict(rnn_mode=bench.mode, direction=_direction(bench))
+    if training and bench.dropout:
+        attributes.update(dropout=bench.dropout, **DROPOUT_SEEDS)
+    return attributes
+
+
+# ---- the sides --------------------------------------------------------------------------------
 def ours_step(bench: Bench, problem: Problem) -> Callable[[], tuple]:
-    """One training forward + backprop of the reference backend; returns every result."""
-    attrs = dict(rnn_mode=bench.mode, direction=_direction(bench))
-    p = problem
+    """One training forward + backprop of the reference backend; returns (RNNOutputs, RNNGradients)."""
+    attrs, p = _attributes(bench, training=True), problem
 
     def step() -> tuple:
         out = cudnn_rnn.cudnn_rnn_v3(p.x, p.h0, p.c0, p.params, is_training=True, **attrs)
@@ -99,12 +175,20 @@ def ours_step(bench: Bench, problem: Problem) -> Callable[[], tuple]:
     return step
 
 
+def ours_inference(bench: Bench, problem: Problem) -> Callable[[], np.ndarray]:
+    """One inference forward of the reference backend (no dropout); returns output [T, B, D*N]."""
+    attrs, p = _attributes(bench, training=False), problem
+    return lambda: cudnn_rnn.cudnn_rnn_v3(p.x, p.h0, p.c0, p.params, is_training=False, **attrs).output
+
+
 def torch_step(bench: Bench, problem: Problem) -> Callable[[], tuple[Any, Any]]:
-    """The same step through torch.nn.LSTM / torch.nn.GRU on the CPU (weights loaded from our params)."""
+    """The training step through torch.nn.LSTM / torch.nn.GRU on the CPU (weights loaded from our params,
+    the configuration's dropout); returns (y [T, B, D*N], dx [T, B, I]) as tensors."""
     import torch
 
     module_class = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[bench.mode]
-    module = module_class(bench.hidden, bench.hidden, num_layers=bench.layers, bidirectional=bench.bidirectional)
+    module = module_class(bench.inputs, bench.hidden, num_layers=bench.layers, bidirectional=bench.bidirectional,
+                          dropout=bench.dropout)
     _load_torch_weights(bench, module, problem.params)
 
     def leaf(array: np.ndarray) -> Any:
@@ -129,7 +213,7 @@ def _load_torch_weights(bench: Bench, module: Any, params: np.ndarray) -> None:
     """torch's weight_ih/hh and bias_ih/hh of each pseudo-layer = our canonical gates stacked."""
     import torch
 
-    weights, biases = cudnn_rnn.cudnn_rnn_params_to_canonical(bench.layers, bench.hidden, bench.hidden, params,
+    weights, biases = cudnn_rnn.cudnn_rnn_params_to_canonical(bench.layers, bench.hidden, bench.inputs, params,
                                                               rnn_mode=bench.mode, direction=_direction(bench))
     g = GATES[bench.mode]
     suffixes = [f"_l{layer}{'_reverse' if d else ''}" for layer in range(bench.layers)
@@ -141,20 +225,121 @@ def _load_torch_weights(bench: Bench, module: Any, params: np.ndarray) -> None:
                 getattr(module, name + suffix).copy_(torch.from_numpy(np.concatenate(parts)))
 
 
+def ort_inference(bench: Bench, problem: Problem, threads: int, folder: Path) -> Callable[[], list[np.ndarray]]:
+    """ONNX Runtime's CPU running ``export_onnx``'s model of our params (written to ``folder``); returns
+    [Y [T, B, D*N], Y_h [L*D, B, N], (Y_c)]. ``threads`` intra-op threads, one inter-op thread, sequential
+    execution, every graph optimisation."""
+    import onnxruntime as ort
+
+    from cudnn_rnn.config import RNNConfig
+    from cudnn_rnn.convert import export_onnx
+
+    config = RNNConfig(bench.mode, bench.layers, bench.hidden, bench.inputs, direction=_direction(bench),
+                       dtype=problem.params.dtype.name)
+    path = folder / "model.onnx"
+    export_onnx(problem.params, config, path, time_major=True)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    p = problem
+    feed = {"X": p.x, "sequence_lens": np.full(bench.batch, bench.max_time, np.int32), "initial_h": p.h0}
+    if p.c0 is not None:
+        feed["initial_c"] = p.c0
+    return lambda: session.run(None, feed)
+
+
+def gemm_floor(bench: Bench, dtype: type, backward: bool) -> Callable[[], None]:
+    """The matrix products of one step, alone: NumPy's BLAS (``np.matmul(..., out=...)``) on preallocated
+    operands of ``dtype``. Returns the step; ``backward=False`` runs the forward products only (inference).
+
+    Per layer and direction, with width = I for layer 0 and D*N above, G gates (4 LSTM, 3 GRU),
+    N hidden, P = N (no projection); W [G*N, width] and R [G*N, P] C-contiguous, as our params store them,
+    g / dg the gate pre-activations and their gradients [T, B, G*N], h the hidden states [T, B, P] (random
+    values: only the shapes matter; h[-1] stands for h0):
+
+    ========  ====================  =====  ====================================
+    pass      product               count  shapes
+    ========  ====================  =====  ====================================
+    forward   x @ W.T  (input)      1      [T*B, width] @ [width, G*N]
+    forward   h[t-1] @ R.T          T      [B, P] @ [P, G*N]
+    backward  dg[t] @ R  (dh)       T      [B, G*N] @ [G*N, P]
+    backward  dg @ W  (dx)          1      [T*B, G*N] @ [G*N, width]
+    backward  dg.T @ x  (dW)        1      [G*N, T*B] @ [T*B, width]
+    backward  dg.T @ h  (dR)        1      [G*N, T*B] @ [T*B, P]
+    ========  ====================  =====  ====================================
+    """
+    t, b, n = bench.max_time, bench.batch, bench.hidden
+    gn, p = GATES[bench.mode] * n, n
+    rng = np.random.default_rng(1)
+
+    def draw(*shape: int) -> np.ndarray:
+        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+
+    operands = []
+    for layer in range(bench.layers):
+        width = bench.inputs if layer == 0 else bench.directions * n
+        for _ in range(bench.directions):
+            o = dict(x=draw(t * b, width), w=draw(gn, width), r=draw(gn, p), h=draw(t, b, p),
+                     g=np.empty((t, b, gn), dtype))
+            if backward:
+                o.update(dg=draw(t, b, gn), dh=np.empty((b, p), dtype), dx=np.empty((t * b, width), dtype),
+                         dw=np.empty((gn, width), dtype), dr=np.empty((gn, p), dtype))
+            operands.append(o)
+
+    def step() -> None:
+        for o in operands:
+            np.matmul(o["x"], o["w"].T, out=o["g"].reshape(t * b, gn))
+            for s in range(t):
+                np.matmul(o["h"][s], o["r"].T, out=o["g"][s])
+        if not backward:
+            return
+        for o in operands:
+            for s in range(t):
+                np.matmul(o["dg"][s], o["r"], out=o["dh"])
+            dg = o["dg"].reshape(t * b, gn)
+            np.matmul(dg, o["w"], out=o["dx"])
+            np.matmul(dg.T, o["x"], out=o["dw"])
+            np.matmul(dg.T, o["h"].reshape(t * b, p), out=o["dr"])
+
+    return step
+
+
+# ---- checking ---------------------------------------------------------------------------------
+def relative_difference(name: str, mine: np.ndarray, other: np.ndarray, tolerance: float, side: str) -> float:
+    """max |mine - other| / max |other|; AssertionError (naming ``side``) above ``tolerance``."""
+    difference = float(np.max(np.abs(mine - other)) / np.max(np.abs(other)))
+    if not difference <= tolerance:
+        raise AssertionError(f"{name} differs from {side}'s by {difference:.2g} (relative to its max; "
+                             f"tolerance {tolerance:g})")
+    return difference
+
+
 def check_same_results(ours: tuple, theirs: tuple[Any, Any]) -> float:
-    """Both sides must compute the same thing: output and input gradient agree (float32 accuracy)."""
+    """Ours and torch's training step compute the same thing: output and input gradient agree to 1e-3."""
     (out, grads), (y, dx) = ours, theirs
-    worst = 0.0
-    for name, mine, other in (("output", out.output, y), ("input_backprop", grads.input_backprop, dx)):
-        other = other.detach().numpy()
-        difference = float(np.max(np.abs(mine - other)) / np.max(np.abs(other)))
-        if difference > 1e-3:
-            raise AssertionError(f"{name} differs from torch's by {difference:.2g} (relative to its max)")
-        worst = max(worst, difference)
-    return worst
+    return max(relative_difference(name, mine, other.detach().numpy(), 1e-3, "torch")
+               for name, mine, other in (("output", out.output, y), ("input_backprop", grads.input_backprop, dx)))
 
 
-# ---- measuring ---------------------------------------------------------------------------------
+def check_same_output(ours: np.ndarray, theirs: list[np.ndarray]) -> float:
+    """Our inference output and ONNX Runtime's Y agree to 1e-4."""
+    return relative_difference("inference output", ours, theirs[0], 1e-4, "ONNX Runtime")
+
+
+#: target name -> (how it reads, whether a row meets it)
+TARGETS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
+    "train_vs_torch": (f"training float32: ours/torch <= {TORCH_TARGET}", lambda r: r["ratio_torch"] <= TORCH_TARGET),
+    "train_vs_floor": (f"training float32: ours/floor <= {FLOOR_TARGET}", lambda r: r["ratio_floor"] <= FLOOR_TARGET),
+    "inference_vs_ort": (f"inference float32: ours/ORT <= {ORT_TARGET}", lambda r: r["ratio_ort"] <= ORT_TARGET),
+    "memory": (f"memory: peak <= {MEMORY_TARGET} x cuDNN MB", lambda r: r["memory_ratio"] <= MEMORY_TARGET),
+    "float64": (f"float64: ratio64 <= ratio32 * {FLOAT64_SLACK}",
+                lambda r: r["ratio64"] <= r["ratio32"] * FLOAT64_SLACK),
+}
+
+
+# ---- measuring --------------------------------------------------------------------------------
 def interleaved_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, list[float]]:
     """Milliseconds per call of each step, the steps taking turns so that machine noise hits all alike."""
     for _ in range(warmup):
@@ -169,18 +354,21 @@ def interleaved_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: in
     return times
 
 
-def peak_bytes(step: Callable[[], Any]) -> int:
-    """Peak bytes allocated (NumPy included, via tracemalloc) while ``step`` runs and its results live."""
+def training_memory(step: Callable[[], tuple]) -> dict[str, int]:
+    """Bytes of one training step of ours (NumPy included, via tracemalloc): ``peak`` allocated while it runs
+    and its results live, of which ``reserve`` (the reserve_space) and ``returned`` (the other outputs and
+    gradients handed back); ``transient`` = peak - reserve - returned."""
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        results = step()
-        peak = tracemalloc.get_traced_memory()[1]
-        del results
+        out, grads = step()
+        peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    return peak - base
+    reserve = out.reserve_space.nbytes
+    returned = sum(a.nbytes for a in (*out, *grads)) - reserve
+    return dict(peak=peak, reserve=reserve, returned=returned, transient=peak - reserve - returned)
 
 
 def blas_threads() -> str:
@@ -198,63 +386,165 @@ def blas_threads() -> str:
     return f"BLAS default (all {os.cpu_count()} cores; no *_NUM_THREADS set)"
 
 
-def run(benches: tuple[Bench, ...], warmup: int, repeats: int) -> dict[str, Any]:
+def median_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int, prefix: str) -> dict[str, Any]:
+    """``interleaved_ms`` of ``steps`` as row entries: ``{prefix}{name}_ms`` (median), ``..._times_ms`` (all)
+    and ``{prefix}spread``: the largest max/min of a side's times (1 on a quiet machine)."""
+    times = interleaved_ms(steps, warmup, repeats)
+    row: dict[str, Any] = {f"{prefix}{name}_ms": statistics.median(ms) for name, ms in times.items()}
+    row.update({f"{prefix}{name}_times_ms": ms for name, ms in times.items()})
+    row[f"{prefix}spread"] = max(max(ms) / min(ms) for ms in times.values())
+    return row
+
+
+def measure(bench: Bench, warmup: int, repeats: int, repeats64: int, threads: int, folder: Path) -> dict[str, Any]:
+    """Every number of one configuration, as one record row (times in ms, memory in bytes); the float64 group
+    is timed ``repeats64`` times."""
+    problem = make_problem(bench)
+    ours, theirs = ours_step(bench, problem), torch_step(bench, problem)
+    plain = replace(bench, dropout=0.0)  # the dropout masks of the two sides differ: compare without dropout
+    checked = (ours, theirs) if plain == bench else (ours_step(plain, problem), torch_step(plain, problem))
+    torch_difference = check_same_results(checked[0](), checked[1]())
+    row: dict[str, Any] = dict(config=asdict(bench), name=bench.name())
+    row.update(median_ms({"ours": ours, "torch": theirs, "floor": gemm_floor(bench, np.float32, backward=True)},
+                         warmup, repeats, "train_"))
+
+    inference, runtime = ours_inference(bench, problem), ort_inference(bench, problem, threads, folder)
+    ort_difference = check_same_output(inference(), runtime())
+    row.update(median_ms({"ours": inference, "ort": runtime, "floor": gemm_floor(bench, np.float32, backward=False)},
+                         warmup, repeats, "infer_"))
+
+    steps64 = {"ours": ours_step(bench, make_problem(bench, np.float64)),
+               "floor": gemm_floor(bench, np.float64, backward=True)}
+    row.update(median_ms(steps64, warmup, repeats64, "float64_"))
+
+    memory = training_memory(ours)
+    doubled = replace(bench, max_time=2 * bench.max_time)
+    memory_2t = training_memory(ours_step(doubled, make_problem(doubled)))
+    estimate = bench.activation_bytes()
+    row.update(peak_bytes=memory["peak"], reserve_bytes=memory["reserve"], returned_bytes=memory["returned"],
+               activation_bytes=estimate, memory_ratio=memory["peak"] / estimate,
+               transient_bytes=memory["transient"], transient_bytes_2t=memory_2t["transient"],
+               transient_growth_2t_bytes=memory_2t["transient"] - memory["transient"],
+               torch_max_relative_difference=torch_difference, ort_max_relative_difference=ort_difference)
+    row.update(ratio_torch=row["train_ours_ms"] / row["train_torch_ms"],
+               ratio_floor=row["train_ours_ms"] / row["train_floor_ms"],
+               ratio_ort=row["infer_ours_ms"] / row["infer_ort_ms"],
+               infer_ratio_floor=row["infer_ours_ms"] / row["infer_floor_ms"],
+               ratio64=row["float64_ours_ms"] / row["float64_floor_ms"])
+    row["ratio32"] = row["ratio_floor"]
+    row["targets_met"] = {name: bool(met(row)) for name, (_, met) in TARGETS.items()}
+    return row
+
+
+# ---- reporting --------------------------------------------------------------------------------
+def _column(header: str, key: str, digits: int = 1, scale: float = 1.0) -> tuple[str, Callable[[dict], str]]:
+    """A table column: its header and how a row's ``key`` is shown (times ``scale``, ``digits`` decimals)."""
+    return header, lambda row: f"{row[key] * scale:.{digits}f}"
+
+
+MB = 1 / 2**20
+#: a group whose side's times vary by more (max/min over the repeats) is reported as noisy
+NOISY = 1.3
+TABLES: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
+    "training, float32 (forward + backward)": [
+        _column("ours ms", "train_ours_ms"), _column("torch ms", "train_torch_ms"),
+        _column("floor ms", "train_floor_ms"), _column("ours/torch", "ratio_torch", 2),
+        _column("ours/floor", "ratio_floor", 2), _column("peak MB", "peak_bytes", scale=MB),
+        _column("reserve", "reserve_bytes", scale=MB), _column("returned", "returned_bytes", scale=MB),
+        _column("cuDNN MB", "activation_bytes", scale=MB), _column("x", "memory_ratio", 2),
+        _column("transient T->2T MB", "transient_growth_2t_bytes", 2, MB)],
+    "inference, float32 (forward, is_training=False)": [
+        _column("ours ms", "infer_ours_ms"), _column("ORT ms", "infer_ort_ms"), _column("floor ms", "infer_floor_ms"),
+        _column("ours/ORT", "ratio_ort", 2), _column("ours/floor", "infer_ratio_floor", 2)],
+    "training, float64 (forward + backward)": [
+        _column("ours64 ms", "float64_ours_ms"), _column("floor64 ms", "float64_floor_ms"),
+        _column("ratio64", "ratio64", 2), _column("ratio32", "ratio32", 2)],
+}
+
+
+def print_table(title: str, columns: list[tuple[str, Callable[[dict], str]]], rows: list[dict[str, Any]]) -> None:
+    """One line per row: the configuration's name, then each column right-aligned under its header."""
+    width = max(len("configuration"), *(len(row["name"]) for row in rows))
+    header = f"{'configuration':{width}s}" + "".join(f" {name:>{max(len(name), 8)}s}" for name, _ in columns)
+    print(f"\n{title}\n{header}\n{'-' * len(header)}")
+    for row in rows:
+        print(f"{row['name']:{width}s}" + "".join(f" {cell(row):>{max(len(name), 8)}s}" for name, cell in columns))
+
+
+def print_targets(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """One line per target: met / NOT met over all configurations, naming those that miss it."""
+    print("\ntargets")
+    summary = {}
+    for name, (text, _) in TARGETS.items():
+        missed = [row["name"] for row in rows if not row["targets_met"][name]]
+        summary[name] = not missed
+        print(f"  {text}: " + (f"NOT met (missed by {'; '.join(missed)})" if missed else "met"))
+    return summary
+
+
+def print_noise(rows: list[dict[str, Any]]) -> None:
+    """Warn of the groups whose times varied by more than NOISY (max/min of a side's repeats): their ratios
+    are less reliable (a shared machine, CPU throttling); rerun them with ``--only``."""
+    noisy = [f"{row['name']} {group[:-1]} {row[f'{group}spread']:.1f}x" for row in rows
+             for group in ("train_", "infer_", "float64_") if row[f"{group}spread"] > NOISY]
+    if noisy:
+        print(f"\nnoisy timings (a side's repeats varied by more than {NOISY}x): " + "; ".join(noisy))
+
+
+def run(benches: tuple[Bench, ...], warmup: int, repeats: int, repeats64: int) -> dict[str, Any]:
+    import onnxruntime
     import torch
 
     cores = os.cpu_count() or 1
     torch.set_num_threads(cores)
+    threads = torch.get_num_threads()
     environment = dict(machine=platform.machine(), processor=platform.processor() or platform.platform(),
-                       cores=cores, torch_threads=torch.get_num_threads(), numpy_blas_threads=blas_threads(),
-                       numpy=np.__version__, torch=torch.__version__, python=platform.python_version())
-    print(f"{cores} cores; torch threads {environment['torch_threads']}; "
-          f"NumPy BLAS: {environment['numpy_blas_threads']}")
-    print(f"median of {repeats} after {warmup} warm-up, float32 training step (forward + backward); "
-          "peak MB = our peak allocation beyond inputs, of which reserve = our reserve_space and returned = "
-          "the outputs and gradients handed back; cuDNN MB = what cuDNN would keep; x = peak / cuDNN\n")
-    header = (f"{'configuration':44s} {'ours ms':>9s} {'torch ms':>9s} {'ratio':>6s}  {'peak MB':>8s} "
-              f"{'reserve':>8s} {'returned':>8s} {'cuDNN MB':>8s} {'x':>5s}")
-    print(header)
-    print("-" * len(header))
+                       cores=cores, torch_threads=threads, ort_intra_op_threads=threads, ort_inter_op_threads=1,
+                       numpy_blas_threads=blas_threads(), numpy=np.__version__, torch=torch.__version__,
+                       onnxruntime=onnxruntime.__version__, python=platform.python_version(),
+                       load_average=os.getloadavg()[0])  # > 0.5: something else runs, the timings are noisy
+    print(f"{cores} cores; torch threads {threads}; ONNX Runtime intra-op threads {threads}, inter-op 1; "
+          f"NumPy BLAS: {environment['numpy_blas_threads']}; load average {environment['load_average']:.2f}")
+    print(f"median of {repeats} repeats ({repeats64} in float64) after {warmup} warm-up, per side\n"
+          "floor = the step's GEMMs alone (NumPy); peak MB = our peak allocation in a float32 training step beyond\n"
+          "the inputs, of which reserve = our reserve_space and returned = the outputs and gradients handed back;\n"
+          "cuDNN MB = what cuDNN would keep; x = peak / cuDNN MB; transient T->2T MB = growth of (peak - reserve -\n"
+          "returned) from T to 2T steps (~0: no temporaries that scale with T); ratio64/32 = ours/floor", flush=True)
     rows = []
-    for bench in benches:
-        problem = make_problem(bench, np.random.default_rng(0))
-        ours, theirs = ours_step(bench, problem), torch_step(bench, problem)
-        difference = check_same_results(ours(), theirs())
-        times = interleaved_ms({"ours": ours, "torch": theirs}, warmup, repeats)
-        ours_ms, torch_ms = statistics.median(times["ours"]), statistics.median(times["torch"])
-        peak = peak_bytes(ours)
-        out, grads = ours()
-        reserve = out.reserve_space.nbytes
-        returned = sum(a.nbytes for a in (*out, *grads)) - reserve  # outputs and gradients handed back
-        estimate = bench.activation_bytes()
-        row = dict(config=asdict(bench), name=bench.name(), ours_ms=ours_ms, torch_ms=torch_ms,
-                   ratio=ours_ms / torch_ms, ours_times_ms=times["ours"], torch_times_ms=times["torch"],
-                   peak_bytes=peak, reserve_bytes=reserve, returned_bytes=returned, activation_bytes=estimate,
-                   memory_ratio=peak / estimate,
-                   max_relative_difference=difference)
-        rows.append(row)
-        print(f"{bench.name():44s} {ours_ms:9.1f} {torch_ms:9.1f} {row['ratio']:6.2f}  "
-              f"{peak / 2**20:8.1f} {reserve / 2**20:8.1f} {returned / 2**20:8.1f} {estimate / 2**20:8.1f} "
-              f"{row['memory_ratio']:5.2f}")
-    time_ok = all(r["ratio"] <= TIME_TARGET for r in rows)
-    memory_ok = all(r["memory_ratio"] <= MEMORY_TARGET for r in rows)
-    print(f"\ntime ratio <= {TIME_TARGET}: {'met' if time_ok else 'NOT met'}; "
-          f"peak memory <= {MEMORY_TARGET}x activations: {'met' if memory_ok else 'NOT met'}")
+    with tempfile.TemporaryDirectory() as folder:
+        for bench in benches:
+            start = time.perf_counter()
+            rows.append(measure(bench, warmup, repeats, repeats64, threads, Path(folder)))
+            print(f"measured {bench.name()} in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    for title, columns in TABLES.items():
+        print_table(title, columns, rows)
+    summary = print_targets(rows)
+    print_noise(rows)
     return dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=environment,
-                warmup=warmup, repeats=repeats, targets=dict(time_ratio=TIME_TARGET, memory_ratio=MEMORY_TARGET),
-                time_target_met=time_ok, memory_target_met=memory_ok, results=rows)
+                warmup=warmup, repeats=repeats, repeats64=repeats64,
+                targets=dict(ratio_torch=TORCH_TARGET, ratio_floor=FLOOR_TARGET, ratio_ort=ORT_TARGET,
+                             memory_ratio=MEMORY_TARGET, float64_slack=FLOAT64_SLACK),
+                targets_met=summary, results=rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="timed repeats per side (median reported)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs per side first")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per side (median reported)")
+    parser.add_argument("--repeats64", type=int, default=None,
+                        help="timed repeats per side of the float64 group (default: --repeats, at most 3)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side first")
     parser.add_argument("--quick", action="store_true", help="tiny configurations (a smoke test, seconds)")
+    parser.add_argument("--only", metavar="TEXT", default="", help="only the configurations whose name contains TEXT")
     parser.add_argument("--record", action="store_true", help=f"write a JSON record to {RESULTS}")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        parser.error(f"--repeats must be >= 1 and --warmup >= 0; got {args.repeats} and {args.warmup}")
-    record = run(QUICK if args.quick else BENCHES, args.warmup, args.repeats)
+    repeats64 = min(args.repeats, 3) if args.repeats64 is None else args.repeats64
+    if min(args.repeats, repeats64) < 1 or args.warmup < 0:
+        parser.error(f"--repeats and --repeats64 must be >= 1 and --warmup >= 0; got {args.repeats}, {repeats64} "
+                     f"and {args.warmup}")
+    benches = tuple(bench for bench in (QUICK if args.quick else BENCHES) if args.only in bench.name())
+    if not benches:
+        parser.error(f"no configuration's name contains {args.only!r}")
+    record = run(benches, args.warmup, args.repeats, repeats64)
     if args.record:
         write_record("cpu", record, args.quick)
     return 0

@@ -1,0 +1,47 @@
+"""benchmarks/bench_cpu.py --quick runs to the end: every table, every quick configuration, every target.
+
+It needs torch and onnxruntime (the test and oracle extras), which CI installs: no skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_cpu.py"
+
+
+def load_bench_cpu() -> ModuleType:
+    """The script as a module, for its tables, configurations and targets (sys.path left as it was)."""
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_cpu", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+    return module
+
+
+def test_quick_run_prints_every_table_configuration_and_target() -> None:
+    bench_cpu = load_bench_cpu()
+    assert any(bench.inputs != bench.hidden and bench.dropout for bench in bench_cpu.QUICK)
+    assert any(bench.mode == "gru" and bench.bidirectional for bench in bench_cpu.QUICK)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeats", "1", "--warmup", "0"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for title, columns in bench_cpu.TABLES.items():
+        assert title in lines, (title, result.stdout)
+        header = lines[lines.index(title) + 1]
+        assert header.startswith("configuration") and all(name in header for name, _ in columns), header
+    for bench in bench_cpu.QUICK:  # a row in each table
+        rows = [line for line in lines if line.startswith(bench.name() + " ")]
+        assert len(rows) == len(bench_cpu.TABLES), (bench.name(), result.stdout)
+    for text, _ in bench_cpu.TARGETS.values():
+        assert f"  {text}: met" in lines or any(line.startswith(f"  {text}: NOT met") for line in lines), text
