@@ -59,7 +59,7 @@ class ReserveLayout:
     Slots per pseudo-layer k (in processing order, i.e. reversed within each span for
     reverse directions): ``gates`` [T, B, G*N] (activations), ``cell`` [T, B, N] (LSTM carried
     c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; LSTM/GRU).
-    Per layer l < L-1: ``output`` [T, B, D*P] (that layer's output before dropout).
+    Per layer l < L-1: ``output`` [T, B, D*P] (that layer's output, dropout applied: the next layer's input).
     """
 
     slots: tuple[tuple[tuple[str, int], tuple[int, ...], int], ...]
@@ -364,10 +364,10 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
             if cy is not None:
                 cy[k] = c_last
         if layer < config.num_layers - 1:
-            if saved_all is not None:
-                saved_all["output", layer][...] = out
             if is_training and config.inter_layer_dropout:
                 out *= dropout_mask(config, layer, out.shape, dtype, xp)
+            if saved_all is not None:
+                saved_all["output", layer][...] = out
         seq = out
     y = _to_time_major(seq, time_major)
     y = xp.ascontiguousarray(y.astype(io_dtype, copy=False))
@@ -407,10 +407,7 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
         if layer == 0:
             layer_in = x_tm
         else:
-            layer_in = saved_all["output", layer - 1]
-            if config.inter_layer_dropout:
-                mask = dropout_mask(config, layer - 1, layer_in.shape, dtype, xp)
-                layer_in = layer_in * mask
+            layer_in = saved_all["output", layer - 1]  # dropout applied
         d_in = xp.zeros(layer_in.shape, dtype=dtype)
         for direction in range(d):
             k = layer * d + direction
