@@ -6,28 +6,23 @@ Same interface as the cuDNN backend (see ``ops.py``)::
     backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major)
         -> (dx, dh0, dc0, dparams)
 
-Math per pseudo-layer (W input matrices, R recurrent, bW/bR the two biases, gates stacked
-in cuDNN's linLayerID order)::
-
-    a_t  = W x_t + bW + R h_{t-1} + bR                       # [G*N]
-    rnn:  h_t = act(a_t)
-    lstm: i, f, g, o = sig(a_i), sig(a_f), tanh(a_g), sig(a_o)
-          c_t = f * c_{t-1} + i * g ;  h_t = o * tanh(c_t) ;  (projection: h_t <- Proj @ h_t)
-    gru:  r, u = sig(a_r), sig(a_u)
-          n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n)) ;  h_t = (1 - u) * n + u * h_{t-1}
-
-Every layer's input projections for all steps are one GEMM; only ``R h_{t-1}`` is serial.
-Variable lengths: each sequence b is processed for ``t < len[b]``; past its end the state is
-carried unchanged and the output is 0. Padding (``x`` and ``dy`` at t >= len[b]) is never read:
-it is replaced by 0 first, so NaN or inf there changes nothing. The reverse direction sees each sequence reversed
-within its own span (so it runs len-1 .. 0), which :func:`_span_reversal` does by gather.
+Per pseudo-layer, with W the input matrices, R the recurrent ones and bW, bR the two biases, the
+gates stacked in cuDNN's linLayerID order: ``a_t = W x_t + bW + R h_{t-1} + bR`` [G*N], then the
+cell of the mode. The step math, forward and backward, and how it is arranged to run fast, is ``_cells``; this
+module runs it over layers, directions and time. Every layer's input projections are one GEMM
+per chunk of ``TIME_CHUNK`` steps; only ``R h_{t-1}`` is serial; backprop's weight gradients are
+one GEMM per chunk. Variable lengths: each sequence b is processed for ``t < len[b]``; past its
+end the state is carried unchanged and the output is 0. Padding (``x`` and ``dy`` at t >= len[b])
+is never read: it is replaced by 0 first, so NaN or inf there changes nothing. The reverse
+direction sees each sequence reversed within its own span (so it runs len-1 .. 0), which
+:func:`_span_reversal` does by gather (by views when every sequence is full length).
 Dropout (inverted, probability p) applies to the output of every layer but the last, with
 masks drawn from TF's 64-bit seed, so a call is a deterministic function of its inputs.
 float16 data computes in float32.
 
-The reserve space holds, per pseudo-layer, the gate activations, the carried c (LSTM),
-R_n h + bR_n (GRU) and the carried h, plus each non-final layer's output; backward walks
-the same tables in reverse.
+The reserve space holds, per pseudo-layer, the gate activations (in ``_cells.FORWARD_ORDER``),
+the carried c (LSTM), R_n h + bR_n (GRU) and the carried h, plus each non-final layer's output
+(dropout applied); backward walks the same tables in reverse.
 """
 
 from __future__ import annotations

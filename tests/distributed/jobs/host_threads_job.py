@@ -1,6 +1,6 @@
 """How many BLAS threads each process runs after ``distributed.init()``; each rank writes FOLDER/rank<r>.json.
 
-    mpiexec -n N python tests/distributed/jobs/threads_job.py FOLDER
+    mpiexec -n N python tests/distributed/jobs/host_threads_job.py FOLDER
 """
 
 from __future__ import annotations

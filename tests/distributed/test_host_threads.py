@@ -21,7 +21,8 @@ def environment_without_thread_variables(**chosen: str) -> dict[str, str]:
 
 
 def per_rank(folder: Path, ranks: int, **chosen: str) -> list[dict]:
-    run_job("threads_job.py", ranks, folder, timeout=120, env=environment_without_thread_variables(**chosen)).check()
+    env = environment_without_thread_variables(**chosen)
+    run_job("host_threads_job.py", ranks, folder, timeout=120, env=env).check()
     return read_ranks(folder, ranks)
 
 
