@@ -18,11 +18,13 @@ GEMM floor
 
 torch runs on as many threads as the machine has cores (``torch.set_num_threads``), ONNX Runtime on
 the same number of intra-op threads (one inter-op thread, sequential execution, all graph
-optimisations); NumPy's BLAS runs with whatever threads it has (reported). Both sides agree on the
-results or the run fails: our output and input gradient against torch's (relative to their max,
-<= 1e-3; checked without dropout, whose masks differ), our inference output against ONNX Runtime's Y
-(<= 1e-4). The sides of a group (training: ours, torch, floor; inference: ours, ORT, floor; float64:
-ours, floor) take turns after the warm-up, and each reports the median of the repeats.
+optimisations); NumPy's BLAS runs with whatever threads it has (reported). Idle workers of torch
+(``OMP_WAIT_POLICY=PASSIVE``) and of ONNX Runtime sleep rather than spin, so that no side takes the
+cores from the side timed next. Both sides agree on the results or the run fails: our output and
+input gradient against torch's (relative to their max, <= 1e-3; checked without dropout, whose
+masks differ), our inference output against ONNX Runtime's Y (<= 1e-4). The sides of a group
+(training: ours, torch, floor; inference: ours, ORT, floor; float64: ours, floor) take turns after
+the warm-up, and each reports the median of the repeats.
 
 Columns
     ours / torch / ORT / floor ms   median milliseconds of one step (one inference forward)
@@ -72,6 +74,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+# The sides take turns on the same cores: idle OpenMP workers (torch's) must sleep, not spin, or they
+# would take the cores from the side timed next. Set before torch loads its OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # this folder's _bench_configs, and a checkout without installing
@@ -242,6 +248,8 @@ def ort_inference(bench: Bench, problem: Problem, threads: int, folder: Path) ->
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's idle workers spin by default, which would take the cores from the side timed next
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     p = problem
     feed = {"X": p.x, "sequence_lens": np.full(bench.batch, bench.max_time, np.int32), "initial_h": p.h0}
