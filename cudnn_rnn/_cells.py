@@ -42,7 +42,7 @@ import numpy as np
 from ._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "ForwardWeights", "forward_weights", "Workspace", "step_forward", "tanh",
-           "Factors", "factors", "step_backward"]
+           "lstm_hidden", "Factors", "factors", "step_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -148,6 +148,13 @@ def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_p
         xp.matmul(ws.n, fw.Proj.T, out=h_out)
 
 
+def lstm_hidden(gates: Array, cell: Array, out: Array, xp: Any) -> Array:
+    """``out`` [B, N] <- h = o*tanh(c) of an LSTM step from its saved ``gates`` (FORWARD_ORDER) and ``cell``."""
+    tanh(cell, out, xp)
+    out *= _gate(gates, 2, out.shape[-1])
+    return out
+
+
 def _activate_(a: Array, xp: Any, as_tanh: bool = False) -> None:
     """In place: a (holding -x, or -2x where ``tanh``) <- sig(x) = 1 / (1 + exp(-x)), or
     tanh(x) = 2 sig(2x) - 1 (``as_tanh``). Infinities give the limits; exp's overflow is silenced by the caller."""
@@ -179,7 +186,7 @@ class Factors:
     ``dg`` [s, B, G*N] (cuDNN gate order) holds the factors of d(pre-activation) and becomes it;
     ``dr`` the same for d(R h + bR) (GRU; else ``dg`` itself). ``k`` [s, B, N]: LSTM o*(1-tanh(c)^2),
     GRU unused. ``carry`` [s, B, N]: LSTM f, GRU u, set to 1 past each sequence's end.
-    ``unprojected`` [s, B, N]: LSTM with projection, o*tanh(c) (the h before projection).
+    ``unprojected`` [s, B, N]: LSTM, o*tanh(c) (the h before any projection), or None when not needed.
     """
 
     dg: Array

@@ -53,7 +53,8 @@ class ReserveLayout:
 
     Slots per pseudo-layer k (in processing order, i.e. reversed within each span for
     reverse directions): ``gates`` [T, B, G*N] (activations), ``cell`` [T, B, N] (LSTM carried
-    c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; LSTM/GRU).
+    c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; GRU, and LSTM with a
+    projection: an LSTM's h = o*tanh(c) is recomputed from ``gates`` and ``cell`` instead).
     Per layer l < L-1: ``output`` [T, B, D*P] (that layer's output, dropout applied: the next layer's input).
     """
 
@@ -69,7 +70,7 @@ class ReserveLayout:
             per_layer.append(("cell", (t, b, n)))
         if config.rnn_mode == "gru":
             per_layer.append(("rec_n", (t, b, n)))
-        if config.rnn_mode in ("lstm", "gru"):
+        if config.rnn_mode == "gru" or config.num_proj:
             per_layer.append(("hidden", (t, b, p)))
         slots, offset = [], 0
         for k in range(config.num_pseudo_layers):
@@ -455,12 +456,13 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
     dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
     block = max(1, min(chunk, FACTOR_BLOCK // (batch * gn)))
     gates, c_seq, rec_n = saved["gates"], saved.get("cell"), saved.get("rec_n")
-    h_seq = saved["hidden"] if "hidden" in saved else gates  # carried h; for RNN the activations
+    # the carried h: saved, or for RNN the activations, or for an LSTM recomputed (``unprojected``)
+    h_seq = saved["hidden"] if "hidden" in saved else None if mode == "lstm" else gates
     projecting = weights["Proj"] is not None
     dg_buffer = xp.empty((chunk, batch, gn), dtype=dtype)
     dr_buffer = xp.empty_like(dg_buffer) if mode == "gru" else dg_buffer
     per_block = {name: xp.empty((block, batch, n), dtype=dtype) for name in ("k", "carry", "previous")}
-    unprojected = xp.empty((chunk, batch, n), dtype=dtype) if projecting else None
+    unprojected = xp.empty((chunk, batch, n), dtype=dtype) if projecting or h_seq is None else None
     d_projected = xp.empty((chunk, batch, p), dtype=dtype) if projecting else None
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
     dh, dc = xp.array(dh, dtype=dtype), None if dc is None else xp.array(dc, dtype=dtype)
@@ -508,10 +510,15 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
         if grads["bW"] is not None:
             grads["bW"] += flat_dg.sum(axis=0)
         grads["bR"] += flat_dr.sum(axis=0)
-        skip = 1 if start == 0 else 0  # step 0 saw h_init, the others h_seq[t - 1]
-        products = [(flat_dr[skip * batch:].T, h_seq[start + skip - 1:stop - 1].reshape((steps - skip) * batch, p))]
-        if skip:
-            products.append((dr[0].T, h_init))
+        if h_seq is not None:
+            skip = 1 if start == 0 else 0  # step 0 saw h_init, the others h_seq[t - 1]
+            products = [(flat_dr[skip * batch:].T, h_seq[start + skip - 1:stop - 1].reshape((steps - skip) * batch, p))]
+            if skip:
+                products.append((dr[0].T, h_init))
+        else:  # the chunk's h_t are o*tanh(c) (computed with the factors); before it, h_init or one more row
+            h_before = h_init if start == 0 else _cells.lstm_hidden(gates[start - 1], c_seq[start - 1], ws.n2, xp)
+            products = [(flat_dr[batch:].T, unprojected[:steps - 1].reshape((steps - 1) * batch, n)),
+                        (dr[0].T, h_before)]
         _add_products(grads["R"], products, first, xp)
         if projecting:
             _add_products(grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
