@@ -1,4 +1,5 @@
-"""benchmarks/bench_cpu.py --quick runs to the end: every table, every quick configuration, every target.
+"""benchmarks/bench_cpu.py --quick runs to the end (every table, every quick configuration, every target), and
+bench_reference_revisions.py runs a revision of the reference backend beside the working tree.
 
 It needs torch and onnxruntime (the test and oracle extras), which CI installs: no skip.
 """
@@ -45,3 +46,14 @@ def test_quick_run_prints_every_table_configuration_and_target() -> None:
         assert len(rows) == len(bench_cpu.TABLES), (bench.name(), result.stdout)
     for text, _ in bench_cpu.TARGETS.values():
         assert f"  {text}: met" in lines or any(line.startswith(f"  {text}: NOT met") for line in lines), text
+
+
+def test_a_revision_of_the_reference_backend_runs_beside_the_working_tree() -> None:
+    """bench_reference_revisions.py loads _reference (and _cells) as they are at HEAD, checks that both
+    compute the same step and times them."""
+    bench_cpu = load_bench_cpu()
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_reference_revisions.py"), "HEAD",
+                             "--quick", "--repeats", "1"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for bench in bench_cpu.QUICK:
+        assert any(line.startswith(bench.name() + " ") for line in result.stdout.splitlines()), result.stdout

@@ -1,0 +1,121 @@
+"""The reference backend at another git revision against the working tree: one training step each.
+
+Loads ``cudnn_rnn/_reference.py`` (and ``_cells.py`` where that revision has one) as it was at REV,
+beside the working tree's, and times ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3`` through each in
+turns in one process (the bench_cpu configurations, time-major, with their dropout). Both must agree on the
+output, input and weight gradients (relative to their max: 1e-5 in float32, 1e-12 in float64).
+Reports the fastest of the repeats, wall time, and the ratio working tree / REV.
+
+Usage: python benchmarks/bench_reference_revisions.py REV [--dtype float32|float64] [--repeats N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # this folder's _bench_configs, and a checkout without installing
+
+import bench_cpu  # noqa: E402
+from _bench_configs import Bench  # noqa: E402
+
+from cudnn_rnn import _reference  # noqa: E402
+
+#: what ops.py calls in the backend module
+ENTRY_POINTS = ("forward", "backward", "header_tag")
+
+
+def backend_at(revision: str) -> types.ModuleType:
+    """``cudnn_rnn._reference`` as it was at ``revision``, as a module of the package (its imports of
+    ``_reserve``, ``config``, ``layout`` ... resolve to the working tree's; ``_cells`` to the revision's)."""
+
+    def source(path: str) -> str | None:
+        result = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=HERE.parent, capture_output=True, text=True)
+        return result.stdout if result.returncode == 0 else None
+
+    reference = source("cudnn_rnn/_reference.py")
+    if reference is None:
+        raise SystemExit(f"no cudnn_rnn/_reference.py at {revision!r}")
+    cells = source("cudnn_rnn/_cells.py")
+    tag = f"at_{abs(hash(revision))}"
+    if cells is not None:  # the revision's own cells, under their own name
+        _load(f"cudnn_rnn._cells_{tag}", cells, "cudnn_rnn")
+        reference = reference.replace("from . import _cells, ", f"from . import _cells_{tag} as _cells\nfrom . import ")
+    name = f"cudnn_rnn._reference_{tag}"
+    return _load(name, reference, "cudnn_rnn")
+
+
+def _load(name: str, text: str, package: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = package
+    sys.modules[name] = module
+    exec(compile(text, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def step_through(backend: types.ModuleType, step: Callable[[], Any]) -> Callable[[], Any]:
+    """``step`` with ops dispatching to ``backend`` instead of the working tree's reference backend."""
+
+    def run() -> Any:
+        saved = {name: getattr(_reference, name) for name in ENTRY_POINTS}
+        try:
+            for name in ENTRY_POINTS:
+                setattr(_reference, name, getattr(backend, name))
+            return step()
+        finally:
+            for name, value in saved.items():
+                setattr(_reference, name, value)
+
+    return run
+
+
+def results_of(outcome: tuple) -> list[np.ndarray]:
+    out, grads = outcome
+    return [out.output, grads.input_backprop, grads.params_backprop]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("revision", help="a git revision, e.g. a commit or tag")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats per side (fastest reported)")
+    parser.add_argument("--quick", action="store_true", help="bench_cpu's tiny configurations")
+    args = parser.parse_args(argv)
+    dtype = np.dtype(args.dtype).type
+    tolerance = 1e-5 if dtype is np.float32 else 1e-12
+    old = backend_at(args.revision)
+    benches: tuple[Bench, ...] = bench_cpu.QUICK if args.quick else bench_cpu.BENCHES
+    print(f"{args.dtype}, fastest of {args.repeats} wall-clock repeats, the sides taking turns")
+    print(f"{'configuration':44s} {args.revision[:12]:>12s} {'now':>9s} {'now/rev':>8s}")
+    for bench in benches:
+        problem = bench_cpu.make_problem(bench, dtype)
+        current = bench_cpu.ours_step(bench, problem)
+        sides = {"rev": step_through(old, current), "now": current}
+        expected, got = results_of(sides["rev"]()), results_of(sides["now"]())
+        for a, b in zip(expected, got):
+            difference = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-30))
+            if difference > tolerance:
+                raise AssertionError(f"{bench.name()}: the two revisions differ by {difference:.2g}")
+        best = {name: float("inf") for name in sides}
+        for _ in range(args.repeats):
+            for name, side in sides.items():
+                start = time.perf_counter()
+                side()
+                best[name] = min(best[name], 1e3 * (time.perf_counter() - start))
+        print(f"{bench.name():44s} {best['rev']:12.1f} {best['now']:9.1f} {best['now'] / best['rev']:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
