@@ -4,7 +4,8 @@ Loads ``cudnn_rnn/_reference.py`` (and ``_cells.py`` where that revision has one
 beside the working tree's, and times ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3`` through each in
 turns in one process (the bench_cpu configurations, time-major, with their dropout). Both must agree on the
 output, input and weight gradients (relative to their max: 1e-5 in float32, 1e-12 in float64).
-Reports the fastest of the repeats, wall time, and the ratio working tree / REV.
+Reports the fastest of the repeats, wall time, and the ratio working tree / REV, and the peak
+memory of a step of each (``bench_cpu.training_memory``: NumPy allocations beyond the inputs).
 
 Usage: python benchmarks/bench_reference_revisions.py REV [--dtype float32|float64] [--repeats N] [--quick]
 """
@@ -97,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     old = backend_at(args.revision)
     benches: tuple[Bench, ...] = bench_cpu.QUICK if args.quick else bench_cpu.BENCHES
     print(f"{args.dtype}, fastest of {args.repeats} wall-clock repeats, the sides taking turns")
-    print(f"{'configuration':44s} {args.revision[:12]:>12s} {'now':>9s} {'now/rev':>8s}")
+    print(f"{'configuration':44s} {args.revision[:12] + ' ms':>15s} {'now ms':>9s} {'now/rev':>8s} "
+          f"{'rev peak MB':>12s} {'now peak MB':>12s}")
     for bench in benches:
         problem = bench_cpu.make_problem(bench, dtype)
         current = bench_cpu.ours_step(bench, problem)
@@ -113,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 side()
                 best[name] = min(best[name], 1e3 * (time.perf_counter() - start))
-        print(f"{bench.name():44s} {best['rev']:12.1f} {best['now']:9.1f} {best['now'] / best['rev']:8.2f}")
+        peak = {name: bench_cpu.training_memory(side)["peak"] / 2**20 for name, side in sides.items()}
+        print(f"{bench.name():44s} {best['rev']:15.1f} {best['now']:9.1f} {best['now'] / best['rev']:8.2f} "
+              f"{peak['rev']:12.1f} {peak['now']:12.1f}")
     return 0
 
 
