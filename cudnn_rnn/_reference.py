@@ -112,6 +112,9 @@ def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: o
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
 #: [T, B, G*N] temporary beyond the reserve space is ever alive.
 TIME_CHUNK = 32
+#: at most this many elements of [t, B, G*N] per chunk of backprop (its d(pre-activation) buffer):
+#: fewer steps per chunk for large B*G*N, whose weight-gradient GEMMs are efficient with fewer rows
+BACKWARD_CHUNK = 1 << 20
 #: elements of [s, B, G*N] per block of backward factors: small enough to stay in a core's cache
 FACTOR_BLOCK = 1 << 16
 
@@ -453,7 +456,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     gn = config.num_gates * n
     max_time, batch, width = layer_in.shape
-    dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
+    dtype, chunk = layer_in.dtype, max(1, min(max_time, TIME_CHUNK, BACKWARD_CHUNK // (batch * gn)))
     block = max(1, min(chunk, FACTOR_BLOCK // (batch * gn)))
     gates, c_seq, rec_n = saved["gates"], saved.get("cell"), saved.get("rec_n")
     # the carried h: saved, or for RNN the activations, or for an LSTM recomputed (``unprojected``)
@@ -476,7 +479,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
         rows[1:] = sequence[:b - a - 1]
         return rows
 
-    for start, stop in reversed(_chunks(max_time)):
+    for start, stop in reversed(_chunks(max_time, chunk)):
         steps = stop - start
         dg, dr = dg_buffer[:steps], dr_buffer[:steps]
         dy = order.gather(d_out, start, stop)

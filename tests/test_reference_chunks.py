@@ -64,3 +64,13 @@ def test_factor_block_size_does_not_change_results(monkeypatch: pytest.MonkeyPat
     blocked = run(case, True, lengths)
     for expected, actual in zip(whole, blocked):
         np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["rnn_mode"])
+def test_backprop_chunks_capped_by_size_do_not_change_results(monkeypatch: pytest.MonkeyPatch, case: dict) -> None:
+    lengths = np.array([11, 0, 4, 7, 1], np.int32)
+    whole = run(case, False, lengths)
+    monkeypatch.setattr(_reference, "BACKWARD_CHUNK", 2 * len(lengths) * 4 * 4)  # 2 steps per chunk (8 for RNN)
+    capped = run(case, False, lengths)
+    for expected, actual in zip(whole, capped):
+        np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
