@@ -37,8 +37,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "ForwardWeights", "forward_weights", "Workspace", "step_forward", "tanh",
@@ -57,21 +55,20 @@ SCALES: dict[str, tuple[float, ...]] = {"lstm": (-1.0, -1.0, -1.0, -2.0), "gru":
 class ForwardWeights:
     """One pseudo-layer's weights as the forward steps use them: gates in ``FORWARD_ORDER``, each
     gate's rows times its ``SCALES`` factor. ``W`` [G*N, width] (None under skip_input, then
-    ``input_scale`` [G] scales x per gate), ``R`` [G*N, P], ``bias`` [G*N] (bW + bR, without GRU's
+    ``input_scale`` (G factors) scales x per gate), ``R`` [G*N, P], ``bias`` [G*N] (bW + bR, without GRU's
     bR_n), ``bR_n`` [N] (GRU, scaled like its gate), ``Proj`` [P, N] (LSTM projection)."""
 
     W: Array | None
     R: Array
     bias: Array
-    input_scale: np.ndarray
+    input_scale: tuple[float, ...]
     bR_n: Array | None
     Proj: Array | None
 
 
 def forward_weights(mode: str, num_units: int, weights: dict[str, Array | None], xp: Any) -> ForwardWeights:
     """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_reference``) for the forward."""
-    order, n = FORWARD_ORDER[mode], num_units
-    scale = np.array(SCALES[mode])
+    order, n, scale = FORWARD_ORDER[mode], num_units, SCALES[mode]
 
     def arrange(stacked: Array) -> Array:
         blocks = stacked.reshape(len(order), n, -1)[list(order)]
@@ -80,7 +77,7 @@ def forward_weights(mode: str, num_units: int, weights: dict[str, Array | None],
     bias = weights["bR"].copy()
     bR_n = None
     if mode == "gru":  # bR_n sits inside r * (R_n h + bR_n): not foldable into the input GEMM
-        bR_n = bias[2 * n:] * scale[2]
+        bR_n = bias[2 * n:] * scale[2]  # a Python float: bR_n keeps the params' dtype
         bias[2 * n:] = 0
     if weights["bW"] is not None:
         bias += weights["bW"]
@@ -292,8 +289,8 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
         dr[:, :2 * n] = dg[:, :2 * n]
         _gate(dr, 2, n)[...] *= dn
         xp.matmul(dr, R, out=dh)
-        xp.multiply(dh_total, f.carry[j], out=ws.p)
-        dh += ws.p
+        dh_total *= f.carry[j]
+        dh += dh_total
         return  # past the end: dr = 0 and carry = 1, so dh_{t-1} = dh_t already
     else:
         dg *= dh_total

@@ -224,8 +224,8 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
     hidden = gates if rnn else track("hidden", p)
     cell = track("cell", n) if mode == "lstm" else None
     rec_n = track("rec_n", n) if "rec_n" in saved else None
-    h_carry = h.copy()
-    c_carry = None if c is None else c.copy()
+    h_carry = xp.array(h, dtype=dtype)  # this direction's own copies, updated in place
+    c_carry = None if c is None else xp.array(c, dtype=dtype)
     for start, stop in _chunks(max_time):
         g_rows, h_rows = gates.rows(start, stop), hidden.rows(start, stop)
         c_rows = None if cell is None else cell.rows(start, stop)
@@ -244,8 +244,9 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
         h_carry[...] = h_rows[stop - start - 1]
         if c_rows is not None:
             c_carry[...] = c_rows[stop - start - 1]
-        for saved_track in {id(t): t for t in (gates, hidden, cell, rec_n) if t is not None}.values():
-            saved_track.flush(start, stop)
+        for saved_track in (gates, cell, rec_n) if rnn else (gates, hidden, cell, rec_n):
+            if saved_track is not None:
+                saved_track.flush(start, stop)
     return h_carry, c_carry
 
 
@@ -355,9 +356,8 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
             k = layer * d + direction
             order = _TimeOrder(direction == 1, lengths, max_time, xp)
             weights = _layer_weights(config, layout, params_c, k)
-            c_init = None if c0 is None else c0[k].astype(dtype)
-            h_last, c_last = _run_direction(config, seq, order, h0[k].astype(dtype), c_init, weights, valid,
-                                            invalid, _slots_for(saved_all, k),
+            h_last, c_last = _run_direction(config, seq, order, h0[k], None if c0 is None else c0[k], weights,
+                                            valid, invalid, _slots_for(saved_all, k),
                                             out[:, :, direction * p:(direction + 1) * p], xp)
             hy[k] = h_last
             if cy is not None:
@@ -410,12 +410,12 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
         d_in = xp.zeros(layer_in.shape, dtype=dtype)
         for direction in range(d):
             k = layer * d + direction
-            c_init = None if c0 is None else c0[k].astype(dtype)
+            c_init = None if c0 is None else c0[k].astype(dtype, copy=False)
             dh, dc = _backprop_direction(
                 config, layer_in, _TimeOrder(direction == 1, lengths, max_time, xp),
                 _layer_weights(config, layout, params_c, k), _layer_weight_grads(layout, dparams, k),
-                _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k].astype(dtype),
-                None if dcy is None else dcy[k].astype(dtype), h0[k].astype(dtype), c_init, invalid, d_in,
+                _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k],
+                None if dcy is None else dcy[k], h0[k].astype(dtype, copy=False), c_init, invalid, d_in,
                 direction == 0, xp)
             dh0[k] = dh
             if dc0 is not None:
