@@ -16,7 +16,6 @@ import argparse
 import importlib.util
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -81,6 +80,10 @@ def step_through(backend: types.ModuleType, step: Callable[[], Any]) -> Callable
     return run
 
 
+#: what both revisions must agree on, as ``results_of`` lists it
+RESULTS = ("output", "input_backprop", "params_backprop")
+
+
 def results_of(outcome: tuple) -> list[np.ndarray]:
     out, grads = outcome
     return [out.output, grads.input_backprop, grads.params_backprop]
@@ -104,17 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = bench_cpu.make_problem(bench, dtype)
         current = bench_cpu.ours_step(bench, problem)
         sides = {"rev": step_through(old, current), "now": current}
-        expected, got = results_of(sides["rev"]()), results_of(sides["now"]())
-        for a, b in zip(expected, got):
-            difference = float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-30))
-            if difference > tolerance:
-                raise AssertionError(f"{bench.name()}: the two revisions differ by {difference:.2g}")
-        best = {name: float("inf") for name in sides}
-        for _ in range(args.repeats):
-            for name, side in sides.items():
-                start = time.perf_counter()
-                side()
-                best[name] = min(best[name], 1e3 * (time.perf_counter() - start))
+        for name, mine, other in zip(RESULTS, results_of(sides["now"]()), results_of(sides["rev"]())):
+            bench_cpu.relative_difference(f"{bench.name()}: {name}", mine, other, tolerance, args.revision)
+        best = {name: min(times) for name, times in bench_cpu.interleaved_ms(sides, 0, args.repeats).items()}
         peak = {name: bench_cpu.training_memory(side)["peak"] / 2**20 for name, side in sides.items()}
         print(f"{bench.name():44s} {best['rev']:15.1f} {best['now']:9.1f} {best['now'] / best['rev']:8.2f} "
               f"{peak['rev']:12.1f} {peak['now']:12.1f}")
