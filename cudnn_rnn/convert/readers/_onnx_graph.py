@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ._found import FileReadError
-from ._onnx_operators import OPERATORS, _Call
+from ._onnx_operators import OPERATORS, OperatorCall
 from ._onnx_values import BATCH, DIRECTIONS, TIME, UNITS, Dims, MalformedGraph, NotFolded, Sequence, Value
 
 __all__ = ["GraphValues", "NotFolded", "MalformedGraph", "Sequence", "Dims", "Value", "OPERATORS", "MAX_DEPTH",
@@ -117,7 +117,7 @@ class GraphValues:
         operator = OPERATORS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if operator is None or index != 0:
             raise NotFolded(f"computed by a {node.op_type} node {node.name!r}, which is not followed here")
-        call = _Call(node, self, depth)
+        call = OperatorCall(node, self, depth)
         try:
             result = operator(call)
         except (NotFolded, MalformedGraph, FileReadError):

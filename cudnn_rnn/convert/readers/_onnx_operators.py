@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from ._onnx_values import DIRECTIONS, Dim, Dims, MalformedGraph, NotFolded, Sequence, Value
 
-if TYPE_CHECKING:
-    from ._onnx_graph import GraphValues
-
-__all__ = ["OPERATORS", "OPEN_END", "MAX_SHAPE_VECTOR"]
+__all__ = ["OPERATORS", "OperatorCall", "Folding", "OPEN_END", "MAX_SHAPE_VECTOR"]
 
 #: a Slice end at or beyond this reaches the end of an axis whose size is not known
 OPEN_END = 2**31 - 1
@@ -23,12 +20,24 @@ MAX_SHAPE_VECTOR = 64
 _TENSOR = 4  # AttributeProto.TENSOR: a Constant's value
 
 
+class Folding(Protocol):
+    """What an operator asks of the graph being folded (:class:`._onnx_graph.GraphValues`)."""
+
+    decode: Callable[[Any, str], np.ndarray]  # a TensorProto (a Constant's value) -> its array
+
+    def value(self, name: str, depth: int = 0) -> Value:
+        """The value of the graph's name ``name``, ``depth`` nodes down a chain."""
+
+    def afford(self, nbytes: int, node: Any) -> None:
+        """Refuse to allocate ``nbytes`` more for ``node`` when that would pass the budget."""
+
+
 @dataclass
-class _Call:
-    """One node being evaluated: its attributes and inputs, read on demand."""
+class OperatorCall:
+    """One operator applied to one node: the node's attributes, and its inputs folded on demand."""
 
     node: Any
-    values: GraphValues
+    values: Folding
     depth: int
     attributes: dict[str, Any] = field(init=False)
     seen: list[Value] = field(init=False, default_factory=list)
@@ -90,19 +99,19 @@ class _Call:
         return axis % rank
 
 
-# ---- operators: each takes a _Call and returns a Value ---------------------------------------------
-def _identity(call: _Call) -> Value:
+# ---- operators: each takes an OperatorCall and returns a Value -------------------------------------
+def _identity(call: OperatorCall) -> Value:
     return call.input(0)
 
 
-def _dropout(call: _Call) -> Value:
+def _dropout(call: OperatorCall) -> Value:
     training = call.optional(2)
     if training is not None and (not isinstance(training, np.ndarray) or bool(np.any(training))):
         raise NotFolded(f"Dropout node {call.node.name!r} may run in training mode")
     return call.input(0)
 
 
-def _constant(call: _Call) -> Value:
+def _constant(call: OperatorCall) -> Value:
     if "value" in call.attributes:
         if call.attributes["value"].type != _TENSOR:
             raise call.malformed("attribute value is not a tensor")
@@ -118,7 +127,7 @@ def _constant(call: _Call) -> Value:
 _CAST_TYPES: dict[int, type] = {1: np.float32, 11: np.float64, 10: np.float16, 6: np.int32, 7: np.int64}
 
 
-def _cast(call: _Call) -> Value:
+def _cast(call: OperatorCall) -> Value:
     target = _CAST_TYPES.get(call.attribute("to"))
     value = call.input(0)
     if target is None:
@@ -131,7 +140,7 @@ def _cast(call: _Call) -> Value:
     return value.astype(target)
 
 
-def _transpose(call: _Call) -> Value:
+def _transpose(call: OperatorCall) -> Value:
     value = call.input(0)
     rank = len(value.axes) if isinstance(value, Sequence) else np.ndim(value)
     if isinstance(value, Dims):
@@ -144,7 +153,7 @@ def _transpose(call: _Call) -> Value:
     return np.transpose(value, perm)
 
 
-def _squeeze(call: _Call) -> Value:
+def _squeeze(call: OperatorCall) -> Value:
     value = call.input(0)
     axes = call.ints("axes", 1)
     if isinstance(value, Dims):
@@ -166,7 +175,7 @@ def _squeeze(call: _Call) -> Value:
     return np.squeeze(value, axis=chosen)
 
 
-def _unsqueeze(call: _Call) -> Value:
+def _unsqueeze(call: OperatorCall) -> Value:
     value = call.input(0)
     axes = call.ints("axes", 1)
     if axes is None:
@@ -187,7 +196,7 @@ def _unsqueeze(call: _Call) -> Value:
     return np.expand_dims(value, tuple(chosen))
 
 
-def _dims_of(value: Value, call: _Call) -> Dims:
+def _dims_of(value: Value, call: OperatorCall) -> Dims:
     """A shape vector from Dims or a constant int vector (scalars stay scalars)."""
     if isinstance(value, Dims):
         return value
@@ -198,7 +207,7 @@ def _dims_of(value: Value, call: _Call) -> Dims:
                     "a shape computation")
 
 
-def _concat(call: _Call) -> Value:
+def _concat(call: OperatorCall) -> Value:
     parts = call.inputs()
     if not parts:
         raise call.malformed("no inputs")
@@ -216,7 +225,7 @@ def _concat(call: _Call) -> Value:
     return Dims(tuple(entry for d in dims for entry in d.dims))
 
 
-def _concat_directions(call: _Call, parts: list[Sequence], axis: int) -> Sequence:
+def _concat_directions(call: OperatorCall, parts: list[Sequence], axis: int) -> Sequence:
     """The two directions of one RNN output, each picked by a Slice, joined again along ``axis``."""
     first = parts[0]
     if len(parts) == 1:
@@ -230,7 +239,7 @@ def _concat_directions(call: _Call, parts: list[Sequence], axis: int) -> Sequenc
     return replace(first, axes=tuple(axes), picked=None)
 
 
-def _slice_arguments(call: _Call, rank: int) -> list[tuple[int, int, int, int]]:
+def _slice_arguments(call: OperatorCall, rank: int) -> list[tuple[int, int, int, int]]:
     """(axis, start, end, step) per sliced axis, from the attributes (opset < 10) or the inputs."""
     starts, ends = call.ints("starts", 1), call.ints("ends", 2)
     if starts is None or ends is None or len(starts) != len(ends):
@@ -243,7 +252,7 @@ def _slice_arguments(call: _Call, rank: int) -> list[tuple[int, int, int, int]]:
     return [(call.axis(a, rank), s, e, step) for a, s, e, step in zip(axes, starts, ends, steps)]
 
 
-def _slice(call: _Call) -> Value:
+def _slice(call: OperatorCall) -> Value:
     value = call.input(0)
     if isinstance(value, Dims):
         if value.scalar:
@@ -258,7 +267,7 @@ def _slice(call: _Call) -> Value:
     return value[tuple(index)]
 
 
-def _slice_sequence(call: _Call, value: Sequence) -> Sequence:
+def _slice_sequence(call: OperatorCall, value: Sequence) -> Sequence:
     axes, picked = list(value.axes), value.picked
     for axis, start, end, step in _slice_arguments(call, len(axes)):
         size = value.size(axes[axis])
@@ -276,7 +285,7 @@ def _slice_sequence(call: _Call, value: Sequence) -> Sequence:
     return replace(value, axes=tuple(axes), picked=picked)
 
 
-def _reshape(call: _Call) -> Value:
+def _reshape(call: OperatorCall) -> Value:
     value = call.input(0)
     allow_zero = bool(call.attribute("allowzero", 0))
     if "shape" in call.attributes:
@@ -327,7 +336,7 @@ def _take(atoms: list[str], dim: Dim, sizes: dict[str, int]) -> int | None:
     return count
 
 
-def _regroup(call: _Call, value: Sequence, target: tuple[Dim, ...], allow_zero: bool) -> Sequence:
+def _regroup(call: OperatorCall, value: Sequence, target: tuple[Dim, ...], allow_zero: bool) -> Sequence:
     """A Reshape of an RNN output: the atoms, in order, regrouped into the target's dimensions."""
     failed = NotFolded(f"Reshape node {call.node.name!r} regroups an RNN output in a way not followed here")
     copies = [i for i, (factor, unknown) in enumerate(target) if factor == 0 and not unknown]
@@ -370,7 +379,7 @@ def _regroup(call: _Call, value: Sequence, target: tuple[Dim, ...], allow_zero: 
     return replace(value, axes=tuple(axis for axis in out if axis is not None), sizes=sizes)
 
 
-def _shape(call: _Call) -> Value:
+def _shape(call: OperatorCall) -> Value:
     value = call.input(0)
     start, end = call.attribute("start", 0), call.attribute("end")
     if isinstance(value, Sequence):
@@ -380,7 +389,7 @@ def _shape(call: _Call) -> Value:
     return np.array(value.shape, np.int64)[slice(start, end)]
 
 
-def _gather(call: _Call) -> Value:
+def _gather(call: OperatorCall) -> Value:
     data, indices = call.input(0), call.input(1)
     if call.attribute("axis", 0) != 0 or not isinstance(indices, np.ndarray) or indices.dtype.kind not in "iu" \
             or indices.ndim > 1 or indices.size > MAX_SHAPE_VECTOR:
@@ -395,7 +404,7 @@ def _gather(call: _Call) -> Value:
     return result
 
 
-def _mul(call: _Call) -> Value:
+def _mul(call: OperatorCall) -> Value:
     a, b = _dims_of(call.input(0), call), _dims_of(call.input(1), call)
     if len(a.dims) != len(b.dims) and 1 not in (len(a.dims), len(b.dims)):
         raise call.malformed("multiplies shape vectors of different lengths")
@@ -410,7 +419,7 @@ def _mul(call: _Call) -> Value:
 
 
 #: op_type -> how its output 0 is computed from its inputs (anything else is not folded)
-OPERATORS: dict[str, Callable[[_Call], Value]] = {
+OPERATORS: dict[str, Callable[[OperatorCall], Value]] = {
     "Identity": _identity,
     "Dropout": _dropout,
     "Constant": _constant,
