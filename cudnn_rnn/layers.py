@@ -32,9 +32,10 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from ._arrays import Array, array_kind, array_module, copy_into, to_host
-from .config import RNNConfig
+from .config import RNNConfig, is_count
 from .layout import ParamEntry, params_layout
-from .params_file import CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file, write_params_file
+from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
+                          write_params_file)
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
@@ -183,10 +184,10 @@ class RecurrentLayer:
         host = keras_init_params(config, seed=config.seed, unit_forget_bias=bool(unit_forget_bias))
         self._attach(config, module, host, step=0)
 
-    def _attach(self, config: RNNConfig, xp: types.ModuleType, host_params: np.ndarray, step: int) -> None:
+    def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int) -> None:
         self.config = config
         self.xp = xp
-        self.params: Array = xp.asarray(host_params)
+        self.params: Array = xp.asarray(params)
         self.grad: Array = xp.zeros_like(self.params)
         self.step = step
         self._layout = params_layout(config)
@@ -325,7 +326,42 @@ class RecurrentLayer:
             ValueError: not a whole layer file, another layer kind, or params not matching the config.
         """
         saved = read_params_file(path)
-        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)))
+        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
+
+    @classmethod
+    def from_params(cls, params: Array, config: RNNConfig, *, xp: types.ModuleType | None = None,
+                    step: int = 0) -> "RecurrentLayer":
+        """A new layer of ``config`` holding a copy of the params buffer ``params``.
+
+        The way in for weights that come from elsewhere: a converted file
+        (:meth:`cudnn_rnn.convert.FoundRNN.to_layer` calls this), :func:`cudnn_rnn.convert.from_format`,
+        or another layer's ``params``. ``RecurrentLayer.from_params`` builds the class ``config``
+        names; ``LSTM.from_params`` (etc.) also checks that ``config`` is of that kind.
+
+        Args:
+            params: 1-D [params_size(config)] array of ``config.dtype`` (NumPy or CuPy), in
+                cuDNN's layout (:mod:`cudnn_rnn.layout`). It is copied, never kept.
+            config: the :class:`~cudnn_rnn.config.RNNConfig` the buffer belongs to (its
+                ``dropout`` and ``seed`` become the layer's).
+            xp: the layer's array module (numpy or cupy); by default that of ``params``.
+            step: the training step counter to start from (the next dropout seed2).
+
+        Raises:
+            TypeError: ``config`` is not an RNNConfig, ``params`` not an array, ``xp`` not numpy/cupy.
+            ValueError: ``params`` has another size or dtype than ``config`` needs; ``config`` is of
+                another mode than ``cls`` holds; ``step`` is not a non-negative int.
+        """
+        if not isinstance(config, RNNConfig):
+            raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
+        kind = array_kind(params)
+        if kind is None:
+            raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
+        check_params_buffer(params, config, "params")
+        if not is_count(step):
+            raise ValueError(f"step must be a non-negative int; got {type(step).__name__} {step!r}")
+        module = array_module(params=params) if xp is None else _array_module_named(xp)
+        copy = params.copy() if module.__name__ == kind else np.array(to_host(params))
+        return cls._from_saved(config, copy, int(step), module, "config", "from_params")
 
     def state_dict(self) -> dict[str, Any]:
         """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`::
@@ -381,18 +417,20 @@ class RecurrentLayer:
         """
         saved = parse_layer_state(state, "state_dict")
         params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
-        return cls._from_saved(saved.config, params, saved.step, xp, "state_dict")
+        return cls._from_saved(saved.config, params, saved.step, xp, "state_dict", "from_state_dict")
 
     @classmethod
-    def _from_saved(cls, config: RNNConfig, host_params: np.ndarray, step: int, xp: types.ModuleType | None,
-                    where: str) -> "RecurrentLayer":
+    def _from_saved(cls, config: RNNConfig, params: Array, step: int, xp: types.ModuleType | None,
+                    where: str, method: str) -> "RecurrentLayer":
+        """A layer of the class ``config`` names, holding ``params`` (taken, not copied) on ``xp``;
+        ``where`` and ``method`` name the source and the caller in the refusal of another class."""
         module = _array_module_named(xp)
         layer_cls = _LAYER_CLASSES[config.rnn_mode]
         if cls is not RecurrentLayer and not issubclass(layer_cls, cls):
             raise ValueError(f"{where} holds a {layer_cls.__name__} (rnn_mode={config.rnn_mode!r}); "
-                             f"{cls.__name__}.load cannot read it (use RecurrentLayer.load)")
+                             f"{cls.__name__}.{method} cannot read it (use RecurrentLayer.{method})")
         layer = object.__new__(layer_cls)
-        layer._attach(config, module, host_params, step)
+        layer._attach(config, module, params, step)
         return layer
 
     def export(self, fmt: str, allow_approximation: bool = False) -> Any:

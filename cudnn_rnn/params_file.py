@@ -34,6 +34,7 @@ from .files import atomic_write
 from .layout import params_size
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
+           "check_params_buffer",
            "is_params_file", "config_fields", "config_from_fields", "parse_layer_state"]
 
 FORMAT_VERSION = 1
@@ -67,7 +68,7 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Any, con
         ValueError: params does not have the size and dtype of ``config``.
     """
     host = to_host(params)
-    _check_params(host, config, "params")
+    check_params_buffer(host, config, "params")
     arrays = dict(params=host, config=np.array(json.dumps(config_fields(config))),
                   step=np.array(int(step), np.int64), format=np.array(FORMAT_VERSION, np.int64))
     if isinstance(file, (str, os.PathLike)):
@@ -119,7 +120,7 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
     if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
         raise ValueError(f"{where}: 'step' must be an integer scalar >= 0; got {step.dtype} {step!r:.40}")
     params = np.array(arrays["params"])
-    _check_params(params, config, f"params in {where}")
+    check_params_buffer(params, config, f"params in {where}")
     return ParamsFile(params, config, int(step))
 
 
@@ -161,11 +162,12 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
     params = state["params"]
     if array_kind(params) is None:
         raise TypeError(f"{where}: 'params' must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
-    _check_params(params, config, f"params in {where}")
+    check_params_buffer(params, config, f"params in {where}")
     return ParamsFile(params, config, int(step))
 
 
-def _check_params(params: Any, config: RNNConfig, what: str) -> None:
+def check_params_buffer(params: Any, config: RNNConfig, what: str) -> None:
+    """Refuse ``params`` unless it is the 1-D [params_size(config)] buffer of ``config.dtype`` (``what`` names it)."""
     size = params_size(config)  # in closed form: a file claiming 10**9 layers is refused at once
     if tuple(params.shape) != (size,) or params.dtype.name != config.dtype:
         raise ValueError(f"{what} must be [{size}] {config.dtype} for its configuration; "

@@ -300,6 +300,51 @@ def test_load_checks_the_layer_kind(tmp_path) -> None:
         RecurrentLayer.load(tmp_path / "other.npz")
 
 
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_from_params_builds_the_layer_the_config_names(name: str, rng: np.random.Generator) -> None:
+    layer = LAYER_CASES[name]()
+    layer.params += rng.standard_normal(layer.params.size)
+    layer.step = 7
+    built = RecurrentLayer.from_params(layer.params, layer.config, step=7)
+    assert type(built) is type(layer) and built.config == layer.config and built.step == 7
+    assert built.params.tobytes() == layer.params.tobytes()
+    assert not np.shares_memory(built.params, layer.params)  # a copy: the layer owns its buffer
+    inputs = _inputs(layer, rng)
+    for training in (False, True):  # the same step and seed: the same dropout masks
+        np.testing.assert_array_equal(built.forward(inputs["x"], training=training)[0],
+                                      layer.forward(inputs["x"], training=training)[0])
+    layer.params[...] = 0
+    assert built.params.any()
+    assert type(type(layer).from_params(built.params, built.config)) is type(layer)
+
+
+def test_from_params_takes_converted_weights() -> None:
+    source = GRU(3, 4, 2, bidirectional=True, seed=4)
+    tensors = source.export("torch").value
+    params = cudnn_rnn.convert.from_format("torch", tensors, source.config).value
+    built = GRU.from_params(params, source.config)
+    assert built.params.tobytes() == source.params.tobytes()
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: LSTM.from_params(GRU(2, 3).params, GRU(2, 3).config), ValueError,
+     r"config holds a GRU \(rnn_mode='gru'\); LSTM.from_params cannot read it \(use RecurrentLayer.from_params\)"),
+    (lambda: GRU.from_params(GRU(2, 3).params[:-1], GRU(2, 3).config), ValueError,
+     r"params must be \[63\] float32 for its configuration; got \(62,\) float32"),
+    (lambda: GRU.from_params(GRU(2, 3).params.astype(np.float64), GRU(2, 3).config), ValueError,
+     "params must be .* float32 .* float64"),
+    (lambda: GRU.from_params(list(GRU(2, 3).params), GRU(2, 3).config), TypeError,
+     "params must be a numpy.ndarray or cupy.ndarray; got list"),
+    (lambda: GRU.from_params(GRU(2, 3).params, "gru"), TypeError, "config must be a cudnn_rnn.RNNConfig; got str"),
+    (lambda: GRU.from_params(GRU(2, 3).params, GRU(2, 3).config, step=-1), ValueError,
+     "step must be a non-negative int; got int -1"),
+    (lambda: GRU.from_params(GRU(2, 3).params, GRU(2, 3).config, xp=np.linalg), TypeError, "xp must be"),
+])
+def test_from_params_refusals_name_the_argument(call, error, words: str) -> None:
+    with pytest.raises(error, match=words):
+        call()
+
+
 def test_repr_names_the_settings() -> None:
     text = repr(LSTM(3, 4, 2, bidirectional=True, dropout=0.1))
     assert text.startswith("LSTM(input_size=3, num_units=4, num_layers=2, bidirectional=True, dropout=0.1)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import types
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -27,6 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig, dtype_name
+from ...layers import RecurrentLayer
 from .._core import Converted, InexactConversionError, check_params
 from .._formats import FORMATS, from_format
 
@@ -252,6 +254,21 @@ class FoundRNN:
             check_params(params, config)
             return Converted(np.array(params))
         return from_format(self.fmt, self.tensors, config, allow_approximation=allow_approximation)
+
+    def to_layer(self, *, xp: types.ModuleType | None = None, allow_approximation: bool = False) -> RecurrentLayer:
+        """A trainable layer (:class:`cudnn_rnn.LSTM`, ``GRU`` or ``RNN``, as the mode says)
+        holding these weights: ``RecurrentLayer.from_params(self.to_params().value, self.config)``.
+
+        Args:
+            xp: the layer's array module (numpy, the default, or cupy).
+            allow_approximation: accept a conversion that changes the function (see
+                :meth:`to_params`; :meth:`conversion` says what would change).
+
+        Raises:
+            ValueError / InexactConversionError: as :meth:`to_params`.
+        """
+        params = self.to_params(allow_approximation=allow_approximation).value
+        return RecurrentLayer.from_params(params, self.config, xp=xp)
 
     def conversion(self) -> str:
         """How these weights become cuDNN params: ``"exact"``, ``"approximate: ..."``,
