@@ -47,7 +47,8 @@ import numpy as np
 
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, common_dtype, one_line
 from ._infer import infer
-from ._onnx_graph import GraphValues, MalformedGraph, NotFolded, Sequence
+from ._onnx_graph import GraphValues
+from ._onnx_values import MalformedGraph, NotFolded, Sequence
 
 __all__ = ["read", "OPERATORS", "Operator", "RNN_MODES", "EXPORTERS", "MAX_MODEL_BYTES"]
 

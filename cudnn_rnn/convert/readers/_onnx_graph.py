@@ -7,21 +7,12 @@
     values.value("onnx::LSTM_375")      -> np.ndarray   an initializer, a Constant, or a folded chain
     values.value("/Reshape_output_0")   -> Sequence     axes (("T",), ("B",), ("D", "N")): [T, B, D*N]
 
-A value is one of:
-
-================  ===========================================================================
-``np.ndarray``    a constant: an initializer, a ``Constant`` node, or an operator of constants
-``Sequence``      an RNN node's Y ([T, D, B, N]; [B, T, D, N] with ``layout=1``) after layout
-                  operators: which of the atoms T, B, D, N each axis holds, major first
-``Dims``          a shape vector read off a Sequence (``Shape``), each entry a product of a
-                  known factor and atoms, for the ``Reshape`` that follows it
-================  ===========================================================================
-
-The operators followed are a table (:data:`OPERATORS`): Identity, Dropout (inference),
-Constant, Cast, Transpose, Squeeze, Unsqueeze, Concat, Slice, Reshape, Shape, Gather, Mul.
-A value computed any other way, or from a graph input, raises :class:`NotFolded` (the caller
-decides whether that is an error); a malformed node raises :class:`MalformedGraph` (a
-ValueError) naming it. Folding
+A name's value (an array, a :class:`~._onnx_values.Sequence` or :class:`~._onnx_values.Dims`;
+see :mod:`._onnx_values`) is an initializer, an RNN output given, or the output 0 of the node
+producing it, computed by its operator (:data:`._onnx_operators.OPERATORS`) from its inputs'
+values, followed back on demand and remembered. A value computed any other way, or from a graph
+input, raises :class:`~._onnx_values.NotFolded` (the caller decides whether that is an error); a
+malformed node raises :class:`~._onnx_values.MalformedGraph` (a ValueError) naming it. Folding
 never allocates more than ``budget`` bytes in all (a file cannot make it grow without bound:
 a chain of Concats doubling a tensor stops there), and a chain deeper than
 :data:`MAX_DEPTH` nodes or a cycle is refused.
@@ -35,10 +26,9 @@ import numpy as np
 
 from ._found import FileReadError
 from ._onnx_operators import OPERATORS, OperatorCall
-from ._onnx_values import BATCH, DIRECTIONS, TIME, UNITS, Dims, MalformedGraph, NotFolded, Sequence, Value
+from ._onnx_values import MalformedGraph, NotFolded, Sequence, Value
 
-__all__ = ["GraphValues", "NotFolded", "MalformedGraph", "Sequence", "Dims", "Value", "OPERATORS", "MAX_DEPTH",
-           "TIME", "BATCH", "DIRECTIONS", "UNITS"]
+__all__ = ["GraphValues", "MAX_DEPTH"]
 
 #: the longest chain of nodes followed back from one value
 MAX_DEPTH = 64

@@ -1,4 +1,35 @@
-"""The operators an ONNX graph is folded through: each computes a node's output 0 from its inputs."""
+"""The operators an ONNX graph is folded through (:data:`OPERATORS`): each computes a node's output 0.
+
+::
+
+    OPERATORS[node.op_type](OperatorCall(node, values, depth))  -> Value     values: the graph (a Folding)
+    call.input(0)            the node's input 0, folded by the graph (an array, a Sequence or Dims)
+    call.ints("axes", 1)     the attribute axes, or (newer opsets) the constant int input 1; None when neither
+    call.malformed(why)      MalformedGraph("node 'name' (Op): why")
+
+=========  =========================================================================================
+operator   on a constant / an RNN output (Sequence) / a shape vector (Dims)
+=========  =========================================================================================
+Identity   the input, whatever it is
+Dropout    the input, when its training input is absent or a constant false
+Constant   the ``value`` tensor, or ``value_float(s)`` / ``value_int(s)``
+Cast       to float16/32/64 or int32/64 / not followed / unchanged when cast to ints
+Transpose  transposed / its axes permuted / not followed
+Squeeze    squeezed / axes of size 1 dropped / a length-1 vector to a scalar
+Unsqueeze  unsqueezed / axes of size 1 inserted / a scalar to a length-1 vector
+Concat     concatenated / the directions of one RNN, each picked by a Slice, joined in order / joined
+Slice      sliced / whole axes kept, or one direction picked / sliced
+Reshape    reshaped / its atoms regrouped into the target's dimensions (binding T or B) / a
+           length-1 vector to or from a scalar
+Shape      its shape / Dims of its axes / its length
+Gather     axis 0 of a shape vector (a small int constant or Dims) at constant indices
+Mul        shape vectors, elementwise; a length-1 one broadcasts
+=========  =========================================================================================
+
+Anything else raises :class:`~._onnx_values.NotFolded`. Every new array an operator returns is
+charged to the graph's budget; Cast and Concat ask first (:meth:`Folding.afford`), before they
+allocate theirs.
+"""
 
 from __future__ import annotations
 

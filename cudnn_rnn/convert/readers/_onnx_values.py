@@ -1,4 +1,26 @@
-"""The values an ONNX graph's names fold to: constants, an RNN output after layout operators, shape vectors."""
+"""What the names of an ONNX graph fold to, as far as reading its RNNs needs.
+
+::
+
+    y = Sequence.of_rnn("/LSTM", 2, 64, batch_major=False)   an LSTM's Y: [T, D, B, N]
+    y.axes                    (("T",), ("D",), ("B",), ("N",))     y.sizes  {"N": 64, "D": 2}
+    Transpose [0, 2, 1, 3], then Reshape [0, 0, -1]:   axes (("T",), ("B",), ("D", "N"))   [T, B, D*N]
+    Shape of that:            Dims(((1, ("T",)), (1, ("B",)), (128, ())))    T, B and 128
+    Slice [1:2] of axis 1 of y:   axes (("T",), (), ("B",), ("N",)), picked=1   the backward direction
+
+A :data:`Value` is one of:
+
+================  ===========================================================================
+``np.ndarray``    a constant: an initializer, a ``Constant`` node, or an operator of constants
+``Sequence``      an RNN node's Y ([T, D, B, N]; [B, T, D, N] with ``layout=1``) after layout
+                  operators: which of the atoms T, B, D, N each axis holds, major first
+``Dims``          a shape vector read off a Sequence (``Shape``), each entry a product of a
+                  known factor and atoms (a :data:`Dim`), for the ``Reshape`` that follows it
+================  ===========================================================================
+
+A name whose value is computed at run time raises :class:`NotFolded`; a node no valid graph
+holds raises :class:`MalformedGraph` (a ValueError).
+"""
 
 from __future__ import annotations
 
