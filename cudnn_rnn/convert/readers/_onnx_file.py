@@ -131,7 +131,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
 
 
 # ---- the file ----------------------------------------------------------------------------------------
-def _load(path: str) -> Any:
+def _read_model_proto(path: str) -> Any:
     """The ModelProto, without its external data; FileReadError when it is none."""
     import onnx
 
@@ -286,7 +286,7 @@ class _Reader:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.model = _load(path)
+        self.model = _read_model_proto(path)
         graph = self.model.graph
         self.data = _TensorData(path)
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
