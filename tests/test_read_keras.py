@@ -25,7 +25,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
-from cudnn_rnn.convert.readers import FoundRNN, _keras_file, read_file, stack
+from cudnn_rnn.convert.readers import FoundRNN, _hdf5_child, _keras_file, read_file, stack
 from rnn_testing import read_refusal
 
 GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
@@ -482,7 +482,7 @@ def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, monkeypatc
     """A global heap that never ends, with the check that refuses it switched off: the time limit ends it."""
     path, _ = looping_heap(tmp_path)
     monkeypatch.setattr(_keras_file, "_check_global_heaps", lambda data, fail: None)
-    monkeypatch.setattr(_keras_file, "READ_SECONDS", 1.0)
+    monkeypatch.setattr(_hdf5_child, "READ_SECONDS", 1.0)
     assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in read_refusal(path)
 
 
@@ -506,7 +506,7 @@ def absurd_weights(path: Path) -> Path:
 
 
 def test_an_absurd_declared_shape_is_refused_before_reading(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(_keras_file.multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # read right here
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # read right here
     path = absurd_weights(tmp_path / "absurd.weights.h5")
     tracemalloc.start()
     try:

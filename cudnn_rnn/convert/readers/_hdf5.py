@@ -1,0 +1,109 @@
+"""HDF5 files through h5py, every read checked: hard links only, declared sizes against the file.
+
+    h5 = _H5(h5py, h5py.File(source, "r"), path, size, where="model.weights.h5: ")
+    h5.child(group, "vars")      the child, or None; a soft or external link is refused
+    h5.attribute(obj, "name")    str / list[str] / value, its declared size checked against the file
+    h5.array(dataset)            np.ndarray, once its storage (no external or virtual data), dtype
+                                 and declared size (against the bytes stored) are checked
+
+Every h5py error on a damaged file (a TypeError for an unknown string encoding, an OSError, ...)
+becomes a FileReadError naming the file (:func:`_library_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator
+
+import numpy as np
+
+from ...config import DTYPES
+from ._found import FileReadError, check_declared_size, one_line
+
+
+# ---- the HDF5 file and the checks every read from it passes -------------------------------------
+class _H5:
+    """An open HDF5 file: children through hard links only, checked attributes and datasets."""
+
+    def __init__(self, h5py: Any, file: Any, path: str, size: int, where: str) -> None:
+        self.h5py, self.file, self.path, self.size = h5py, file, path, size
+        self.where = where  # "" for the file itself, "model.weights.h5: " for an archive member
+
+    def fail(self, reason: str) -> FileReadError:
+        return FileReadError(self.path, self.where + reason)
+
+    def child(self, group: Any, name: str) -> Any:
+        """``group[name]`` if it is there (None if not), refusing links that lead elsewhere."""
+        with _library_errors(self.path, self.where):
+            if not isinstance(group, self.h5py.Group) or not name or name not in group:
+                return None
+            link = group.get(name, getlink=True)
+            if not isinstance(link, self.h5py.HardLink):
+                target = getattr(link, "filename", "") or getattr(link, "path", "")
+                raise self.fail(f"{group.name}/{name} is a link to {target!r}, which is not followed; "
+                                "re-save the model so that it holds its weights itself")
+            return group[name]
+
+    def lookup(self, group: Any, path: str) -> Any:
+        for part in path.split("/"):
+            group = self.child(group, part)
+        return group
+
+    def children(self, group: Any) -> dict[str, Any]:
+        if not isinstance(group, self.h5py.Group):
+            return {}
+        with _library_errors(self.path, self.where):
+            names = list(group)
+        return {name: self.child(group, name) for name in names}
+
+    def groups(self, group: Any) -> dict[str, Any]:
+        return {name: item for name, item in self.children(group).items() if isinstance(item, self.h5py.Group)}
+
+    def attribute(self, obj: Any, name: str) -> Any:
+        """An attribute as str / list[str] / value, after checking its declared size against the file."""
+        with _library_errors(self.path, self.where):
+            if name not in obj.attrs:
+                return None
+            declared = obj.attrs.get_id(name)
+            if math.prod(declared.shape or ()) * declared.dtype.itemsize > self.size:
+                raise self.fail(f"attribute {name!r} of {obj.name} declares more bytes than the file holds")
+            value = obj.attrs[name]
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        if isinstance(value, np.ndarray) and value.dtype.kind in "OSU":
+            return [item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item) for item in value.ravel()]
+        return value
+
+    def dtype(self, dataset: Any) -> str:
+        """The dataset's dtype name (Keras marks bfloat16 data with a ``dtype`` attribute)."""
+        marked = self.attribute(dataset, "dtype")
+        with _library_errors(self.path, self.where):
+            return marked if isinstance(marked, str) else dataset.dtype.name
+
+    def array(self, dataset: Any) -> np.ndarray:
+        """The dataset's data, once its storage and declared size are checked."""
+        dtype = self.dtype(dataset)
+        with _library_errors(self.path, self.where):
+            name = dataset.name
+            if dataset.is_virtual or dataset.external:
+                raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
+            if dtype not in DTYPES:
+                raise self.fail(f"dataset {name} holds {dtype}, not one of {DTYPES}")
+            compressed = dataset.id.get_create_plist().get_nfilters() > 0
+            stored = min(int(dataset.id.get_storage_size()), self.size)
+            check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize, stored,
+                                compressed)
+            return np.ascontiguousarray(dataset[()])
+
+
+@contextlib.contextmanager
+def _library_errors(path: str, where: str) -> Iterator[None]:
+    """h5py's errors on a damaged file (a TypeError for an unknown string encoding, ...) as FileReadError."""
+    try:
+        yield
+    except FileReadError:
+        raise
+    except (TypeError, OSError, RuntimeError, KeyError) as error:
+        raise FileReadError(path, f"{where}a damaged HDF5 file ({type(error).__name__}: {one_line(error, 160)})") \
+            from None

@@ -1,0 +1,116 @@
+"""RNN layers of a Keras weights file without a model config, found by their weights' names and shapes.
+
+    kernel [width, G*N], recurrent_kernel [N, G*N]:   G = 4 LSTM, 3 GRU, 1 SimpleRNN
+    bias [2*G*N] -> CuDNNLSTM / CuDNNGRU     bias [3N] -> GRU(reset_after=False)     bias [2, 3N] -> GRU
+
+    _store_weights_only(h5, h5.file)     Keras 3 ``.weights.h5``: <layer>/cell/vars, forward_layer beside backward_layer
+    _legacy_weights_only(h5, h5.file)    ``save_weights`` ``.h5``: weights grouped by their parent path
+
+What only a config tells (activations, go_backwards, merge_mode) is Keras's default, noted on each layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from ._hdf5 import _H5
+from ._keras_config import LAYER_KINDS, LayerKind, _Layer
+from ._keras_layout import _WEIGHT_SUFFIX, FIELDS, LAYER_GROUPS, _legacy_weights, _recorded_name, _store_unit
+
+
+def _looks_like_rnn(weights: Mapping[str, Any]) -> bool:
+    """Whether a kernel [width, G*N] and a recurrent_kernel [N, G*N] with G = 1, 3 or 4 are there."""
+    kernel, recurrent = weights.get("kernel"), weights.get("recurrent_kernel")
+    if kernel is None or recurrent is None or len(kernel.shape) != 2 or len(recurrent.shape) != 2:
+        return False
+    units, columns = recurrent.shape
+    return units > 0 and kernel.shape[1] == columns and columns % units == 0 and columns // units in (1, 3, 4)
+
+
+def _kind_from_shapes(weights: Mapping[str, Any]) -> tuple[LayerKind, bool | None]:
+    """A weights-only layer's class (and a GRU's reset_after) from its shapes: the bias tells CuDNN layers
+    (two biases, [2*G*N]) and reset-before GRUs ([3N]) apart."""
+    units, columns = weights["recurrent_kernel"].shape
+    gates = columns // units
+    bias = tuple(weights["bias"].shape) if "bias" in weights else None
+    if gates == 1:
+        return LAYER_KINDS["SimpleRNN"], None
+    if bias == (2 * columns,):
+        return LAYER_KINDS["CuDNNLSTM" if gates == 4 else "CuDNNGRU"], None
+    if gates == 4:
+        return LAYER_KINDS["LSTM"], None
+    return LAYER_KINDS["GRU"], bias != (columns,)
+
+
+WEIGHTS_ONLY = "the file holds weights only"
+
+
+def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str = WEIGHTS_ONLY) -> _Layer:
+    kind, reset_after = _kind_from_shapes(directions[0])
+    display = f"Bidirectional({kind.class_name})" if len(directions) == 2 else kind.class_name
+    layer = _Layer(name, display, kind, [{} for _ in directions], {}, weights=directions, reset_after=reset_after,
+                   weights_only=True)
+    assumed = ["activation='tanh'", "recurrent_activation='sigmoid'"] if kind.rnn_mode else []
+    assumed += ["go_backwards=False"] + (["merge_mode='concat'"] if len(directions) == 2 else [])
+    layer.notes.append(f"{reason}: {', '.join(assumed)} assumed (Keras's defaults)")
+    if kind.class_name == "GRU" and "bias" not in directions[0]:
+        layer.notes.append("a GRU without biases does not tell reset_after: Keras's default reset_after=True is "
+                           "assumed")
+    return layer
+
+
+def _store_weights_only(h5: _H5, group: Any, scope: tuple[str, ...] = (), seen: set[Any] | None = None,
+                        reason: str = WEIGHTS_ONLY) -> Iterator[_Layer]:
+    """RNN layers of a Keras 3 store found by their groups alone: <layer>/cell/vars, or forward_layer and
+    backward_layer beside each other (Bidirectional); every other group is searched, each once."""
+    seen = set() if seen is None else seen
+    for key, child in h5.groups(group).items():
+        if child.id in seen or key == "vars":
+            continue
+        seen.add(child.id)
+        label = _recorded_name(h5, child) or key
+        sides = [h5.child(child, side) for side in ("forward_layer", "backward_layer")]
+        if all(side is not None for side in sides):
+            directions = [_store_unit(h5, side) for side in sides]
+            if all(_looks_like_rnn(direction) for direction in directions):
+                yield _weights_only_layer("/".join(scope + (label,)), directions, reason)
+                continue
+        if h5.child(child, "cell") is not None or key.startswith("cu_dnn"):
+            direction = _store_unit(h5, child)
+            if _looks_like_rnn(direction):
+                yield _weights_only_layer("/".join(scope + (label,)), [direction], reason)
+                continue
+        yield from _store_weights_only(h5, child, scope if key in LAYER_GROUPS else scope + (label,), seen, reason)
+
+
+def _legacy_weights_only(h5: _H5, root: Any) -> Iterator[_Layer]:
+    """RNN layers of a legacy save_weights file: each layer group's weights grouped by their parent path
+    ('enc/lstm_cell/kernel:0'), forward_/backward_ pairs joined as Bidirectional."""
+    names = h5.attribute(root, "layer_names")
+    if not isinstance(names, list):
+        raise h5.fail("attribute 'layer_names' is not a list of layer names")
+    for layer_name in names:
+        cells: dict[str, dict[str, Any]] = {}
+        for weight_name, dataset in _legacy_weights(h5, h5.child(root, layer_name)):
+            parent, _, last = weight_name.rpartition("/")
+            field_name = _WEIGHT_SUFFIX.sub("", last)
+            if field_name in FIELDS and isinstance(dataset, h5.h5py.Dataset):
+                cells.setdefault(parent, {})[field_name] = dataset
+        cells = {parent: weights for parent, weights in cells.items() if _looks_like_rnn(weights)}
+        for parent, weights in cells.items():
+            parts = parent.split("/")
+            side = next((i for i, part in enumerate(parts) if part.startswith(("forward_", "backward_"))), None)
+            partner = None
+            if side is not None:
+                forward = parts[side].startswith("forward_")
+                rest = parts[side][len("forward_" if forward else "backward_"):]
+                partner = "/".join(parts[:side] + [("backward_" if forward else "forward_") + rest] + parts[side + 1:])
+                if partner in cells and not forward:
+                    continue  # read with its forward layer
+            directions = [weights] + ([cells[partner]] if partner in cells else [])
+            if partner in cells:
+                stem = parts[:side]
+            else:
+                stem = parts[:-1] if parts[-1].endswith("_cell") else parts
+            label = layer_name if len(cells) == len(directions) else f"{layer_name}/{'/'.join(stem)}"
+            yield _weights_only_layer(label, directions)
