@@ -213,6 +213,21 @@ def test_canonical_matches_params_to_canonical() -> None:
     assert all(np.array_equal(canonical[f"biases/{i}"], b) for i, b in enumerate(biases))
 
 
+@pytest.mark.parametrize("fmt", [fmt for fmt in FORMATS if FORMAT_SPECS[fmt].names is not None])
+@pytest.mark.parametrize("config", [RNNConfig("lstm", 2, 3, 2, direction="bidirectional", num_proj=1),
+                                    RNNConfig("rnn_tanh", 3, 2, 4), RNNConfig("gru", 1, 3, 2)])
+def test_every_tensor_name_parses_back_to_its_field_layer_and_direction(fmt: str, config: RNNConfig) -> None:
+    names = FORMAT_SPECS[fmt].names
+    if not can_hold(fmt, config):
+        return
+    for name in expected_shapes(fmt, config):
+        parsed = names.parse(name)
+        assert parsed is not None and parsed.field in names.templates, name
+        if "{index}" not in names.templates[parsed.field]:
+            assert names.name(*parsed) == name
+        assert names.parse(name + "x") is None and names.parse("x" + name) is None
+
+
 # ---- round trips ---------------------------------------------------------------------------------
 ROUND_TRIP_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

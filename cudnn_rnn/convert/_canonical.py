@@ -13,13 +13,15 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from ..layout import params_layout
-from ._core import CellWeights, FormatSpec, Notes, cells_from_params, params_from_cells
+from ._core import CellWeights, FormatSpec, Notes, TensorNames, cells_from_params, no_refusal, params_from_cells
+
+TENSOR_NAMES = TensorNames({"weights": "weights/{index}", "biases": "biases/{index}"})
 
 
 def _names(config: RNNConfig) -> tuple[list[str], list[str]]:
     layout = params_layout(config)
-    return ([f"weights/{i}" for i in range(len(layout.weights))],
-            [f"biases/{i}" for i in range(len(layout.biases))])
+    return ([TENSOR_NAMES.name("weights", index=i) for i in range(len(layout.weights))],
+            [TENSOR_NAMES.name("biases", index=i) for i in range(len(layout.biases))])
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -51,8 +53,9 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
 FORMAT = FormatSpec(
     name="canonical",
     summary="TF's CudnnRNNParamsToCanonical lists: weights/{i}, biases/{i}",
-    refusal=lambda config: None,
+    refusal=no_refusal,
     shapes=shapes,
     encode=encode,
     decode=decode,
+    names=TENSOR_NAMES,
 )

@@ -17,8 +17,11 @@ Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P a
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
+import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .._arrays import Array, array_module
 from ..config import RNNConfig, dtype_name
@@ -29,7 +32,12 @@ __all__ = [
     "InexactConversionError",
     "Notes",
     "CellWeights",
+    "TensorNames",
+    "ParsedName",
     "FormatSpec",
+    "name_pattern",
+    "no_refusal",
+    "projection_refusal",
     "FOLDABLE_BIAS_GATES",
     "gate_order",
     "reorder_gates",
@@ -101,6 +109,68 @@ class CellWeights:
         return dataclasses.replace(self, **changes)
 
 
+# ---- tensor names -------------------------------------------------------------------------------
+def name_pattern(template: str, choices: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The regular expression of the names ``template`` spells.
+
+    Each ``{placeholder}`` becomes a named group: one of ``choices[placeholder]`` where given,
+    else a decimal number (a layer or an index). Match it whole (``re.fullmatch``).
+    """
+    choices = choices or {}
+    parts = []
+    for literal, placeholder, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if placeholder is not None:
+            spellings = choices.get(placeholder)
+            alternatives = r"\d+" if spellings is None else "|".join(map(re.escape, dict.fromkeys(spellings)))
+            parts.append(f"(?P<{placeholder}>{alternatives})")
+    return "".join(parts)
+
+
+class ParsedName(NamedTuple):
+    """What a tensor name says: its field, layer and direction (0 forward, 1 backward)."""
+
+    field: str
+    layer: int
+    direction: int
+
+
+@dataclass(frozen=True)
+class TensorNames:
+    """A format's tensor names: one template per field, spelling a layer and a direction.
+
+    ``templates[field]`` holds ``{layer}`` (or another number, e.g. canonical's ``{index}``) and
+    the placeholder ``direction_key``, spelt ``directions[d]`` for direction d: torch's
+    ``"weight_ih_l{layer}{suffix}"`` with suffixes ``("", "_reverse")`` names ``weight_ih_l1_reverse``.
+    A template without placeholders names one tensor (gru_block_cell's ``w_ru``).
+    """
+
+    templates: Mapping[str, str]
+    directions: tuple[str, ...] = ("",)
+    direction_key: str = "direction"
+
+    def name(self, field: str, layer: int | str = 0, direction: int = 0, **numbers: int) -> str:
+        """The tensor name of ``field`` of ``layer`` and ``direction`` (``numbers`` fill other placeholders)."""
+        return self.templates[field].format(layer=layer, **numbers,
+                                            **{self.direction_key: self.directions[direction]})
+
+    @functools.cached_property
+    def _patterns(self) -> dict[str, re.Pattern[str]]:
+        choices = {self.direction_key: self.directions}
+        return {field: re.compile(name_pattern(template, choices)) for field, template in self.templates.items()}
+
+    def parse(self, name: str) -> ParsedName | None:
+        """The field, layer and direction ``name`` spells, or None when it is not one of these names."""
+        for field, pattern in self._patterns.items():
+            match = pattern.fullmatch(name)
+            if match is not None:
+                groups = match.groupdict()
+                direction = self.directions.index(groups[self.direction_key]) if self.direction_key in groups else 0
+                return ParsedName(field, int(groups.get("layer") or 0), direction)
+        return None
+
+
+# ---- format specs -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FormatSpec:
     """One named format: what it can hold, its tensor names and shapes, and its two directions.
@@ -114,6 +184,8 @@ class FormatSpec:
         encode: ``encode(cells, config, notes, xp)`` -> ``{tensor name: array}``.
         decode: ``decode(tensors, config, notes, xp)`` -> cells (tensors already checked
             against ``shapes``).
+        names: the tensor names by field, layer and direction; None where they depend on more
+            (tf_cell's cell scopes).
     """
 
     name: str
@@ -122,6 +194,22 @@ class FormatSpec:
     shapes: Callable[[RNNConfig], dict[str, tuple[int, ...]]]
     encode: Callable[..., dict[str, Array]]
     decode: Callable[..., tuple[CellWeights, ...]]
+    names: TensorNames | None = None
+
+
+def no_refusal(config: RNNConfig) -> None:
+    """The refusal of a format that holds every configuration."""
+    return None
+
+
+def projection_refusal(fmt: str, why: str) -> Callable[[RNNConfig], str | None]:
+    """The refusal of a format without an LSTM projection; ``why`` says what it lacks."""
+    def refusal(config: RNNConfig) -> str | None:
+        if config.num_proj:
+            return (f"format {fmt!r} cannot hold an LSTM projection (num_proj={config.num_proj}): {why}; "
+                    "use 'torch', 'tf_cell' or 'canonical'")
+        return None
+    return refusal
 
 
 # ---- gate facts ---------------------------------------------------------------------------------

@@ -30,20 +30,18 @@ __all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "
            "convert_between"]
 
 
-FORMATS: tuple[str, ...] = ("canonical", "torch", "keras", "tf_cell", "onnx", "gru_block_cell", "mygrad")
-
-#: format name -> its spec (names, shapes, both directions)
+#: format name -> its spec (names, shapes, both directions), in the order formats are listed
 FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in (
     _canonical.FORMAT, _torch.FORMAT, _keras.FORMAT, _tf_cell.FORMAT, _onnx.FORMAT,
     _reset_before_gru.GRU_BLOCK_CELL, _reset_before_gru.MYGRAD)}
+
+FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
 
 #: (source, target) -> an exact conversion between two formats that are not cuDNN layouts
 DIRECT_CONVERSIONS: dict[tuple[str, str], Callable[[Mapping[str, Array]], dict[str, Array]]] = {
     ("gru_block_cell", "mygrad"): gru_block_cell_to_mygrad,
     ("mygrad", "gru_block_cell"): mygrad_to_gru_block_cell,
 }
-
-assert tuple(FORMAT_SPECS) == FORMATS
 
 
 def _spec(fmt: object, config: RNNConfig, argument: str = "fmt") -> FormatSpec:

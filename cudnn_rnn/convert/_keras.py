@@ -29,7 +29,9 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    TensorNames,
     gate_order,
+    projection_refusal,
     pseudo_layers,
     reorder_gates,
     with_explicit_skip_input,
@@ -44,16 +46,14 @@ TWO_BIAS_MODES: tuple[str, ...] = ("gru",)
 DIRECTION_NAMES: tuple[str, ...] = ("forward", "backward")
 FIELDS: tuple[str, ...] = ("kernel", "recurrent_kernel", "bias")
 
+TENSOR_NAMES = TensorNames({field: "layer_{layer}/{direction}/" + field for field in FIELDS}, DIRECTION_NAMES)
+
 
 def _key(layer: int, direction: int, field: str) -> str:
-    return f"layer_{layer}/{DIRECTION_NAMES[direction]}/{field}"
+    return TENSOR_NAMES.name(field, layer, direction)
 
 
-def refusal(config: RNNConfig) -> str | None:
-    if config.num_proj:
-        return (f"format 'keras' cannot hold an LSTM projection (num_proj={config.num_proj}): Keras layers "
-                "have none; use 'torch', 'tf_cell' or 'canonical'")
-    return None
+refusal = projection_refusal("keras", "Keras layers have none")
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -109,4 +109,5 @@ FORMAT = FormatSpec(
     shapes=shapes,
     encode=encode,
     decode=decode,
+    names=TENSOR_NAMES,
 )

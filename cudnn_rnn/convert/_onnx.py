@@ -23,7 +23,9 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    TensorNames,
     gate_order,
+    projection_refusal,
     pseudo_layers,
     reorder_gates,
     with_explicit_skip_input,
@@ -51,19 +53,19 @@ def node_attributes(config: RNNConfig) -> tuple[str, dict[str, Any]]:
         attributes = dict(attributes, activations=[ACTIVATIONS[config.rnn_mode]] * config.num_directions)
     return op, attributes
 
+
 FIELDS: tuple[str, ...] = ("W", "R", "B")
+
+#: one name per layer and field; the directions are the tensors' first axis
+TENSOR_NAMES = TensorNames({field: "layer_{layer}/" + field for field in FIELDS})
 
 
 def key(layer: int, field: str) -> str:
     """The tensor name of ``field`` ("W", "R" or "B") of layer ``layer``."""
-    return f"layer_{layer}/{field}"
+    return TENSOR_NAMES.name(field, layer)
 
 
-def refusal(config: RNNConfig) -> str | None:
-    if config.num_proj:
-        return (f"format 'onnx' cannot hold an LSTM projection (num_proj={config.num_proj}): an ONNX LSTM node "
-                "feeds back its unprojected h; use 'torch', 'tf_cell' or 'canonical'")
-    return None
+refusal = projection_refusal("onnx", "an ONNX LSTM node feeds back its unprojected h")
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -113,4 +115,5 @@ FORMAT = FormatSpec(
     shapes=shapes,
     encode=encode,
     decode=decode,
+    names=TENSOR_NAMES,
 )

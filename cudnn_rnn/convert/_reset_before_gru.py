@@ -39,6 +39,7 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    TensorNames,
     check_tensors,
     reorder_gates,
     with_explicit_skip_input,
@@ -56,6 +57,12 @@ BLOCK_COLUMNS: dict[str, tuple[str, ...]] = {"w_ru": ("r", "u"), "w_c": ("c",), 
 
 #: each format's name for the candidate's single bias
 CANDIDATE_BIAS: dict[str, str] = {"gru_block_cell": "b_c", "mygrad": "bh"}
+
+#: format -> its tensor names (one tensor each)
+NAMES: dict[str, TensorNames] = {
+    "gru_block_cell": TensorNames({name: name for name in BLOCK_COLUMNS}),
+    "mygrad": TensorNames({name: name for name in MYGRAD_FROM_BLOCK}),
+}
 
 
 def refusal_for(fmt: str):
@@ -91,8 +98,7 @@ def _implied_config(tensors: Mapping[str, Array], fmt: str) -> RNNConfig:
     for name in (bias, matrix):
         if getattr(tensors.get(name), "ndim", 0) < 1:
             raise ValueError(f"format {fmt!r} tensors need an array {name!r} (expected names "
-                             f"{list(_SHAPES[fmt](RNNConfig('gru', 1, 1, 1)))}); "
-                             f"got {type(tensors.get(name)).__name__}")
+                             f"{list(NAMES[fmt].templates)}); got {type(tensors.get(name)).__name__}")
     n = int(tensors[bias].shape[0])
     i = int(tensors[matrix].shape[0]) - (n if fmt == "gru_block_cell" else 0)
     if n < 1 or i < 1:
@@ -177,8 +183,6 @@ def _mygrad_decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes
     return _block_decode(mygrad_to_gru_block_cell(tensors), config, notes, xp, fmt="mygrad")
 
 
-_SHAPES = {"gru_block_cell": block_shapes, "mygrad": mygrad_shapes}
-
 GRU_BLOCK_CELL = FormatSpec(
     name="gru_block_cell",
     summary="TF GRUBlockCell: w_ru, w_c, b_ru, b_c (reset-before GRU: approximate)",
@@ -186,6 +190,7 @@ GRU_BLOCK_CELL = FormatSpec(
     shapes=block_shapes,
     encode=_block_encode,
     decode=_block_decode,
+    names=NAMES["gru_block_cell"],
 )
 
 MYGRAD = FormatSpec(
@@ -195,4 +200,5 @@ MYGRAD = FormatSpec(
     shapes=mygrad_shapes,
     encode=_mygrad_encode,
     decode=_mygrad_decode,
+    names=NAMES["mygrad"],
 )

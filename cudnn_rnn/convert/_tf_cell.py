@@ -44,6 +44,7 @@ from ._core import (
     FormatSpec,
     Notes,
     gate_order,
+    no_refusal,
     pseudo_layers,
     reorder_gates,
     with_explicit_skip_input,
@@ -202,7 +203,7 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
 FORMAT = FormatSpec(
     name="tf_cell",
     summary="TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...",
-    refusal=lambda config: None,
+    refusal=no_refusal,
     shapes=shapes,
     encode=encode,
     decode=decode,

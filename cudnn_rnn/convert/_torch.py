@@ -24,6 +24,8 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    TensorNames,
+    no_refusal,
     pseudo_layers,
     with_explicit_skip_input,
 )
@@ -40,6 +42,8 @@ NAMES: dict[str, str] = {
 #: direction -> key suffix
 SUFFIXES: tuple[str, ...] = ("", "_reverse")
 
+TENSOR_NAMES = TensorNames(NAMES, SUFFIXES, direction_key="suffix")
+
 
 def _fields(config: RNNConfig) -> tuple[str, ...]:
     fields = ("input", "recurrent", "input_bias", "recurrent_bias")
@@ -47,7 +51,7 @@ def _fields(config: RNNConfig) -> tuple[str, ...]:
 
 
 def _key(field: str, layer: int, direction: int) -> str:
-    return NAMES[field].format(layer=layer, suffix=SUFFIXES[direction])
+    return TENSOR_NAMES.name(field, layer, direction)
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -76,8 +80,9 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
 FORMAT = FormatSpec(
     name="torch",
     summary="nn.LSTM/GRU/RNN state_dict: weight_ih_l{k}[_reverse], bias_hh_l{k}, ...",
-    refusal=lambda config: None,
+    refusal=no_refusal,
     shapes=shapes,
     encode=encode,
     decode=decode,
+    names=TENSOR_NAMES,
 )
