@@ -25,7 +25,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
-from cudnn_rnn.convert.readers import FoundRNN, _hdf5_child, _keras_file, read_file, stack
+from cudnn_rnn.convert.readers import FoundRNN, _hdf5, _hdf5_child, _keras_file, read_file, stack
 from rnn_testing import read_refusal
 
 GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
@@ -481,7 +481,7 @@ def test_a_file_that_crashes_libhdf5_is_a_file_error(tmp_path: Path) -> None:
 def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, monkeypatch) -> None:
     """A global heap that never ends, with the check that refuses it switched off: the time limit ends it."""
     path, _ = looping_heap(tmp_path)
-    monkeypatch.setattr(_keras_file, "_check_global_heaps", lambda data, fail: None)
+    monkeypatch.setattr(_hdf5, "check_global_heaps", lambda data, fail: None)
     monkeypatch.setattr(_hdf5_child, "READ_SECONDS", 1.0)
     assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in read_refusal(path)
 

@@ -1,29 +1,36 @@
 """HDF5 files through h5py, every read checked: hard links only, declared sizes against the file.
 
-    h5 = _H5(h5py, h5py.File(source, "r"), path, size, where="model.weights.h5: ")
+    h5 = open_h5(h5py, path)  or  open_h5(h5py, path, member_bytes, "model.weights.h5")
     h5.child(group, "vars")      the child, or None; a soft or external link is refused
     h5.attribute(obj, "name")    str / list[str] / value, its declared size checked against the file
     h5.array(dataset)            np.ndarray, once its storage (no external or virtual data), dtype
                                  and declared size (against the bytes stored) are checked
 
 Every h5py error on a damaged file (a TypeError for an unknown string encoding, an OSError, ...)
-becomes a FileReadError naming the file (:func:`_library_errors`).
+becomes a FileReadError naming the file (:func:`h5py_errors`). The global heaps libhdf5 would loop
+on are refused before it opens the file (:mod:`._hdf5_heaps`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import math
+import mmap
+import os
 from typing import Any, Iterator
 
 import numpy as np
 
 from ...config import DTYPES
 from ._found import FileReadError, check_declared_size, one_line
+from ._hdf5_heaps import check_global_heaps
+
+__all__ = ["H5File", "open_h5", "h5py_errors"]
 
 
 # ---- the HDF5 file and the checks every read from it passes -------------------------------------
-class _H5:
+class H5File:
     """An open HDF5 file: children through hard links only, checked attributes and datasets."""
 
     def __init__(self, h5py: Any, file: Any, path: str, size: int, where: str) -> None:
@@ -35,7 +42,7 @@ class _H5:
 
     def child(self, group: Any, name: str) -> Any:
         """``group[name]`` if it is there (None if not), refusing links that lead elsewhere."""
-        with _library_errors(self.path, self.where):
+        with h5py_errors(self.path, self.where):
             if not isinstance(group, self.h5py.Group) or not name or name not in group:
                 return None
             link = group.get(name, getlink=True)
@@ -53,7 +60,7 @@ class _H5:
     def children(self, group: Any) -> dict[str, Any]:
         if not isinstance(group, self.h5py.Group):
             return {}
-        with _library_errors(self.path, self.where):
+        with h5py_errors(self.path, self.where):
             names = list(group)
         return {name: self.child(group, name) for name in names}
 
@@ -62,7 +69,7 @@ class _H5:
 
     def attribute(self, obj: Any, name: str) -> Any:
         """An attribute as str / list[str] / value, after checking its declared size against the file."""
-        with _library_errors(self.path, self.where):
+        with h5py_errors(self.path, self.where):
             if name not in obj.attrs:
                 return None
             declared = obj.attrs.get_id(name)
@@ -78,13 +85,13 @@ class _H5:
     def dtype(self, dataset: Any) -> str:
         """The dataset's dtype name (Keras marks bfloat16 data with a ``dtype`` attribute)."""
         marked = self.attribute(dataset, "dtype")
-        with _library_errors(self.path, self.where):
+        with h5py_errors(self.path, self.where):
             return marked if isinstance(marked, str) else dataset.dtype.name
 
     def array(self, dataset: Any) -> np.ndarray:
         """The dataset's data, once its storage and declared size are checked."""
         dtype = self.dtype(dataset)
-        with _library_errors(self.path, self.where):
+        with h5py_errors(self.path, self.where):
             name = dataset.name
             if dataset.is_virtual or dataset.external:
                 raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
@@ -98,7 +105,7 @@ class _H5:
 
 
 @contextlib.contextmanager
-def _library_errors(path: str, where: str) -> Iterator[None]:
+def h5py_errors(path: str, where: str) -> Iterator[None]:
     """h5py's errors on a damaged file (a TypeError for an unknown string encoding, ...) as FileReadError."""
     try:
         yield
@@ -107,3 +114,26 @@ def _library_errors(path: str, where: str) -> Iterator[None]:
     except (TypeError, OSError, RuntimeError, KeyError) as error:
         raise FileReadError(path, f"{where}a damaged HDF5 file ({type(error).__name__}: {one_line(error, 160)})") \
             from None
+
+
+def open_h5(h5py: Any, path: str, member: bytes | None = None, member_name: str = "") -> H5File:
+    """The HDF5 file at ``path``, or its archive member ``member_name`` (``member``, its bytes) in memory,
+    once its global heaps are checked (:func:`~._hdf5_heaps.check_global_heaps`)."""
+    where = f"{member_name}: " if member is not None else ""
+
+    def fail(reason: str) -> FileReadError:
+        return FileReadError(path, where + reason)
+
+    if member is not None:
+        check_global_heaps(member, fail)
+        source, size = io.BytesIO(member), len(member)
+    else:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            check_global_heaps(view, fail)
+        source, size = path, os.path.getsize(path)
+    try:
+        file = h5py.File(source, "r")
+    except (OSError, ValueError) as error:
+        raise FileReadError(path, f"{where}not a readable HDF5 file, it may be truncated ({one_line(error, 160)})") \
+            from None
+    return H5File(h5py, file, path, size, where)

@@ -1,20 +1,21 @@
 """libhdf5 in a child process: a crash or an endless loop on a damaged file is a FileReadError.
 
-    _isolated(path, work) -> work()    run in a child; a crash, a time limit passed (READ_SECONDS, plus
-                                       READ_SECONDS_PER_GB per GB of the file) or anything work raises
-                                       comes back as FileReadError (ValueError / TypeError as such)
+    run_isolated(path, work) -> work()   run in a child; a crash, a time limit passed (READ_SECONDS, plus
+                                         READ_SECONDS_PER_GB per GB of the file) or anything work raises
+                                         comes back as FileReadError (ValueError / TypeError as such)
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ._found import FileReadError, one_line
 
-if TYPE_CHECKING:
-    from ._keras_file import _Loaded
+__all__ = ["run_isolated", "READ_SECONDS", "READ_SECONDS_PER_GB"]
+
+Result = TypeVar("Result")
 
 
 # ---- libhdf5 in a child process --------------------------------------------------------------------------
@@ -40,7 +41,7 @@ def _in_child(work: Callable[[], Any], sender: Any) -> None:
     sender.close()
 
 
-def _isolated(path: str, work: Callable[[], list[_Loaded]]) -> list[_Loaded]:
+def run_isolated(path: str, work: Callable[[], Result]) -> Result:
     """``work()`` (which reads the file with libhdf5) in a forked child process.
 
     libhdf5 is written in C and some damaged files crash it or make it loop; in a child, that ends

@@ -1,6 +1,6 @@
 """HDF5 global heaps, checked in the file's raw bytes before libhdf5 reads them.
 
-    _check_global_heaps(data, fail)   data: the whole file (bytes or an mmap); fail(reason) -> FileReadError
+    check_global_heaps(data, fail)   data: the whole file (bytes or an mmap); fail(reason) -> FileReadError
 
 =========================  =====================================================================
 global heap collection     "GCOL", version 1, 3 reserved bytes, its size (L bytes)
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._found import FileReadError
+
+__all__ = ["check_global_heaps", "GLOBAL_HEAP", "GLOBAL_HEAP_MIN_SIZE"]
 
 
 #: HDF5's global heap collection (where variable-length strings live): "GCOL", version 1, 3 reserved
@@ -37,7 +39,7 @@ def _size_of_lengths(data: Any) -> int:
     return data[base + (14 if data[base + 8] < 2 else 10)] or 8
 
 
-def _check_global_heaps(data: Any, fail: Callable[[str], FileReadError]) -> None:
+def check_global_heaps(data: Any, fail: Callable[[str], FileReadError]) -> None:
     """Refuse a global heap collection whose list of objects never ends.
 
     libhdf5 steps through a collection by each object's size; an object that does not move it on

@@ -1,10 +1,10 @@
 """What a Keras model config says about its RNN layers, and which RNN feeds which.
 
-    _layer_of({"class_name": "Bidirectional", "config": {"layer": {"class_name": "GRU", ...}, ...}}, "bi")
-        -> _Layer(name="bi", display="Bidirectional(GRU)", kind=LAYER_KINDS["GRU"], configs=[forward, backward])
-    _config_refusal(layer)   why cuDNN cannot compute it (activation="elu", a lone go_backwards layer), or None
-    _config_notes(layer)     what differs from cuDNN's run without changing the weights (merge_mode, dropout)
-    _link_feeds(model, entries, layers)   sets feeds_from where one RNN's whole output sequence is another's input
+    layer_of({"class_name": "Bidirectional", "config": {"layer": {"class_name": "GRU", ...}, ...}}, "bi")
+        -> RNNLayer(name="bi", display="Bidirectional(GRU)", kind=LAYER_KINDS["GRU"], configs=[forward, backward])
+    config_refusal(layer)   why cuDNN cannot compute it (activation="elu", a lone go_backwards layer), or None
+    config_notes(layer)     what differs from cuDNN's run without changing the weights (merge_mode, dropout)
+    link_feeds(model, entries, layers)   sets feeds_from where one RNN's whole output sequence is another's input
 
 A config is Keras's JSON (``config.json`` of a ``.keras`` archive, the ``model_config`` attribute
 of a legacy ``.h5``); Keras's defaults stand for what it leaves out.
@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ._found import one_line
+
+__all__ = ["LayerKind", "LAYER_KINDS", "CELL_LAYERS", "CUDNN_ACTIVATIONS", "SIMPLE_RNN_MODES", "MERGE_MODES",
+           "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes", "link_feeds",
+           "class_of", "name_of", "activation_name", "is_model", "model_entries"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ MERGE_MODES: dict[str | None, str] = {
 
 # ---- what an RNN layer is, from its config ---------------------------------------------------------
 @dataclass
-class _Layer:
+class RNNLayer:
     """One RNN layer: its config per direction and where its weights are."""
 
     name: str
@@ -89,19 +93,19 @@ def _config_of(entry: Any) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def _class_of(entry: Any) -> str:
+def class_of(entry: Any) -> str:
     name = entry.get("class_name") if isinstance(entry, dict) else None
     return name if isinstance(name, str) else ""
 
 
-def _name_of(entry: Any) -> str:
+def name_of(entry: Any) -> str:
     name = _config_of(entry).get("name", entry.get("name") if isinstance(entry, dict) else None)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"a layer of class {_class_of(entry)!r} in the model config has no name")
+        raise ValueError(f"a layer of class {class_of(entry)!r} in the model config has no name")
     return name
 
 
-def _activation(value: Any) -> str:
+def activation_name(value: Any) -> str:
     """An activation's name as Keras serialises it ("tanh", a dict for a registered function, None: linear)."""
     if value is None:
         return "linear"
@@ -115,33 +119,33 @@ def _activation(value: Any) -> str:
     return str(value)
 
 
-def _is_model(entry: Any) -> bool:
+def is_model(entry: Any) -> bool:
     return isinstance(_config_of(entry).get("layers"), list)
 
 
-def _model_entries(model: Any) -> list[dict[str, Any]]:
+def model_entries(model: Any) -> list[dict[str, Any]]:
     layers = _config_of(model).get("layers")
     if not isinstance(layers, list) or not all(isinstance(entry, dict) for entry in layers):
-        raise ValueError(f"the model config of {_class_of(model)!r} does not list its layers")
+        raise ValueError(f"the model config of {class_of(model)!r} does not list its layers")
     return layers
 
 
-def _layer_of(entry: dict[str, Any], name: str) -> _Layer | None:
+def layer_of(entry: dict[str, Any], name: str) -> RNNLayer | None:
     """The RNN an entry of a model config is, or None when it is no RNN layer."""
-    class_name, config = _class_of(entry), _config_of(entry)
+    class_name, config = class_of(entry), _config_of(entry)
     if class_name == "Bidirectional":
         forward_entry, backward_entry = config.get("layer"), config.get("backward_layer")
-        forward = _layer_of(forward_entry, name) if isinstance(forward_entry, dict) else None
+        forward = layer_of(forward_entry, name) if isinstance(forward_entry, dict) else None
         if forward is None:
             return None
-        backward = _layer_of(backward_entry, name) if isinstance(backward_entry, dict) else None
+        backward = layer_of(backward_entry, name) if isinstance(backward_entry, dict) else None
         backward_config = (backward.configs[0] if backward is not None else
                            {**forward.configs[0], "go_backwards": not forward.configs[0].get("go_backwards", False)})
-        layer = _Layer(name, f"Bidirectional({forward.display})", forward.kind, [forward.configs[0], backward_config],
+        layer = RNNLayer(name, f"Bidirectional({forward.display})", forward.kind, [forward.configs[0], backward_config],
                        config, config.get("merge_mode", "concat"), forward.refusal, forward.returns_sequences,
                        reset_after=forward.reset_after)
         if isinstance(backward_entry, dict) and backward is None:
-            layer.refusal = layer.refusal or (f"its backward layer is a {_class_of(backward_entry)!r}, not an RNN "
+            layer.refusal = layer.refusal or (f"its backward layer is a {class_of(backward_entry)!r}, not an RNN "
                                               "read here")
         elif backward is not None and backward.display != forward.display:
             layer.refusal = layer.refusal or (f"its backward layer is a {backward.display}, its forward layer a "
@@ -150,10 +154,10 @@ def _layer_of(entry: dict[str, Any], name: str) -> _Layer | None:
         return layer
     if class_name == "RNN":
         cell = config.get("cell")
-        cell_class = _class_of(cell)
+        cell_class = class_of(cell)
         if cell_class not in CELL_LAYERS:
             if cell_class == "StackedRNNCells" or isinstance(cell, list):
-                return _Layer(name, "RNN(StackedRNNCells)", LAYER_KINDS["LSTM"], [config], config,
+                return RNNLayer(name, "RNN(StackedRNNCells)", LAYER_KINDS["LSTM"], [config], config,
                               refusal="an RNN over StackedRNNCells is not read here; give each cell its own RNN "
                                       "layer (return_sequences=True), which reads and stacks")
             return None
@@ -165,11 +169,11 @@ def _layer_of(entry: dict[str, Any], name: str) -> _Layer | None:
         if kind is None:
             return None
     reset_after = bool(merged.get("reset_after", True)) if kind.rnn_mode == "gru" and not kind.cudnn_layout else None
-    return _Layer(name, display, kind, [merged], config, returns_sequences=bool(config.get("return_sequences", False)),
-                  reset_after=reset_after)
+    return RNNLayer(name, display, kind, [merged], config,
+                    returns_sequences=bool(config.get("return_sequences", False)), reset_after=reset_after)
 
 
-def _bidirectional_refusal(layer: _Layer) -> str | None:
+def _bidirectional_refusal(layer: RNNLayer) -> str | None:
     forward, backward = layer.configs
     if forward.get("go_backwards", False) or not backward.get("go_backwards", True):
         return ("its forward layer reads backwards (go_backwards=True): cuDNN's first direction reads forwards; "
@@ -183,17 +187,17 @@ def _bidirectional_refusal(layer: _Layer) -> str | None:
     return None
 
 
-def _config_refusal(layer: _Layer) -> str | None:
+def config_refusal(layer: RNNLayer) -> str | None:
     """Why cuDNN cannot compute what the config says (activations, a lone backwards layer, ...)."""
     config = layer.configs[0]
     if layer.kind.rnn_mode is None:
-        activation = _activation(config.get("activation", "tanh"))
+        activation = activation_name(config.get("activation", "tanh"))
         if activation not in SIMPLE_RNN_MODES:
             return (f"activation={activation!r}: cuDNN's simple RNN computes tanh or relu only; keep this layer "
                     "in Keras, or retrain it with activation='tanh' or 'relu'")
     elif not layer.kind.cudnn_layout:
         for key, wanted in CUDNN_ACTIVATIONS.items():
-            activation = _activation(config.get(key, wanted))
+            activation = activation_name(config.get(key, wanted))
             if activation != wanted:
                 return (f"{key}={activation!r}: cuDNN's {layer.kind.rnn_mode.upper()} computes {wanted} there; keep "
                         f"this layer in Keras, or retrain it with {key}={wanted!r}")
@@ -216,7 +220,7 @@ def _policy(config: Mapping[str, Any]) -> str | None:
     return dtype if isinstance(dtype, str) else None
 
 
-def _config_notes(layer: _Layer) -> list[str]:
+def config_notes(layer: RNNLayer) -> list[str]:
     config, notes = layer.configs[0], []
     policy = _policy(layer.outer) or _policy(config)
     if policy and policy.startswith("mixed_"):
@@ -253,14 +257,14 @@ def _producer(entry: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def _link_feeds(model: dict[str, Any], entries: Sequence[dict[str, Any]], layers: dict[str, _Layer]) -> None:
+def link_feeds(model: dict[str, Any], entries: Sequence[dict[str, Any]], layers: dict[str, RNNLayer]) -> None:
     """Set ``feeds_from`` where an RNN's input is another RNN's whole output sequence, nothing between."""
-    sequential = _class_of(model) == "Sequential"
+    sequential = class_of(model) == "Sequential"
     previous = None
     for entry in entries:
-        if _class_of(entry) == "InputLayer":
+        if class_of(entry) == "InputLayer":
             continue
-        name = _name_of(entry)
+        name = name_of(entry)
         source = (previous, 0) if sequential else _producer(entry)
         previous = name
         consumer = layers.get(name)

@@ -37,16 +37,25 @@ Hostile files: nothing is written to disk; the ``.h5`` member of an archive is r
 after its declared size is checked against the archive, and every dataset's declared size
 against the bytes the file stores, before any data is read; links to other files, external
 storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
-so it reads in a forked child process (:func:`_isolated`) with a time limit, after the global
-heaps it would loop on are refused (:func:`_check_global_heaps`).
+so it reads in a forked child process (:mod:`._hdf5_child`) with a time limit, after the global
+heaps it would loop on are refused (:mod:`._hdf5_heaps`).
+
+==========================  ====================================================================
+module                      its part
+==========================  ====================================================================
+:mod:`._keras_config`       what a model config says about each RNN layer; which feeds which
+:mod:`._keras_layout`       where each layer's weights are in the file
+:mod:`._keras_weights_only` layers from the weights' names and shapes, where there is no config
+:mod:`._hdf5`               the HDF5 file, every attribute and dataset checked before it is read
+this module                 each kind of file read; each layer's tensors in the format that holds
+                            them exactly (:func:`_to_found_rnn`)
+==========================  ====================================================================
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
-import mmap
 import os
 import zipfile
 import zlib
@@ -59,17 +68,15 @@ from ...config import DTYPES, MODES
 from .._core import reorder_gates
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
 from ._found import MAX_COMPRESSION_RATIO, FileReadError, FoundRNN, ReadOptions, one_line
-from ._hdf5 import _H5, _library_errors
-from ._hdf5_child import _isolated
-from ._hdf5_heaps import _check_global_heaps
+from ._hdf5 import H5File, h5py_errors, open_h5
+from ._hdf5_child import run_isolated
 from ._infer import infer
-from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, CELL_LAYERS, LAYER_KINDS, MERGE_MODES, SIMPLE_RNN_MODES,
-                            LayerKind, _activation, _class_of, _config_notes, _config_refusal, _is_model, _Layer,
-                            _name_of)
-from ._keras_layout import FIELDS, LAYER_GROUPS, _legacy_layers, _store_layers
-from ._keras_weights_only import _legacy_weights_only, _store_weights_only
+from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, SIMPLE_RNN_MODES, RNNLayer, activation_name, class_of,
+                            config_notes, config_refusal, is_model, name_of)
+from ._keras_layout import FIELDS, LAYER_GROUPS, legacy_layers, store_layers
+from ._keras_weights_only import legacy_weights_only, store_weights_only
 
-__all__ = ["read", "LayerKind", "LAYER_KINDS", "CELL_LAYERS", "MERGE_MODES", "MAX_MEMBER_BYTES"]
+__all__ = ["read", "MAX_MEMBER_BYTES"]
 
 
 #: what an archive member may take in memory (a larger model.weights.h5: extract it, read the file)
@@ -80,7 +87,7 @@ WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER = "model.weights.h5", "config.jso
 
 
 # ---- from a layer to a FoundRNN ---------------------------------------------------------------------------
-def _keras_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
     """LSTM, GRU(reset_after=True), SimpleRNN: the ``keras`` format, zero biases where use_bias=False."""
     tensors = {}
     for side, weights in zip(("forward", "backward"), arrays):
@@ -94,7 +101,7 @@ def _keras_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) -> tuple[
     return "keras", tensors
 
 
-def _reset_before_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+def _reset_before_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
     """GRU(reset_after=False), Keras gates z,r,h: the ``gru_block_cell`` format (the same function)."""
     (weights,) = arrays
     kernel = weights["kernel"]
@@ -111,7 +118,7 @@ def _reset_before_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) ->
     }
 
 
-def _cudnn_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
     """CuDNNLSTM / CuDNNGRU: the ``torch`` format (cuDNN's gate order, both biases), see the module docstring."""
     mode = layer.kind.rnn_mode
     keras, cudnn = KERAS_GATE_ORDERS[mode], MODES[mode].gates
@@ -135,7 +142,7 @@ def _cudnn_tensors(layer: _Layer, arrays: list[dict[str, np.ndarray]]) -> tuple[
     return "torch", tensors
 
 
-def _builder(layer: _Layer) -> Callable[[_Layer, list[dict[str, np.ndarray]]], tuple[str, dict[str, np.ndarray]]]:
+def _builder(layer: RNNLayer) -> Callable[[RNNLayer, list[dict[str, np.ndarray]]], tuple[str, dict[str, np.ndarray]]]:
     if layer.kind.cudnn_layout:
         return _cudnn_tensors
     if layer.kind.rnn_mode == "gru" and layer.reset_after is False and len(layer.configs) == 1:
@@ -148,7 +155,7 @@ RESET_BEFORE_NOTE = ("GRU(reset_after=False) is a reset-before GRU: its weights 
                      "cuDNN's GRU resets after the recurrent matmul, so cuDNN params only approximate it")
 
 
-def _shape_fields(layer: _Layer) -> dict[str, Any]:
+def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
     """What the dataset shapes and the config tell without reading any data (for refused layers)."""
     weights = layer.weights[0] if layer.weights else {}
     fields: dict[str, Any] = {"num_layers": 1, "direction": "bidirectional" if len(layer.configs) == 2
@@ -167,7 +174,7 @@ def _shape_fields(layer: _Layer) -> dict[str, Any]:
 GATES: dict[str | None, int] = {"lstm": 4, "gru": 3, None: 1}
 
 
-def _check_weights(h5: _H5, layer: _Layer) -> None:
+def _check_weights(h5: H5File, layer: RNNLayer) -> None:
     """Every direction holds a kernel [width, G*N] and a recurrent_kernel [N, G*N] of the layer's G (and a
     CuDNN layer its bias), before any data is read."""
     gates = GATES[layer.kind.rnn_mode]
@@ -185,7 +192,7 @@ def _check_weights(h5: _H5, layer: _Layer) -> None:
                           f"and [N, {gates}*N]")
 
 
-def _found_rnn(layer: _Layer, source: str, fmt: str, tensors: Mapping[str, np.ndarray], fields: Mapping[str, Any],
+def _found_rnn(layer: RNNLayer, source: str, fmt: str, tensors: Mapping[str, np.ndarray], fields: Mapping[str, Any],
                questions: Mapping[str, Any] | None = None, refusal: str | None = None) -> FoundRNN:
     """The FoundRNN of a layer; names from the file are shown as one printable line."""
     return FoundRNN(one_line(layer.name, 200), source, fmt, tensors, fields, questions or {},
@@ -194,26 +201,26 @@ def _found_rnn(layer: _Layer, source: str, fmt: str, tensors: Mapping[str, np.nd
 
 
 @dataclass
-class _Loaded:
-    """A layer read from the file: plain data (no h5py objects), which :func:`_found` turns into a FoundRNN.
+class _ReadLayer:
+    """A layer read from the file: plain data (no h5py objects), which :func:`_to_found_rnn` turns into a FoundRNN.
 
     ``arrays`` holds each direction's weights; a refused layer has none, and ``fields`` what its
     shapes tell.
     """
 
-    layer: _Layer
+    layer: RNNLayer
     source: str
     arrays: list[dict[str, np.ndarray]] = field(default_factory=list)
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-def _load(h5: _H5, layer: _Layer, version: str) -> _Loaded:
+def _read_weights(h5: H5File, layer: RNNLayer, version: str) -> _ReadLayer:
     """Read a layer's weights (only its shapes when it is refused)."""
     source = f"Keras {version} {layer.display}" + (" (weights only)" if layer.weights_only else "")
     config = layer.configs[0]
     if not layer.weights_only:
-        layer.refusal = layer.refusal or _config_refusal(layer)
-        layer.notes += _config_notes(layer)
+        layer.refusal = layer.refusal or config_refusal(layer)
+        layer.notes += config_notes(layer)
     if layer.reset_after is False and len(layer.configs) == 2:
         layer.refusal = layer.refusal or BIDIRECTIONAL_RESET_BEFORE
     if not layer.refusal:
@@ -223,16 +230,16 @@ def _load(h5: _H5, layer: _Layer, version: str) -> _Loaded:
             layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {DTYPES}: cast the model's "
                              "weights first")
     if layer.refusal:
-        return _Loaded(dataclasses.replace(layer, weights=[]), source, fields=_shape_fields(layer))
+        return _ReadLayer(dataclasses.replace(layer, weights=[]), source, fields=_shape_fields(layer))
     units = config.get("units")
     if units is not None and units != layer.weights[0]["recurrent_kernel"].shape[0]:
         raise h5.fail(f"layer {layer.name!r} ({layer.display}): its config says units={units!r} but its "
                       f"recurrent_kernel has shape {tuple(layer.weights[0]['recurrent_kernel'].shape)}")
     arrays = [{name: h5.array(dataset) for name, dataset in weights.items()} for weights in layer.weights]
-    return _Loaded(dataclasses.replace(layer, weights=[]), source, arrays)
+    return _ReadLayer(dataclasses.replace(layer, weights=[]), source, arrays)
 
 
-def _found(loaded: _Loaded) -> FoundRNN:
+def _to_found_rnn(loaded: _ReadLayer) -> FoundRNN:
     """The FoundRNN of a loaded layer: its tensors in the format that holds them exactly, checked by infer."""
     layer, source, arrays = loaded.layer, loaded.source, loaded.arrays
     if layer.refusal:
@@ -252,7 +259,7 @@ def _found(loaded: _Loaded) -> FoundRNN:
         raise ValueError(f"layer {layer.name!r} ({source}): {error}") from None
     fields, questions = inferred.fields, inferred.questions
     if layer.kind.rnn_mode is None and not layer.weights_only:
-        fields["rnn_mode"] = SIMPLE_RNN_MODES[_activation(config.get("activation", "tanh"))]
+        fields["rnn_mode"] = SIMPLE_RNN_MODES[activation_name(config.get("activation", "tanh"))]
         questions.pop("rnn_mode", None)
     layer.notes += inferred.notes
     return _found_rnn(layer, source, fmt, inferred.tensors, fields, questions)
@@ -296,29 +303,7 @@ def _json(path: str, text: bytes, what: str) -> Any:
         raise FileReadError(path, f"{what} is not JSON ({type(error).__name__}: {one_line(error, 120)})") from None
 
 
-def _open_h5(h5py: Any, path: str, member: bytes | None = None) -> _H5:
-    """The HDF5 file at ``path``, or the archive ``member`` of that file, in memory."""
-    where = f"{WEIGHTS_MEMBER}: " if member is not None else ""
-
-    def fail(reason: str) -> FileReadError:
-        return FileReadError(path, where + reason)
-
-    if member is not None:
-        _check_global_heaps(member, fail)
-        source, size = io.BytesIO(member), len(member)
-    else:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            _check_global_heaps(view, fail)
-        source, size = path, os.path.getsize(path)
-    try:
-        file = h5py.File(source, "r")
-    except (OSError, ValueError) as error:
-        raise FileReadError(path, f"{where}not a readable HDF5 file, it may be truncated ({one_line(error, 160)})") \
-            from None
-    return _H5(h5py, file, path, size, where)
-
-
-def _load_archive(h5py: Any, path: str) -> list[_Loaded]:
+def _load_archive(h5py: Any, path: str) -> list[_ReadLayer]:
     try:
         with zipfile.ZipFile(path) as archive:
             config = _json(path, _member(path, archive, CONFIG_MEMBER, MAX_JSON_BYTES), CONFIG_MEMBER)
@@ -334,19 +319,19 @@ def _load_archive(h5py: Any, path: str) -> list[_Loaded]:
         raise FileReadError(path, f"a damaged .keras archive ({type(error).__name__}: {one_line(error, 160)})") \
             from None
     version = _major(metadata.get("keras_version") if isinstance(metadata, dict) else None)
-    h5 = _open_h5(h5py, path, data)
-    with h5.file, _library_errors(path, h5.where):
+    h5 = open_h5(h5py, path, data, WEIGHTS_MEMBER)
+    with h5.file, h5py_errors(path, h5.where):
         if not isinstance(config, dict):
             raise h5.fail(f"{CONFIG_MEMBER} is not a Keras model config (it holds a {type(config).__name__})")
-        if not _is_model(config):  # a subclassed model: its config does not list the layers
-            reason = f"the config of the {_class_of(config) or 'saved'} model does not list its layers"
-            layers = list(_store_weights_only(h5, h5.file, reason=reason))
+        if not is_model(config):  # a subclassed model: its config does not list the layers
+            reason = f"the config of the {class_of(config) or 'saved'} model does not list its layers"
+            layers = list(store_weights_only(h5, h5.file, reason=reason))
         else:
-            layers = _with_config(h5, lambda: _store_layers(h5, config, h5.file, ()), CONFIG_MEMBER)
-        return [_load(h5, layer, version) for layer in layers]
+            layers = _with_config(h5, lambda: store_layers(h5, config, h5.file, ()), CONFIG_MEMBER)
+        return [_read_weights(h5, layer, version) for layer in layers]
 
 
-def _with_config(h5: _H5, walk: Callable[[], list[_Layer]], what: str) -> list[_Layer]:
+def _with_config(h5: H5File, walk: Callable[[], list[RNNLayer]], what: str) -> list[RNNLayer]:
     """Run a walk over a model config, turning a malformed config's errors into one message."""
     try:
         return walk()
@@ -357,9 +342,9 @@ def _with_config(h5: _H5, walk: Callable[[], list[_Layer]], what: str) -> list[_
                       f"({type(error).__name__}: {one_line(error, 160)})") from None
 
 
-def _load_hdf5(h5py: Any, path: str) -> list[_Loaded]:
-    h5 = _open_h5(h5py, path)
-    with h5.file, _library_errors(path, h5.where):
+def _load_hdf5(h5py: Any, path: str) -> list[_ReadLayer]:
+    h5 = open_h5(h5py, path)
+    with h5.file, h5py_errors(path, h5.where):
         root = h5.file
         version = _major(h5.attribute(root, "keras_version"))
         model_config = h5.attribute(root, "model_config")
@@ -369,19 +354,19 @@ def _load_hdf5(h5py: Any, path: str) -> list[_Loaded]:
             if weights_root is None:
                 raise h5.fail("a Keras model file without its 'model_weights' group (saved with include_weights off?)")
             version = _major(h5.attribute(weights_root, "keras_version") or version)
-            if not isinstance(config, dict) or not _is_model(config):
+            if not isinstance(config, dict) or not is_model(config):
                 raise h5.fail("the model_config attribute is not a Keras Sequential or Functional model config")
-            layers = _with_config(h5, lambda: _legacy_layers(h5, config, weights_root, scopes=(_name_of(config),)),
+            layers = _with_config(h5, lambda: legacy_layers(h5, config, weights_root, scopes=(name_of(config),)),
                                   "the model_config attribute")
         elif "layer_names" in root.attrs:
-            layers = list(_legacy_weights_only(h5, root))
+            layers = list(legacy_weights_only(h5, root))
         elif any(name in root for name in (*LAYER_GROUPS, "vars")):
-            layers = list(_store_weights_only(h5, root))
+            layers = list(store_weights_only(h5, root))
             version = "3"
         else:
             raise h5.fail(f"an HDF5 file that is neither a Keras model nor a Keras weights file (it holds "
                           f"{sorted(root)[:8]})")
-        return [_load(h5, layer, version) for layer in layers]
+        return [_read_weights(h5, layer, version) for layer in layers]
 
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
@@ -393,4 +378,4 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     import h5py  # here, so that a missing h5py is reported as such
 
     load = _load_archive if kind == "keras" else _load_hdf5
-    return [_found(item) for item in _isolated(path, lambda: load(h5py, path))]
+    return [_to_found_rnn(item) for item in run_isolated(path, lambda: load(h5py, path))]

@@ -10,8 +10,8 @@ legacy ``.h5`` model, ``save_weights``    <layer>/<weight name> in the order of 
                                           backward's
 ========================================  ========================================================
 
-    _store_layers(h5, model_config, h5.file, ())   -> [_Layer with .weights = [{field: dataset}] per direction]
-    _legacy_layers(h5, model_config, weights_root)  the same for a legacy model file
+    store_layers(h5, model_config, h5.file, ())   -> [RNNLayer with .weights = [{field: dataset}] per direction]
+    legacy_layers(h5, model_config, weights_root)  the same for a legacy model file
 """
 
 from __future__ import annotations
@@ -19,17 +19,19 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ._hdf5 import _H5
-from ._keras_config import _class_of, _is_model, _Layer, _layer_of, _link_feeds, _model_entries, _name_of
+from ._hdf5 import H5File
+from ._keras_config import RNNLayer, class_of, is_model, layer_of, link_feeds, model_entries, name_of
 
+__all__ = ["FIELDS", "LAYER_GROUPS", "WEIGHT_SUFFIX", "store_layers", "legacy_layers", "store_unit", "recorded_name",
+           "legacy_weights"]
 
 #: the weights of one direction, in the order every Keras RNN cell creates them
 FIELDS: tuple[str, ...] = ("kernel", "recurrent_kernel", "bias")
 
-
 #: Keras 3 stores a model's layers under "layers" (Keras 2.13's .keras: "_layer_checkpoint_dependencies")
 LAYER_GROUPS: tuple[str, ...] = ("layers", "_layer_checkpoint_dependencies")
-_WEIGHT_SUFFIX = re.compile(r":\d+$")
+#: the suffix TensorFlow gives a variable's name ("kernel:0")
+WEIGHT_SUFFIX = re.compile(r":\d+$")
 
 
 # ---- where each layer's weights are ------------------------------------------------------------------
@@ -40,14 +42,14 @@ def _snake_case(name: str) -> str:
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-def _recorded_name(h5: _H5, group: Any) -> str | None:
+def recorded_name(h5: H5File, group: Any) -> str | None:
     """The layer name Keras 3 records in ``<group>/vars`` (attribute ``name``), if any."""
     variables = h5.child(group, "vars")
     recorded = h5.attribute(variables, "name") if variables is not None else None
     return recorded if isinstance(recorded, str) else None
 
 
-def _store_unit(h5: _H5, group: Any) -> dict[str, Any]:
+def store_unit(h5: H5File, group: Any) -> dict[str, Any]:
     """A direction's weights in the Keras 3 store: <layer>/cell/vars/0..2 (CuDNN layers: <layer>/vars/0..2)."""
     variables = h5.child(h5.child(group, "cell"), "vars")
     if variables is None or not len(variables):
@@ -56,13 +58,13 @@ def _store_unit(h5: _H5, group: Any) -> dict[str, Any]:
     return {name: dataset for name, dataset in zip(FIELDS, datasets) if isinstance(dataset, h5.h5py.Dataset)}
 
 
-def _store_directions(h5: _H5, layer: _Layer, group: Any) -> list[dict[str, Any]]:
+def _store_directions(h5: H5File, layer: RNNLayer, group: Any) -> list[dict[str, Any]]:
     if len(layer.configs) == 2:
-        return [_store_unit(h5, h5.child(group, side)) for side in ("forward_layer", "backward_layer")]
-    return [_store_unit(h5, group)]
+        return [store_unit(h5, h5.child(group, side)) for side in ("forward_layer", "backward_layer")]
+    return [store_unit(h5, group)]
 
 
-def _store_children(h5: _H5, group: Any, entries: Sequence[dict[str, Any]]) -> dict[int, Any]:
+def _store_children(h5: H5File, group: Any, entries: Sequence[dict[str, Any]]) -> dict[int, Any]:
     """entry index -> the group holding that layer's weights in a Keras 3 store.
 
     Keras 3 records each layer's name in ``<group>/vars`` (attribute ``name``); files that do not
@@ -72,22 +74,22 @@ def _store_children(h5: _H5, group: Any, entries: Sequence[dict[str, Any]]) -> d
     children = h5.groups(container)
     by_name = {}
     for child in children.values():
-        recorded = _recorded_name(h5, child)
+        recorded = recorded_name(h5, child)
         if recorded is not None:
             by_name[recorded] = child
     located, counts = {}, {}
     for index, entry in enumerate(entries):
         if by_name:
-            located[index] = by_name.get(_name_of(entry))
+            located[index] = by_name.get(name_of(entry))
             continue
-        snake = _snake_case(_class_of(entry))
+        snake = _snake_case(class_of(entry))
         count = counts.get(snake, -1) + 1
         counts[snake] = count
         located[index] = children.get(snake if count == 0 else f"{snake}_{count}")
     return located
 
 
-def _legacy_weights(h5: _H5, group: Any) -> list[tuple[str, Any]]:
+def legacy_weights(h5: H5File, group: Any) -> list[tuple[str, Any]]:
     """(weight name, dataset) of a legacy layer group, in the order of its ``weight_names``."""
     names = h5.attribute(group, "weight_names") if group is not None else None
     if not isinstance(names, list):
@@ -95,7 +97,7 @@ def _legacy_weights(h5: _H5, group: Any) -> list[tuple[str, Any]]:
     return [(name, h5.lookup(group, name)) for name in names]
 
 
-def _legacy_directions(h5: _H5, layer: _Layer, items: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+def _legacy_directions(h5: H5File, layer: RNNLayer, items: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
     """Split a legacy layer's weights into directions (Bidirectional: forward's, then backward's, as Keras
     loads them) and name each by its last component (kernel, recurrent_kernel, bias)."""
     count = len(layer.configs)
@@ -106,7 +108,7 @@ def _legacy_directions(h5: _H5, layer: _Layer, items: Sequence[tuple[str, Any]])
     for start in range(0, len(items), half):
         weights = {}
         for name, dataset in items[start:start + half]:
-            field_name = _WEIGHT_SUFFIX.sub("", name.rsplit("/", 1)[-1])
+            field_name = WEIGHT_SUFFIX.sub("", name.rsplit("/", 1)[-1])
             if dataset is None:
                 raise h5.fail(f"layer {layer.name!r} lists weight {name!r}, which is not stored")
             if field_name not in FIELDS or field_name in weights or not isinstance(dataset, h5.h5py.Dataset):
@@ -129,18 +131,18 @@ def _belongs(weight_name: str, layer_name: str, scopes: Sequence[str]) -> bool:
     return False
 
 
-# ---- reading each kind of file --------------------------------------------------------------------------
-def _store_layers(h5: _H5, model: dict[str, Any], group: Any, scope: tuple[str, ...]) -> list[_Layer]:
+# ---- the RNN layers of a model config, with their weights -----------------------------------------------
+def store_layers(h5: H5File, model: dict[str, Any], group: Any, scope: tuple[str, ...]) -> list[RNNLayer]:
     """The RNN layers of a model config, with their weights in a Keras 3 store."""
-    entries = _model_entries(model)
+    entries = model_entries(model)
     located = _store_children(h5, group, entries) if group is not None else {}
     found, by_name = [], {}
     for index, entry in enumerate(entries):
-        name = _name_of(entry)
-        if _is_model(entry):
-            found += _store_layers(h5, entry, located.get(index), scope + (name,))
+        name = name_of(entry)
+        if is_model(entry):
+            found += store_layers(h5, entry, located.get(index), scope + (name,))
             continue
-        layer = _layer_of(entry, "/".join(scope + (name,)))
+        layer = layer_of(entry, "/".join(scope + (name,)))
         if layer is None:
             continue
         where = located.get(index)
@@ -150,29 +152,29 @@ def _store_layers(h5: _H5, model: dict[str, Any], group: Any, scope: tuple[str, 
         layer.weights = _store_directions(h5, layer, where)
         found.append(layer)
         by_name[name] = layer
-    _link_feeds(model, entries, by_name)
+    link_feeds(model, entries, by_name)
     return found
 
 
-def _legacy_layers(h5: _H5, model: dict[str, Any], root: Any, scope: tuple[str, ...] = (),
-                   items: Sequence[tuple[str, Any]] | None = None, scopes: tuple[str, ...] = ()) -> list[_Layer]:
+def legacy_layers(h5: H5File, model: dict[str, Any], root: Any, scope: tuple[str, ...] = (),
+                   items: Sequence[tuple[str, Any]] | None = None, scopes: tuple[str, ...] = ()) -> list[RNNLayer]:
     """The RNN layers of a legacy model config; weights in root/<top-level layer>/<weight name>.
 
     ``items`` are the weights of the enclosing nested model (None at the top level).
     """
-    entries = _model_entries(model)
+    entries = model_entries(model)
     found, by_name = [], {}
     for entry in entries:
-        name = _name_of(entry)
-        layer = None if _is_model(entry) else _layer_of(entry, "/".join(scope + (name,)))
-        if layer is None and not _is_model(entry):
+        name = name_of(entry)
+        layer = None if is_model(entry) else layer_of(entry, "/".join(scope + (name,)))
+        if layer is None and not is_model(entry):
             continue
         if items is None:
-            mine = _legacy_weights(h5, h5.child(root, name))
+            mine = legacy_weights(h5, h5.child(root, name))
         else:  # a nested model's weights, named from the innermost model that holds them
             mine = list(items) if layer is None else [item for item in items if _belongs(item[0], name, scopes)]
         if layer is None:
-            found += _legacy_layers(h5, entry, root, scope + (name,), mine, scopes + (name,))
+            found += legacy_layers(h5, entry, root, scope + (name,), mine, scopes + (name,))
             continue
         if not mine:
             raise h5.fail(f"the model config lists layer {layer.name!r} ({layer.display}) but no weights of it are "
@@ -180,5 +182,5 @@ def _legacy_layers(h5: _H5, model: dict[str, Any], root: Any, scope: tuple[str, 
         layer.weights = _legacy_directions(h5, layer, mine)
         found.append(layer)
         by_name[name] = layer
-    _link_feeds(model, entries, by_name)
+    link_feeds(model, entries, by_name)
     return found

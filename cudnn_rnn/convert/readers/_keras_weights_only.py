@@ -1,10 +1,10 @@
 """RNN layers of a Keras weights file without a model config, found by their weights' names and shapes.
 
-    kernel [width, G*N], recurrent_kernel [N, G*N]:   G = 4 LSTM, 3 GRU, 1 SimpleRNN
-    bias [2*G*N] -> CuDNNLSTM / CuDNNGRU     bias [3N] -> GRU(reset_after=False)     bias [2, 3N] -> GRU
+    kernel [width, G*N] and recurrent_kernel [N, G*N]:   G = 4 LSTM, 3 GRU, 1 SimpleRNN
+    bias [2*G*N]: CuDNNLSTM / CuDNNGRU      a GRU's bias [3N]: reset_after=False, else (or none) reset_after=True
 
-    _store_weights_only(h5, h5.file)     Keras 3 ``.weights.h5``: <layer>/cell/vars, forward_layer beside backward_layer
-    _legacy_weights_only(h5, h5.file)    ``save_weights`` ``.h5``: weights grouped by their parent path
+    store_weights_only(h5, h5.file)    Keras 3 ``.weights.h5``: <layer>/cell/vars, forward_layer beside backward_layer
+    legacy_weights_only(h5, h5.file)   ``save_weights`` ``.h5``: each layer's weights grouped by their parent path
 
 What only a config tells (activations, go_backwards, merge_mode) is Keras's default, noted on each layer.
 """
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ._hdf5 import _H5
-from ._keras_config import LAYER_KINDS, LayerKind, _Layer
-from ._keras_layout import _WEIGHT_SUFFIX, FIELDS, LAYER_GROUPS, _legacy_weights, _recorded_name, _store_unit
+from ._hdf5 import H5File
+from ._keras_config import LAYER_KINDS, LayerKind, RNNLayer
+from ._keras_layout import FIELDS, LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit
+
+__all__ = ["store_weights_only", "legacy_weights_only", "WEIGHTS_ONLY"]
 
 
 def _looks_like_rnn(weights: Mapping[str, Any]) -> bool:
@@ -45,10 +47,10 @@ def _kind_from_shapes(weights: Mapping[str, Any]) -> tuple[LayerKind, bool | Non
 WEIGHTS_ONLY = "the file holds weights only"
 
 
-def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str = WEIGHTS_ONLY) -> _Layer:
+def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str = WEIGHTS_ONLY) -> RNNLayer:
     kind, reset_after = _kind_from_shapes(directions[0])
     display = f"Bidirectional({kind.class_name})" if len(directions) == 2 else kind.class_name
-    layer = _Layer(name, display, kind, [{} for _ in directions], {}, weights=directions, reset_after=reset_after,
+    layer = RNNLayer(name, display, kind, [{} for _ in directions], {}, weights=directions, reset_after=reset_after,
                    weights_only=True)
     assumed = ["activation='tanh'", "recurrent_activation='sigmoid'"] if kind.rnn_mode else []
     assumed += ["go_backwards=False"] + (["merge_mode='concat'"] if len(directions) == 2 else [])
@@ -59,8 +61,8 @@ def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str
     return layer
 
 
-def _store_weights_only(h5: _H5, group: Any, scope: tuple[str, ...] = (), seen: set[Any] | None = None,
-                        reason: str = WEIGHTS_ONLY) -> Iterator[_Layer]:
+def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen: set[Any] | None = None,
+                        reason: str = WEIGHTS_ONLY) -> Iterator[RNNLayer]:
     """RNN layers of a Keras 3 store found by their groups alone: <layer>/cell/vars, or forward_layer and
     backward_layer beside each other (Bidirectional); every other group is searched, each once."""
     seen = set() if seen is None else seen
@@ -68,22 +70,22 @@ def _store_weights_only(h5: _H5, group: Any, scope: tuple[str, ...] = (), seen: 
         if child.id in seen or key == "vars":
             continue
         seen.add(child.id)
-        label = _recorded_name(h5, child) or key
+        label = recorded_name(h5, child) or key
         sides = [h5.child(child, side) for side in ("forward_layer", "backward_layer")]
         if all(side is not None for side in sides):
-            directions = [_store_unit(h5, side) for side in sides]
+            directions = [store_unit(h5, side) for side in sides]
             if all(_looks_like_rnn(direction) for direction in directions):
                 yield _weights_only_layer("/".join(scope + (label,)), directions, reason)
                 continue
         if h5.child(child, "cell") is not None or key.startswith("cu_dnn"):
-            direction = _store_unit(h5, child)
+            direction = store_unit(h5, child)
             if _looks_like_rnn(direction):
                 yield _weights_only_layer("/".join(scope + (label,)), [direction], reason)
                 continue
-        yield from _store_weights_only(h5, child, scope if key in LAYER_GROUPS else scope + (label,), seen, reason)
+        yield from store_weights_only(h5, child, scope if key in LAYER_GROUPS else scope + (label,), seen, reason)
 
 
-def _legacy_weights_only(h5: _H5, root: Any) -> Iterator[_Layer]:
+def legacy_weights_only(h5: H5File, root: Any) -> Iterator[RNNLayer]:
     """RNN layers of a legacy save_weights file: each layer group's weights grouped by their parent path
     ('enc/lstm_cell/kernel:0'), forward_/backward_ pairs joined as Bidirectional."""
     names = h5.attribute(root, "layer_names")
@@ -91,9 +93,9 @@ def _legacy_weights_only(h5: _H5, root: Any) -> Iterator[_Layer]:
         raise h5.fail("attribute 'layer_names' is not a list of layer names")
     for layer_name in names:
         cells: dict[str, dict[str, Any]] = {}
-        for weight_name, dataset in _legacy_weights(h5, h5.child(root, layer_name)):
+        for weight_name, dataset in legacy_weights(h5, h5.child(root, layer_name)):
             parent, _, last = weight_name.rpartition("/")
-            field_name = _WEIGHT_SUFFIX.sub("", last)
+            field_name = WEIGHT_SUFFIX.sub("", last)
             if field_name in FIELDS and isinstance(dataset, h5.h5py.Dataset):
                 cells.setdefault(parent, {})[field_name] = dataset
         cells = {parent: weights for parent, weights in cells.items() if _looks_like_rnn(weights)}
