@@ -91,6 +91,17 @@ def test_missing_biases_are_zeros(tmp_path: Path) -> None:
         assert not params_layout(config).view(params, entry).any()
 
 
+def test_biases_are_omitted_per_layer_only_where_the_format_allows_it(tmp_path: Path) -> None:
+    config = RNNConfig("gru", 2, 3, 2, direction="bidirectional")
+    onnx = to_format("onnx", random_params(config), config).value
+    rnn = read_file(savez(tmp_path / "onnx.npz", **{k: v for k, v in onnx.items() if k != "layer_1/B"}))[0]
+    assert rnn.notes == ("layer 1 has no B: zero biases are used, the same function",)
+    assert np.array_equal(rnn.tensors["layer_0/B"], onnx["layer_0/B"]) and not rnn.tensors["layer_1/B"].any()
+    torch = to_format("torch", random_params(config), config).value
+    with pytest.raises(FileReadError, match=r"missing \['bias_ih_l1'\]"):
+        read_file(savez(tmp_path / "torch.npz", **{k: v for k, v in torch.items() if k != "bias_ih_l1"}))
+
+
 def test_names_or_shapes_that_do_not_fit_are_named(tmp_path: Path) -> None:
     config = RNNConfig("lstm", 2, 3, 2)
     tensors = to_format("torch", random_params(config), config).value

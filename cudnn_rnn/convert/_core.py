@@ -34,6 +34,7 @@ __all__ = [
     "CellWeights",
     "TensorNames",
     "ParsedName",
+    "OmittedBiases",
     "FormatSpec",
     "name_pattern",
     "no_refusal",
@@ -172,6 +173,22 @@ class TensorNames:
 
 # ---- format specs -------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class OmittedBiases:
+    """Biases a format's files may leave out (layers built without biases), read as zeros: the same function.
+
+    Attributes:
+        fields: the bias fields (of the format's :class:`TensorNames`).
+        note: what a reader notes when they are left out; ``{layer}`` names the layer.
+        per_layer: each layer may leave them out alone (ONNX's optional ``B``); else a network
+            has all of them or none.
+    """
+
+    fields: tuple[str, ...]
+    note: str
+    per_layer: bool = False
+
+
+@dataclass(frozen=True)
 class FormatSpec:
     """One named format: what it can hold, its tensor names and shapes, and its two directions.
 
@@ -186,6 +203,7 @@ class FormatSpec:
             against ``shapes``).
         names: the tensor names by field, layer and direction; None where they depend on more
             (tf_cell's cell scopes).
+        omitted_biases: the biases its files may leave out, or None.
     """
 
     name: str
@@ -195,6 +213,7 @@ class FormatSpec:
     encode: Callable[..., dict[str, Array]]
     decode: Callable[..., tuple[CellWeights, ...]]
     names: TensorNames | None = None
+    omitted_biases: OmittedBiases | None = None
 
 
 def no_refusal(config: RNNConfig) -> None:

@@ -29,6 +29,7 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    OmittedBiases,
     TensorNames,
     gate_order,
     projection_refusal,
@@ -110,4 +111,6 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
+    omitted_biases=OmittedBiases(
+        ("bias",), "the layers have no biases (use_bias=False): zero biases are used, the same function"),
 )

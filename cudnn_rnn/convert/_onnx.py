@@ -23,6 +23,7 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    OmittedBiases,
     TensorNames,
     gate_order,
     projection_refusal,
@@ -116,4 +117,6 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
+    omitted_biases=OmittedBiases(("B",), "layer {layer} has no B: zero biases are used, the same function",
+                                 per_layer=True),
 )

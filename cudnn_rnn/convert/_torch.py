@@ -24,6 +24,7 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    OmittedBiases,
     TensorNames,
     no_refusal,
     pseudo_layers,
@@ -85,4 +86,7 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
+    omitted_biases=OmittedBiases(
+        ("input_bias", "recurrent_bias"),
+        "the state_dict has no biases (bias=False): zero biases are used, the same function"),
 )

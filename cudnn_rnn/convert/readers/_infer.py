@@ -6,8 +6,9 @@ Each format's rule (:data:`RULES`) reads the layer count and direction from the 
 sizes from a few shapes (torch: ``weight_ih_l0`` is [G*N, I], ``weight_hh_l0`` [G*N, P],
 ``weight_hr_l0`` [P, N]; G gives the mode). The result is then checked against the format's
 own expected shapes, so every tensor must fit the configuration read, or a ValueError names
-the one that does not. Formats that keep no biases when a layer has none (PyTorch
-``bias=False``, Keras ``use_bias=False``, ONNX without ``B``) get zero biases, noted.
+the one that does not. The biases a format lets a file leave out (its spec's ``omitted_biases``:
+PyTorch ``bias=False``, Keras ``use_bias=False``, ONNX without ``B``) are added as zeros shaped
+as the format's shapes say, noted.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ...config import RNNConfig
-from .._core import check_tensors
+from .._core import FormatSpec, check_tensors
 from .._formats import FORMAT_SPECS
 from ._found import CONFIG_FIELDS, Question, common_dtype, questions_for_all
 
@@ -110,13 +111,6 @@ def _torch(tensors: dict[str, np.ndarray]) -> Inferred:
         "direction": "bidirectional" if directions == 2 else "unidirectional",
         "num_proj": state if projection else 0, "input_mode": "linear_input"})
     _mode_fields(result, gates, "an nn.RNN state_dict does not say its nonlinearity")
-    if not any(m.group(1).startswith("bias") for m in parsed.values()):
-        dtype = tensors["weight_ih_l0"].dtype
-        for layer in range(layers):
-            for suffix in ("", "_reverse")[:directions]:
-                for kind in ("bias_ih", "bias_hh"):
-                    result.tensors[f"{kind}_l{layer}{suffix}"] = np.zeros(gn, dtype)
-        result.notes.append("the state_dict has no biases (bias=False): zero biases are used, the same function")
     return result
 
 
@@ -141,13 +135,6 @@ def _keras(tensors: dict[str, np.ndarray]) -> Inferred:
     if gates == 3 and bias is not None and np.ndim(bias) == 1:
         raise _fail(fmt, "a GRU bias of shape (3N,) belongs to GRU(reset_after=False), a reset-before GRU that "
                          "cuDNN cannot run; convert it with the 'gru_block_cell' or 'mygrad' format instead")
-    if not any(m.group(3) == "bias" for m in parsed.values()):
-        shape = (2, gn) if gates == 3 else (gn,)
-        for layer in range(layers):
-            for direction in ("forward", "backward")[:directions]:
-                result.tensors[f"layer_{layer}/{direction}/bias"] = np.zeros(shape,
-                                                                             tensors["layer_0/forward/kernel"].dtype)
-        result.notes.append("the layers have no biases (use_bias=False): zero biases are used, the same function")
     return result
 
 
@@ -169,10 +156,6 @@ def _onnx(tensors: dict[str, np.ndarray]) -> Inferred:
         "direction": "bidirectional" if directions == 2 else "unidirectional", "num_proj": 0,
         "input_mode": "linear_input"})
     _mode_fields(result, gates, "an ONNX RNN's weights do not say its activation")
-    for layer in range(layers):
-        if f"layer_{layer}/B" not in tensors:
-            result.tensors[f"layer_{layer}/B"] = np.zeros((directions, 2 * gn), tensors["layer_0/W"].dtype)
-            result.notes.append(f"layer {layer} has no B: zero biases are used, the same function")
     return result
 
 
@@ -269,8 +252,33 @@ def infer(fmt: str, tensors: Mapping[str, np.ndarray]) -> Inferred:
         config = RNNConfig(**{name: trial[name] for name in CONFIG_FIELDS})
     except (TypeError, ValueError) as error:
         raise _fail(fmt, f"the shapes give an invalid configuration: {error}") from None
-    refusal = FORMAT_SPECS[fmt].refusal(config)
+    spec = FORMAT_SPECS[fmt]
+    refusal = spec.refusal(config)
     if refusal:
         raise _fail(fmt, refusal)
-    check_tensors(fmt, result.tensors, FORMAT_SPECS[fmt].shapes(config), config)
+    result.notes += _add_omitted_biases(spec, result.tensors, config)
+    check_tensors(fmt, result.tensors, spec.shapes(config), config)
     return result
+
+
+def _add_omitted_biases(spec: FormatSpec, tensors: dict[str, np.ndarray], config: RNNConfig) -> list[str]:
+    """Add to ``tensors`` the zero biases that ``spec`` lets a file leave out and this one does,
+    shaped as the spec's shapes for ``config`` say; returns the notes saying so."""
+    omitted, names = spec.omitted_biases, spec.names
+    if omitted is None or names is None:
+        return []
+    fields = omitted.fields
+
+    def scope(layer: int) -> int | None:  # what has all of the biases or none
+        return layer if omitted.per_layer else None
+
+    held = {scope(parsed.layer) for parsed in map(names.parse, tensors) if parsed and parsed.field in fields}
+    dtype = next(iter(tensors.values())).dtype
+    notes: list[str] = []
+    for name, shape in spec.shapes(config).items():
+        parsed = names.parse(name)
+        if parsed is not None and parsed.field in fields and scope(parsed.layer) not in held:
+            tensors[name] = np.zeros(shape, dtype)
+            note = omitted.note.format(layer=parsed.layer)
+            notes += [] if note in notes else [note]
+    return notes
