@@ -30,7 +30,9 @@ from ._core import (
     FormatSpec,
     Notes,
     OmittedBiases,
+    ShapeReading,
     TensorNames,
+    TensorShapes,
     gate_order,
     projection_refusal,
     pseudo_layers,
@@ -55,6 +57,15 @@ def _key(layer: int, direction: int, field: str) -> str:
 
 
 refusal = projection_refusal("keras", "Keras layers have none")
+
+
+def reset_before_refusal(tensors: TensorShapes, fields: Mapping[str, Any]) -> str | None:
+    """A GRU with one (3N,) bias is GRU(reset_after=False), which no cuDNN layout holds."""
+    bias = TENSOR_NAMES.name("bias")
+    if fields.get("rnn_mode") == "gru" and bias in tensors and len(tensors.shapes[bias]) == 1:
+        return ("a GRU bias of shape (3N,) belongs to GRU(reset_after=False), a reset-before GRU that cuDNN cannot "
+                "run; convert it with the 'gru_block_cell' or 'mygrad' format instead")
+    return None
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -113,4 +124,8 @@ FORMAT = FormatSpec(
     names=TENSOR_NAMES,
     omitted_biases=OmittedBiases(
         ("bias",), "the layers have no biases (use_bias=False): zero biases are used, the same function"),
+    reading=ShapeReading(
+        sizes={"input_size": ("kernel", 0), "gate_rows": ("kernel", 1), "num_units": ("recurrent_kernel", 0)},
+        described="layer_{l}/{forward|backward}/kernel, ...",
+        mode_question="a SimpleRNN's weights do not say its activation", refuse=reset_before_refusal),
 )

@@ -24,7 +24,9 @@ from ._core import (
     FormatSpec,
     Notes,
     OmittedBiases,
+    ShapeReading,
     TensorNames,
+    TensorShapes,
     gate_order,
     projection_refusal,
     pseudo_layers,
@@ -67,6 +69,13 @@ def key(layer: int, field: str) -> str:
 
 
 refusal = projection_refusal("onnx", "an ONNX LSTM node feeds back its unprojected h")
+
+
+def direction_refusal(tensors: TensorShapes, fields: Mapping[str, Any]) -> str | None:
+    """W's first axis counts the directions: 1 or 2."""
+    name = key(0, "W")
+    directions = tensors.shapes[name][0]
+    return None if directions in (1, 2) else f"tensor {name!r} has {directions} directions; ONNX has 1 or 2"
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -119,4 +128,8 @@ FORMAT = FormatSpec(
     names=TENSOR_NAMES,
     omitted_biases=OmittedBiases(("B",), "layer {layer} has no B: zero biases are used, the same function",
                                  per_layer=True),
+    reading=ShapeReading(
+        sizes={"num_directions": ("W", 0), "gate_rows": ("W", 1), "input_size": ("W", 2), "num_units": ("R", 2)},
+        ndim=3, described="layer_{l}/W, R, B", layers_from="W",
+        mode_question="an ONNX RNN's weights do not say its activation", refuse=direction_refusal),
 )

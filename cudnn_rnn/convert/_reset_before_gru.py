@@ -39,6 +39,7 @@ from ._core import (
     CellWeights,
     FormatSpec,
     Notes,
+    ShapeReading,
     TensorNames,
     check_tensors,
     reorder_gates,
@@ -191,6 +192,7 @@ GRU_BLOCK_CELL = FormatSpec(
     encode=_block_encode,
     decode=_block_decode,
     names=NAMES["gru_block_cell"],
+    reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"),
 )
 
 MYGRAD = FormatSpec(
@@ -201,4 +203,5 @@ MYGRAD = FormatSpec(
     encode=_mygrad_encode,
     decode=_mygrad_decode,
     names=NAMES["mygrad"],
+    reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"),
 )

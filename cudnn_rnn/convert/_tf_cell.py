@@ -34,16 +34,20 @@ weights from such a cell need 1.0 added to the f block of the bias first.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .._arrays import Array
-from ..config import RNNConfig
+from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
+    ConfigRead,
     FormatSpec,
     Notes,
+    TensorShapes,
     gate_order,
+    name_pattern,
     no_refusal,
     pseudo_layers,
     reorder_gates,
@@ -69,6 +73,10 @@ PREFIXES: dict[int, tuple[str, ...]] = {  # num_directions -> prefix pattern per
     2: ("stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/fw/{cell}",
         "stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/bw/{cell}"),
 }
+
+#: cell name -> the rnn_modes it holds (basic_rnn_cell: rnn_tanh and rnn_relu, which no shape tells apart)
+CELL_MODES: dict[str, tuple[str, ...]] = {
+    cell: tuple(mode for mode, name in CELL_NAMES.items() if name == cell) for cell in CELL_NAMES.values()}
 
 
 def _prefix(config: RNNConfig, layer: int, direction: int) -> str:
@@ -200,6 +208,64 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
                  for _, layer, direction in pseudo_layers(config))
 
 
+# ---- names back to layers, directions and cells -------------------------------------------------
+class _Scoped(NamedTuple):
+    layer: int
+    num_directions: int
+    cell: str
+
+
+#: (the names under each prefix of PREFIXES, the prefixes' num_directions)
+_SCOPES: tuple[tuple[re.Pattern[str], int], ...] = tuple(
+    (re.compile(name_pattern(prefix, {"cell": tuple(CELL_MODES)}) + "/.+"), num_directions)
+    for num_directions, prefixes in PREFIXES.items() for prefix in prefixes)
+
+
+def _scoped(name: str) -> _Scoped | None:
+    for pattern, num_directions in _SCOPES:
+        match = pattern.fullmatch(name)
+        if match is not None:
+            return _Scoped(int(match["layer"]), num_directions, match["cell"])
+    return None
+
+
+def read_config(spec: FormatSpec, tensors: TensorShapes) -> ConfigRead:
+    """The configuration that the variables' scopes (layers, directions, cell) and kernel shapes tell."""
+    parsed = tensors.parse(_scoped, "TF's cuDNN-compatible cell variables").values()
+    cells = {scoped.cell for scoped in parsed}
+    if len(cells) != 1:
+        raise tensors.fail(f"the variables mix cell types {sorted(cells)}")
+    cell = cells.pop()
+    num_directions = max(scoped.num_directions for scoped in parsed)
+    layers = tensors.layer_count({scoped.layer for scoped in parsed}, "cell_{l}")
+    prefix = PREFIXES[num_directions][0].format(layer=0, cell=cell)
+    modes = CELL_MODES[cell]
+    if modes == ("gru",):
+        stitched_rows, two_units = tensors.shape(GRU_NAMES["gates_kernel"].format(prefix=prefix))  # [I + N, 2N]
+        units = state = two_units // 2
+        projection = 0
+    else:
+        stitched_rows, gn = tensors.shape(f"{prefix}/kernel")  # [I + P, G*N]
+        projection_kernel = f"{prefix}/projection/kernel"
+        if projection_kernel in tensors:
+            units, state = tensors.shape(projection_kernel)
+            projection = state
+        else:
+            units = state = gn // MODES[modes[0]].num_gates
+            projection = 0
+    width = stitched_rows - state
+    if width < 1 or units < 1:
+        raise tensors.fail(f"the shapes of {prefix}/... leave no room for an input (width {width}, units {units})")
+    fields: dict[str, Any] = {
+        "num_layers": layers, "num_units": units, "input_size": width,
+        "direction": "bidirectional" if num_directions == 2 else "unidirectional", "num_proj": projection,
+        "input_mode": "linear_input"}
+    if len(modes) == 1:
+        fields["rnn_mode"] = modes[0]
+        return ConfigRead(fields)
+    return ConfigRead(fields, f"a {cell}'s variables do not say its activation")
+
+
 FORMAT = FormatSpec(
     name="tf_cell",
     summary="TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...",
@@ -207,4 +273,5 @@ FORMAT = FormatSpec(
     shapes=shapes,
     encode=encode,
     decode=decode,
+    reading=read_config,
 )

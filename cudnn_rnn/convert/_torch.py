@@ -25,6 +25,7 @@ from ._core import (
     FormatSpec,
     Notes,
     OmittedBiases,
+    ShapeReading,
     TensorNames,
     no_refusal,
     pseudo_layers,
@@ -89,4 +90,9 @@ FORMAT = FormatSpec(
     omitted_biases=OmittedBiases(
         ("input_bias", "recurrent_bias"),
         "the state_dict has no biases (bias=False): zero biases are used, the same function"),
+    reading=ShapeReading(
+        sizes={"gate_rows": ("input", 0), "input_size": ("input", 1), "state_size": ("recurrent", 1),
+               "num_units": ("projection", 1)},
+        described="nn.LSTM/GRU/RNN weights", layers_from="input", projection="projection",
+        mode_question="an nn.RNN state_dict does not say its nonlinearity"),
 )
