@@ -14,7 +14,7 @@ import pytest
 
 import cudnn_rnn
 from cudnn_rnn import RNNConfig
-from cudnn_rnn.convert import InexactConversionError, from_format, read_file, stack, to_format
+from cudnn_rnn.convert import FORMATS, InexactConversionError, from_format, read_file, stack, to_format
 from cudnn_rnn.convert.readers import FILE_KINDS, FileReadError, FoundRNN, Question, choose, file_kind
 from cudnn_rnn.convert.readers._found import MAX_COMPRESSION_RATIO, check_declared_size, one_line
 from cudnn_rnn.layout import params_layout
@@ -70,6 +70,13 @@ def test_every_format_tells_its_configuration(tmp_path: Path, fmt: str, name: st
     expected = from_format(fmt, tensors, config, allow_approximation=allow).value
     assert rnn.to_params(allow_approximation=allow).value.tobytes() == expected.tobytes()
     assert rnn.conversion() == ("exact" if not allow else rnn.conversion())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_is_recognised_by_its_names(tmp_path: Path, fmt: str) -> None:
+    config = RNNConfig("gru", 1, 3, 2)
+    tensors = to_format(fmt, random_params(config), config, allow_approximation=True).value
+    assert read_file(savez(tmp_path / "w.npz", **tensors))[0].fmt == fmt
 
 
 def test_a_reset_before_gru_converts_only_approximately(tmp_path: Path) -> None:

@@ -58,4 +58,5 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
+    signature=TENSOR_NAMES.signature(),
 )

@@ -174,6 +174,17 @@ class TensorNames:
                 return ParsedName(field, int(groups.get("layer") or 0), direction)
         return None
 
+    def first(self) -> str:
+        """The first field's name in layer 0 (every number 0), direction 0: one every file of the format has."""
+        field = next(iter(self.templates))
+        numbers = {placeholder: 0 for _, placeholder, _, _ in string.Formatter().parse(self.templates[field])
+                   if placeholder is not None and placeholder != self.direction_key}
+        return self.name(field, **numbers)
+
+    def signature(self) -> re.Pattern[str]:
+        """The pattern of :meth:`first`, which no other format's tensors are named."""
+        return re.compile(f"^{re.escape(self.first())}$")
+
 
 # ---- reading a configuration off tensor names and shapes ----------------------------------------
 #: gates per cell -> rnn_mode (one gate: rnn_tanh or rnn_relu, which no shape tells apart)
@@ -343,6 +354,8 @@ class FormatSpec:
         reading: ``reading(spec, tensors)`` -> the :class:`ConfigRead` that the names and shapes
             of ``tensors`` (:class:`TensorShapes`) tell, raising a ValueError where they do not
             form one RNN of the format; None where they cannot tell the sizes (canonical).
+        signature: a pattern (``search``) matching names that only this format's tensors have:
+            how a file of named tensors is recognised; None: never guessed.
     """
 
     name: str
@@ -354,6 +367,7 @@ class FormatSpec:
     names: TensorNames | None = None
     omitted_biases: OmittedBiases | None = None
     reading: Callable[["FormatSpec", TensorShapes], ConfigRead] | None = None
+    signature: re.Pattern[str] | None = None
 
 
 def no_refusal(config: RNNConfig) -> None:

@@ -192,6 +192,7 @@ GRU_BLOCK_CELL = FormatSpec(
     encode=_block_encode,
     decode=_block_decode,
     names=NAMES["gru_block_cell"],
+    signature=NAMES["gru_block_cell"].signature(),
     reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"),
 )
 
@@ -203,5 +204,6 @@ MYGRAD = FormatSpec(
     encode=_mygrad_encode,
     decode=_mygrad_decode,
     names=NAMES["mygrad"],
+    signature=NAMES["mygrad"].signature(),
     reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"),
 )

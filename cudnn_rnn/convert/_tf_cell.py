@@ -221,6 +221,13 @@ _SCOPES: tuple[tuple[re.Pattern[str], int], ...] = tuple(
     for num_directions, prefixes in PREFIXES.items() for prefix in prefixes)
 
 
+#: any name in layer 0's scope, whatever its cell (how tf_cell variables are recognised; reading them
+#: then names a cell that is not one of CELL_NAMES)
+RECOGNISED = re.compile("^(?:" + "|".join(re.escape(prefixes[0].partition("{layer}")[0] + "0/")
+                                          for prefixes in PREFIXES.values()) + ")")
+
+
+
 def _scoped(name: str) -> _Scoped | None:
     for pattern, num_directions in _SCOPES:
         match = pattern.fullmatch(name)
@@ -274,4 +281,5 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     reading=read_config,
+    signature=RECOGNISED,
 )

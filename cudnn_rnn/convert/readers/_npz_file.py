@@ -23,25 +23,22 @@ import zipfile
 import numpy as np
 
 from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
+from .. import _torch
+from .._formats import FORMAT_SPECS
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer
 
 __all__ = ["read", "read_npz_safely", "GUESSES"]
 
-#: format -> a name that only its tensors have (how an .npz of named tensors is recognised)
+#: format -> its spec's signature, a name that only its tensors have (how an .npz of named tensors is
+#: recognised); the formats whose names tell their configuration are tried first
 GUESSES: dict[str, re.Pattern[str]] = {
-    "torch": re.compile(r"^weight_ih_l0$"),
-    "keras": re.compile(r"^layer_0/forward/kernel$"),
-    "onnx": re.compile(r"^layer_0/W$"),
-    "canonical": re.compile(r"^weights/0$"),
-    "tf_cell": re.compile(r"^(rnn/multi_rnn_cell|stack_bidirectional_rnn)/cell_0/"),
-    "gru_block_cell": re.compile(r"^w_ru$"),
-    "mygrad": re.compile(r"^Uz$"),
-}
+    spec.name: spec.signature for spec in sorted(FORMAT_SPECS.values(), key=lambda spec: spec.reading is None)
+    if spec.signature is not None}
 
 #: a torch name under a parent module's prefix ("encoder.rnn.weight_ih_l0")
-_PREFIXED_TORCH = re.compile(r".\.weight_ih_l0$")
+_PREFIXED_TORCH = re.compile(rf".\.{re.escape(_torch.TENSOR_NAMES.first())}$")
 
 
 def _header(member: object, path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
