@@ -1,10 +1,8 @@
 """Reading model files, NumPy only: what every reader shares (FoundRNN, file kinds by content,
-questions and overrides, stacking), the .npz reader, params files, and hostile .npz archives."""
+questions and overrides, stacking), the .npz reader, and hostile .npz archives."""
 
 from __future__ import annotations
 
-import io
-import json
 import struct
 import zipfile
 from pathlib import Path
@@ -18,7 +16,6 @@ from cudnn_rnn.convert import FORMATS, InexactConversionError, from_format, read
 from cudnn_rnn.convert.readers import FILE_KINDS, FileReadError, FoundRNN, Question, choose, file_kind
 from cudnn_rnn.convert.readers._found import MAX_COMPRESSION_RATIO, check_declared_size, one_line
 from cudnn_rnn.layout import params_layout
-from cudnn_rnn.params_file import read_params_file, write_params_file
 
 from rnn_testing import relative_error
 
@@ -149,20 +146,7 @@ def test_unknown_names_ask_for_the_format(tmp_path: Path) -> None:
         read_file(savez(tmp_path / "x.npz", a=np.zeros(2), b=np.zeros(3)))
 
 
-# ---- params files and bare buffers ---------------------------------------------------------------
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_params_files_are_complete(tmp_path: Path, name: str) -> None:
-    config = CONFIGS[name]
-    params = random_params(config, 3)
-    write_params_file(tmp_path / "p.npz", params, config)
-    rnn = read_file(tmp_path / "p.npz")[0]
-    assert rnn.source == "cudnn_rnn params file" and rnn.fmt == "params" and rnn.complete and not rnn.questions
-    assert rnn.config == config
-    assert rnn.to_params().value.tobytes() == params.tobytes()
-    layer = cudnn_rnn.layers.RecurrentLayer.load(tmp_path / "p.npz")
-    assert layer.config == config and layer.params.tobytes() == params.tobytes() and layer.step == 0
-
-
+# ---- bare buffers (params files: test_params_file.py) -------------------------------------------
 def test_a_bare_buffer_asks_for_every_size(tmp_path: Path) -> None:
     config = CONFIGS["gru_L3"]
     params = random_params(config)
@@ -178,28 +162,6 @@ def test_a_bare_buffer_asks_for_every_size(tmp_path: Path) -> None:
     wrong = rnn.with_hints(rnn_mode="gru", num_layers=2, num_units=4, input_size=6)
     with pytest.raises(ValueError, match="params must be 1-D with"):
         wrong.to_params()
-
-
-@pytest.mark.parametrize("change, match", [
-    (lambda a: a.update(format=np.array(2)), "has params-file format"),
-    (lambda a: a.update(config=np.array("{not json")), "'config' is not valid JSON"),
-    (lambda a: a.update(config=np.array(json.dumps({"rnn_mode": "lstm", "evil": 1}))), "must be an object with"),
-    (lambda a: a.update(config=np.array(json.dumps({"rnn_mode": "lstm", "num_layers": 0, "num_units": 2,
-                                                    "input_size": 2}))), "invalid configuration: num_layers"),
-    (lambda a: a.update(params=a["params"][:-1]), "must be [44] float32 for its configuration; got"),
-    (lambda a: a.update(step=np.array(1.5)), "'step' must be an integer scalar"),
-])
-def test_a_damaged_params_file_is_refused(tmp_path: Path, change, match: str) -> None:
-    config = RNNConfig("rnn_tanh", 1, 4, 5)
-    buffer = io.BytesIO()
-    write_params_file(buffer, random_params(config), config)
-    with np.load(io.BytesIO(buffer.getvalue())) as data:
-        arrays = {name: data[name] for name in data.files}
-    change(arrays)
-    with pytest.raises(ValueError, match=match.replace("[", r"\[").replace("]", r"\]")):
-        read_params_file(savez(tmp_path / "p.npz", **arrays))
-    with pytest.raises(FileReadError, match=match.replace("[", r"\[").replace("]", r"\]")):
-        read_file(tmp_path / "p.npz")
 
 
 # ---- overrides, choosing, stacking ---------------------------------------------------------------
