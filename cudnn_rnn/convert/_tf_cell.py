@@ -89,32 +89,40 @@ def _split_sum(bias: Array) -> tuple[Array, Array]:
 
 
 # ---- LSTM and basic RNN cells: one stitched kernel, one summed bias ----------------------------
+STITCHED_NAMES: dict[str, str] = {
+    "kernel": "{prefix}/kernel",
+    "bias": "{prefix}/bias",
+    "projection": "{prefix}/projection/kernel",
+}
+
+
 def _stitched_shapes(config: RNNConfig, layer: int, prefix: str) -> dict[str, tuple[int, ...]]:
     gn, p = config.num_gates * config.num_units, config.state_size
-    result = {f"{prefix}/kernel": (config.layer_input_size(layer) + p, gn), f"{prefix}/bias": (gn,)}
+    sizes = {"kernel": (config.layer_input_size(layer) + p, gn), "bias": (gn,)}
     if config.num_proj:
-        result[f"{prefix}/projection/kernel"] = (config.num_units, p)
-    return result
+        sizes["projection"] = (config.num_units, p)
+    return {STITCHED_NAMES[key].format(prefix=prefix): shape for key, shape in sizes.items()}
 
 
 def _stitched_encode(cell: CellWeights, config: RNNConfig, prefix: str, xp: Any) -> dict[str, Array]:
     cudnn, tf = config.mode.gates, gate_order(GATE_ORDERS, config)
     kernel = xp.concatenate([reorder_gates(cell.input, cudnn, tf, xp), reorder_gates(cell.recurrent, cudnn, tf, xp)],
                             axis=1)
-    result = {f"{prefix}/kernel": xp.ascontiguousarray(kernel.T),
-              f"{prefix}/bias": reorder_gates(cell.input_bias + cell.recurrent_bias, cudnn, tf, xp)}
+    values = {"kernel": xp.ascontiguousarray(kernel.T),
+              "bias": reorder_gates(cell.input_bias + cell.recurrent_bias, cudnn, tf, xp)}
     if cell.projection is not None:
-        result[f"{prefix}/projection/kernel"] = xp.ascontiguousarray(cell.projection.T)
-    return result
+        values["projection"] = xp.ascontiguousarray(cell.projection.T)
+    return {STITCHED_NAMES[key].format(prefix=prefix): value for key, value in values.items()}
 
 
 def _stitched_decode(tensors: Mapping[str, Array], config: RNNConfig, layer: int, prefix: str,
                      xp: Any) -> CellWeights:
     cudnn, tf = config.mode.gates, gate_order(GATE_ORDERS, config)
     width = config.layer_input_size(layer)
-    stitched = reorder_gates(tensors[f"{prefix}/kernel"].T, tf, cudnn, xp)  # [G*N, width + P]
-    input_bias, recurrent_bias = _split_sum(reorder_gates(tensors[f"{prefix}/bias"], tf, cudnn, xp))
-    projection = tensors.get(f"{prefix}/projection/kernel")
+    names = {key: name.format(prefix=prefix) for key, name in STITCHED_NAMES.items()}
+    stitched = reorder_gates(tensors[names["kernel"]].T, tf, cudnn, xp)  # [G*N, width + P]
+    input_bias, recurrent_bias = _split_sum(reorder_gates(tensors[names["bias"]], tf, cudnn, xp))
+    projection = tensors.get(names["projection"])
     return CellWeights(
         input=xp.ascontiguousarray(stitched[:, :width]),
         recurrent=xp.ascontiguousarray(stitched[:, width:]),
@@ -252,8 +260,8 @@ def read_config(spec: FormatSpec, tensors: TensorShapes) -> ConfigRead:
         units = state = two_units // 2
         projection = 0
     else:
-        stitched_rows, gn = tensors.shape(f"{prefix}/kernel")  # [I + P, G*N]
-        projection_kernel = f"{prefix}/projection/kernel"
+        stitched_rows, gn = tensors.shape(STITCHED_NAMES["kernel"].format(prefix=prefix))  # [I + P, G*N]
+        projection_kernel = STITCHED_NAMES["projection"].format(prefix=prefix)
         if projection_kernel in tensors:
             units, state = tensors.shape(projection_kernel)
             projection = state
