@@ -5,6 +5,12 @@ where things sit) into a tuple of :class:`CellWeights`, one per pseudo-layer
 k = layer * D + dir. Each format is then a pure rearrangement of those arrays: gate blocks
 reordered, transposed, concatenated or summed, as its table says.
 
+A format is one :class:`FormatSpec`, the one record of its facts, built in the format's own
+module: its tensor names (:class:`TensorNames`), shapes and refusals, both directions, how its
+names and shapes tell a configuration (:class:`ShapeReading`), the biases its files may leave
+out, and the name that gives its files away. The tables of :mod:`._formats` and the readers
+are built from the specs.
+
 Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P above)::
 
     input           W   [G*N, width]   gates stacked in cuDNN order (lstm i,f,g,o; gru r,u,n)
@@ -193,13 +199,13 @@ MODE_BY_GATES: dict[int, str | None] = {4: "lstm", 3: "gru", 1: None}
 _Parsed = TypeVar("_Parsed")
 
 
+@dataclass(frozen=True)
 class TensorShapes:
     """The names and shapes of the tensors that should form one RNN of format ``fmt``, read
     with the messages every format shares (each a ValueError naming the format and the tensor)."""
 
-    def __init__(self, fmt: str, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        self.fmt = fmt
-        self.shapes = shapes
+    fmt: str
+    shapes: Mapping[str, tuple[int, ...]]
 
     def __contains__(self, name: object) -> bool:
         return name in self.shapes
@@ -297,7 +303,7 @@ class ShapeReading:
         mode = self.mode
         if mode is None:
             mode = MODE_BY_GATES[self._gates(tensors, read["gate_rows"], units, names.name(self.sizes["gate_rows"][0]))]
-        fields: dict[str, Any] = {"rnn_mode": mode} if self.mode else {}
+        fields: dict[str, Any] = {"rnn_mode": mode} if self.mode else {}  # a format's one mode comes first
         fields.update(num_layers=layers, num_units=units,
                       input_size=read["input_size"] if "input_size" in read else read["stitched_rows"] - state,
                       direction="bidirectional" if read.get("num_directions", directions) == 2 else "unidirectional",
@@ -337,7 +343,8 @@ class OmittedBiases:
 
 @dataclass(frozen=True)
 class FormatSpec:
-    """One named format: what it can hold, its tensor names and shapes, and its two directions.
+    """One named format, the one record of its facts: what it can hold, its tensor names and
+    shapes, its two directions, and how a reader recognises its files and reads their configuration.
 
     Attributes:
         name: the format's name in :data:`cudnn_rnn.convert.FORMATS`.
