@@ -68,10 +68,10 @@ Step = Callable[[], None]
 # ---- the two sides ------------------------------------------------------------------------------
 def _use_precision(precision: str) -> str:
     """Set both sides' TF32 switches for ``precision``; returns the dtype name."""
-    from cudnn_rnn import _cudnn
+    from cudnn_rnn import _cudnn_settings
 
     tf32 = precision == "tf32"
-    _cudnn.allow_tf32(tf32)
+    _cudnn_settings.allow_tf32(tf32)
     try:
         import torch
 
@@ -237,7 +237,7 @@ def _dropout_reseed(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
     import cupy
 
     import cudnn_rnn
-    from cudnn_rnn import _cudnn
+    from cudnn_rnn import _cudnn_cache
     from cudnn_rnn.config import RNNConfig
 
     _use_precision("fp32")
@@ -248,7 +248,7 @@ def _dropout_reseed(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
         states = cupy.zeros((config.num_pseudo_layers, SMALL.batch, SMALL.hidden), dtype=cupy.float32)
         params = cupy.zeros(cudnn_rnn.cudnn_rnn_params_size(2, SMALL.hidden, SMALL.inputs), dtype=cupy.float32)
         cudnn_rnn.cudnn_rnn_v3(x, states, states, params, dropout=0.1, seed=1)  # builds the network
-        context = _cudnn._context(cupy.cuda.Device().id)
+        context = _cudnn_cache.thread_context(cupy.cuda.Device().id)
         network = context.network(config, True, stream)
         handle = context.handle.bind(stream.ptr)
         seeds = iter(range(1 << 20, 1 << 21))
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import cupy
 
-    from cudnn_rnn import _cudnn, _lib
+    from cudnn_rnn import _cudnn_settings, _lib
 
     try:
         import torch
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{'TFLOP/s':>9}{'torch':>7}  target")
     print(header)
     results = []
-    tf32_before = _cudnn.tf32_allowed()
+    tf32_before = _cudnn_settings.tf32_allowed()
     try:
         for bench in BENCHES:
             for precision in PRECISIONS:
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         overheads = _host_overheads()
         reseed = _dropout_reseed(small_fp32)
     finally:
-        _cudnn.allow_tf32(tf32_before)
+        _cudnn_settings.allow_tf32(tf32_before)
     print(f"\nhost overhead per training step ({TINY.name()}, fp32): "
           + ", ".join(f"{name} {value:.0f} us" for name, value in overheads.items()))
     print(f"dropout re-seed ({reseed['states_bytes']} bytes of RNG state): GPU {reseed['gpu_ms']['reseed']:.3f} ms "

@@ -31,7 +31,7 @@ from _bench_configs import Bench  # noqa: E402
 from cudnn_rnn import _reference  # noqa: E402
 
 #: what ops.py calls in the backend module
-ENTRY_POINTS = ("forward", "backward", "header_tag")
+ENTRY_POINTS = ("forward", "backward")
 
 
 def backend_at(revision: str) -> types.ModuleType:

@@ -4,7 +4,9 @@ The array type picks the backend: NumPy arrays run the reference backend on the 
 arrays run cuDNN. See README.md for a tour and ``ops.py`` for shapes.
 """
 
-from ._cudnn import allow_tf32, check_layout_against_cudnn, clear_caches, tf32_allowed
+from ._cudnn_cache import clear_caches
+from ._cudnn_layout_check import check_layout_against_cudnn
+from ._cudnn_settings import allow_tf32, tf32_allowed
 from .config import RNNConfig
 from .errors import CheckpointError, CudnnError, CudnnNotAvailableError
 from .gru_block import gru_block_cell, gru_block_cell_grad, gru_block_cell_weight_grads

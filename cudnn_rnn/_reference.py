@@ -38,7 +38,7 @@ from ._arrays import Array, array_module
 from .config import RNNConfig
 from .layout import params_layout
 
-__all__ = ["forward", "backward", "header_tag", "dropout_mask", "ReserveLayout"]
+__all__ = ["forward", "backward", "dropout_mask", "ReserveLayout"]
 
 
 def _compute_dtype(dtype: object) -> np.dtype:
@@ -309,12 +309,6 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
-def header_tag(config: RNNConfig, max_time: int, batch: int, time_major: bool, lengths: np.ndarray) -> bytes:
-    """The tag this backend writes into a reserve's header: the call's full fingerprint (backprop
-    redraws the dropout masks from the seeds, so they must match too)."""
-    return _reserve.fingerprint("reference", config, max_time, batch, time_major, lengths)
-
-
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -342,7 +336,7 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
     head = _reserve.header_elements(io_dtype)
     if is_training:
         reserve = xp.empty(head + reserve_layout.size, dtype=io_dtype)
-        _reserve.write_header(reserve, header_tag(config, max_time, batch, time_major, lengths))
+        _reserve.write_header(reserve, _reserve.ForwardKey("reference", config, max_time, batch, time_major, lengths))
         saved_all = reserve_layout.views(_reserve.payload(reserve))
     else:
         reserve = xp.empty(0, dtype=io_dtype)

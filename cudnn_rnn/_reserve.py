@@ -1,88 +1,117 @@
-"""Which forward call a reserve_space belongs to, checked without waiting for the device.
+"""The reserve-space check: which training forward a reserve_space belongs to, checked before backprop
+without waiting for the device. This module is its one owner::
+
+    key = ForwardKey(backend, config, max_time, batch, time_major, lengths)   one forward call
+    header(key), write_header(reserve, key), header_only(xp, dtype, key)     the forward writes the header
+    host_reserved = record(reserve, key)        ops, after every forward: one way to record
+    check(reserve, host_reserved, key)          ops, before every backprop: every refusal
 
 A reserve_space is ``[header | payload]``: the payload is the backend's own business; the
-header (:data:`HEADER_BYTES`, so the payload stays aligned for cuDNN) holds the backend's
-8-byte *header tag*, a :func:`fingerprint` of everything its backprop depends on, written bit
-for bit into the array's own dtype by the backend's forward.
+header (:data:`HEADER_BYTES`, so the payload stays aligned for cuDNN) starts with the key's
+8-byte :meth:`ForwardKey.header_tag`, written bit for bit into the array's own dtype by the
+backend's forward. :func:`record` keeps the key's :meth:`ForwardKey.fingerprint` twice more::
 
-A forward call is recorded in three places::
+    host_reserved   returned to the caller (TF's output): host bytes
+    the records     reserve array -> fingerprint, for every reserve a forward returns (held
+                    weakly, by identity): host memory
+    the header      the header tag, inside the reserve: device memory on CuPy
 
-    host_reserved     the call's fingerprint (attributes, seeds, shapes, layout, lengths),
-                      returned to the caller: host bytes
-    the registry      reserve array -> that fingerprint, for every reserve a forward returns
-                      (held weakly, by identity): host memory
-    the header        the backend's header tag, inside the reserve: device memory on CuPy
+:func:`check` compares ``host_reserved`` when it is given, and the records when the reserve_space
+is the very array a forward returned; only for another array (a copy, a view, an unpickled array)
+does it read the header, which on CuPy is a device-to-host copy that waits for the device. A
+training step that passes its forward's own reserve_space therefore never waits, whether
+``host_reserved`` is passed or None. Any mismatch is a ValueError: a reserve made for another
+configuration, shape or layout never reaches a backend.
 
-:func:`check` (backprop) compares ``host_reserved`` when it is given, and the registry when the
-reserve_space is the very array a forward returned; only for another array (a copy, a view,
-an unpickled array) does it read the header, which on CuPy is a device-to-host copy that waits
-for the device. A training step that passes its forward's own reserve_space therefore never
-waits, whether ``host_reserved`` is passed or None. Any mismatch is a ValueError: a reserve made
-for another configuration, shape or layout never reaches a backend.
-
-The header tags: the reference backend's is the full fingerprint (its backprop redraws the
-dropout masks from the seeds); the cuDNN backend's leaves the seeds out (its masks are in the
-reserve) so that a cached plan can hold the header on the device and the forward writes it
-with one device-to-device copy.
+The fingerprint covers everything about the call, the seeds included. The header tag is what the
+backend's backprop depends on: the reference backend's is the fingerprint (its backprop draws the
+dropout masks again from the seeds); the cuDNN backend's leaves the seeds out and has the dropout
+that acts (its masks are in the reserve), so that a cached plan holds the header on the device for
+every seed and the forward writes it with one device-to-device copy.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ._arrays import Array, array_kind
 from .config import RNNConfig
 
-__all__ = ["HEADER_BYTES", "header_elements", "fingerprint", "header_bytes", "header_view", "write_header",
-           "read_header", "payload", "new_reserve", "register", "registered_fingerprint", "check"]
+__all__ = ["HEADER_BYTES", "ForwardKey", "header_elements", "header", "header_view", "write_header", "header_only",
+           "payload", "read_header", "record", "recorded_fingerprint", "check"]
 
 HEADER_BYTES = 256
-_FINGERPRINT_BYTES = 8
+_TAG_BYTES = 8
+
+#: The backends whose backprop reads the dropout masks from the reserve rather than drawing them from the seeds.
+_MASKS_IN_RESERVE = frozenset({"cudnn"})
 
 #: id(reserve array) -> (weak reference to it, the fingerprint of the forward that returned it)
-_registry: dict[int, tuple[weakref.ref, bytes]] = {}
+_records: dict[int, tuple[weakref.ref, bytes]] = {}
 
 
+@dataclass(frozen=True, eq=False)
+class ForwardKey:
+    """One forward call, as far as its reserve is concerned."""
+
+    backend: str          # "reference" or "cudnn": whose reserve it is
+    config: RNNConfig
+    max_time: int
+    batch: int
+    time_major: bool
+    lengths: np.ndarray   # host [B]
+
+    @functools.cached_property
+    def fingerprint(self) -> bytes:
+        """8 bytes for everything about the call: attributes with the seeds, shapes, layout, lengths."""
+        return self._digest(self.config)
+
+    @property
+    def header_tag(self) -> bytes:
+        """The 8 bytes the reserve's header starts with: what the backend's backprop depends on."""
+        if self.backend not in _MASKS_IN_RESERVE:
+            return self.fingerprint
+        return self._digest(self.config.replace(seed=0, seed2=0, dropout=self.config.inter_layer_dropout))
+
+    def _digest(self, config: RNNConfig) -> bytes:
+        digest = hashlib.blake2b(digest_size=_TAG_BYTES)
+        digest.update(repr((self.backend, config, self.max_time, self.batch, bool(self.time_major))).encode())
+        digest.update(np.ascontiguousarray(self.lengths, dtype=np.int64).tobytes())
+        return digest.digest()
+
+
+# ==== the header, written by the forward =====================================================
 def header_elements(dtype: object) -> int:
     """Number of elements of ``dtype`` the header occupies."""
     return HEADER_BYTES // np.dtype(dtype).itemsize
 
 
-def fingerprint(backend: str, config: RNNConfig, max_time: int, batch: int, time_major: bool,
-                lengths: np.ndarray) -> bytes:
-    """8 bytes that identify a forward call for the purpose of its backprop."""
-    digest = hashlib.blake2b(digest_size=_FINGERPRINT_BYTES)
-    digest.update(repr((backend, config, max_time, batch, bool(time_major))).encode())
-    digest.update(np.ascontiguousarray(lengths, dtype=np.int64).tobytes())
-    return digest.digest()
-
-
-def header_bytes(tag: bytes) -> np.ndarray:
-    """The whole header as host bytes: ``tag`` then zeros (uint8 [HEADER_BYTES])."""
-    header = np.zeros(HEADER_BYTES, dtype=np.uint8)
-    header[:len(tag)] = np.frombuffer(tag, dtype=np.uint8)
-    return header
+def header(key: ForwardKey) -> np.ndarray:
+    """The whole header of ``key``'s reserve as host bytes: its header tag, then zeros (uint8 [HEADER_BYTES])."""
+    values = np.zeros(HEADER_BYTES, dtype=np.uint8)
+    values[:_TAG_BYTES] = np.frombuffer(key.header_tag, dtype=np.uint8)
+    return values
 
 
 def header_view(reserve: Array) -> Array:
-    """The header of ``reserve`` as uint8 [HEADER_BYTES] (a view)."""
+    """The header of ``reserve`` as uint8 [HEADER_BYTES] (a view): the cuDNN backend copies its plan's into it."""
     return reserve[:header_elements(reserve.dtype)].view(np.uint8)
 
 
-def write_header(reserve: Array, tag: bytes) -> None:
-    """Write ``tag`` into the header of a NumPy ``reserve`` (the cuDNN backend copies its plan's)."""
-    header_view(reserve)[...] = header_bytes(tag)
+def write_header(reserve: Array, key: ForwardKey) -> None:
+    """Write ``key``'s header into a host ``reserve`` (the reference backend's forward)."""
+    header_view(reserve)[...] = header(key)
 
 
-def read_header(reserve: Array) -> bytes:
-    """The tag stored in ``reserve``'s header (on CuPy a device-to-host copy: it waits for the device)."""
-    raw = header_view(reserve)[:_FINGERPRINT_BYTES]
-    host = raw.get() if array_kind(raw) == "cupy" else raw
-    return bytes(np.asarray(host, dtype=np.uint8).tobytes())
+def header_only(xp: Any, dtype: object, key: ForwardKey) -> Array:
+    """A reserve that is only ``key``'s header (a training forward with T == 0 or B == 0)."""
+    return xp.asarray(header(key)).view(dtype)
 
 
 def payload(reserve: Array) -> Array:
@@ -90,46 +119,72 @@ def payload(reserve: Array) -> Array:
     return reserve[header_elements(reserve.dtype):]
 
 
-def new_reserve(xp: Any, dtype: object, tag: bytes) -> Array:
-    """A reserve that is only a header holding ``tag`` (for calls with T == 0 or B == 0)."""
-    return xp.asarray(header_bytes(tag)).view(dtype)
+def read_header(reserve: Array) -> bytes:
+    """The tag stored in ``reserve``'s header (on CuPy a device-to-host copy: it waits for the device)."""
+    raw = header_view(reserve)[:_TAG_BYTES]
+    host = raw.get() if array_kind(raw) == "cupy" else raw
+    return bytes(np.asarray(host, dtype=np.uint8).tobytes())
 
 
-def register(reserve: Array, tag: bytes) -> None:
-    """Remember that ``reserve`` (this very array object) came from the forward call ``tag``."""
-    key = id(reserve)
+# ==== record and check =======================================================================
+def record(reserve: Array, key: ForwardKey) -> np.ndarray:
+    """After a forward: remember its ``reserve`` (this very array object) as ``key``'s; returns host_reserved.
 
-    def forget(ref: weakref.ref) -> None:  # runs as the array dies, before its id can be reused
-        if _registry.get(key, (None,))[0] is ref:
-            _registry.pop(key, None)
+    host_reserved is the fingerprint as int8 [8]. An inference forward's reserve is empty and is
+    not remembered: backprop refuses it for being empty.
+    """
+    fingerprint = key.fingerprint
+    if reserve.size:
+        address = id(reserve)
 
-    _registry[key] = (weakref.ref(reserve, forget), tag)
+        def forget(ref: weakref.ref) -> None:  # runs as the array dies, before its id can be reused
+            if _records.get(address, (None,))[0] is ref:
+                _records.pop(address, None)
+
+        _records[address] = (weakref.ref(reserve, forget), fingerprint)
+    return np.frombuffer(fingerprint, dtype=np.int8).copy()
 
 
-def registered_fingerprint(reserve: Array) -> bytes | None:
-    """The fingerprint :func:`register` recorded for this very array, or None."""
-    entry = _registry.get(id(reserve))
+def recorded_fingerprint(reserve: Array) -> bytes | None:
+    """The fingerprint :func:`record` kept for this very array, or None."""
+    entry = _records.get(id(reserve))
     return entry[1] if entry is not None and entry[0]() is reserve else None
 
 
-def check(reserve: Array, expected: bytes, expected_header: Callable[[], bytes], host_reserved: Any) -> None:
-    """Raise ValueError unless ``reserve`` (and ``host_reserved``, when given) come from the call ``expected``.
+def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
+    """Before backprop: raise unless ``reserve`` (and ``host_reserved``, when given) come from the forward ``key``.
 
-    ``host_reserved`` None or empty is not checked; ``expected_header()`` (the backend's header
-    tag) is asked only when ``reserve`` is not an array a forward returned.
+    TypeError for a reserve_space that is not an array of the input's dtype or a host_reserved
+    that is not an array; ValueError for one that is not 1-D, is empty (an inference forward's),
+    is shorter than a header, or belongs to another call. ``host_reserved`` None or empty is not
+    checked. Reads the header (a wait on CuPy) only when ``reserve`` is not an array a forward
+    returned.
     """
+    if reserve is None:
+        raise TypeError("reserve_space must be the forward's reserve_space array; got None")
+    if reserve.ndim != 1:
+        raise ValueError(f"reserve_space must be a 1-D array; got shape {tuple(reserve.shape)} ({reserve.ndim}-D)")
+    dtype = np.dtype(key.config.dtype)
+    if reserve.dtype != dtype:
+        raise TypeError(f"reserve_space must have the dtype of input ({dtype}); got {reserve.dtype}")
+    if reserve.shape[0] == 0:
+        raise ValueError("reserve_space is empty: the forward ran with is_training=False, which keeps nothing "
+                         "for backprop; run the forward with is_training=True")
+    if reserve.shape[0] < header_elements(reserve.dtype):
+        raise ValueError(f"reserve_space has {reserve.shape[0]} elements, fewer than any forward call "
+                         "writes; pass the reserve_space returned by cudnn_rnn_v3")
     if host_reserved is not None:
         kind = array_kind(host_reserved)
         if kind is None:
             raise TypeError("host_reserved must be None or the forward's int8 array; "
                             f"got {type(host_reserved).__name__}")
         host: Any = host_reserved.get() if kind == "cupy" else host_reserved
-        if host.size and (host.dtype != np.int8 or host.ndim != 1 or host.tobytes() != expected):
+        if host.size and (host.dtype != np.int8 or host.ndim != 1 or host.tobytes() != key.fingerprint):
             raise ValueError("host_reserved does not belong to this forward call (expected the int8 fingerprint "
-                             f"of {len(expected)} bytes returned by cudnn_rnn_v3); got dtype {host.dtype}, "
+                             f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype {host.dtype}, "
                              f"shape {tuple(host.shape)}")
-    known = registered_fingerprint(reserve)
-    matches = known == expected if known is not None else read_header(reserve) == expected_header()
+    known = recorded_fingerprint(reserve)
+    matches = known == key.fingerprint if known is not None else read_header(reserve) == key.header_tag
     if not matches:
         raise ValueError("reserve_space was made by a different forward call (configuration, attributes, shapes, "
                          "layout or sequence_lengths differ); pass the reserve_space of the matching cudnn_rnn_v3 call")

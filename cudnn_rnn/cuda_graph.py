@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-from . import _cudnn
+from ._cudnn_streams import import_cupy, keeping_buffers_alive
 
 __all__ = ["CapturedStep", "capture"]
 
@@ -73,13 +73,13 @@ def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1) -> 
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
         raise ValueError(f"warmup must be an int >= 1 (the backend builds its caches then); got {warmup!r}")
-    cupy = _cudnn._cupy()
+    cupy = import_cupy()
     stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
     pool = cupy.cuda.MemoryPool()
     with stream:
         for _ in range(warmup):
             step()
-        with cupy.cuda.using_allocator(pool.malloc), _cudnn.keeping_buffers_alive() as kept:
+        with cupy.cuda.using_allocator(pool.malloc), keeping_buffers_alive() as kept:
             stream.begin_capture()
             try:
                 step()

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _cudnn, _lib
+from . import _cudnn_settings, _lib
 from ._descriptors import Handle
 from .errors import CudnnError, CudnnNotAvailableError
 
@@ -110,7 +110,7 @@ def collect() -> dict[str, Any]:
         "cupy": cupy_facts,
         "cudnn": cudnn_facts,
         "cuda_driver": _cuda_version(driver) if driver else None,
-        "tf32_allowed": _cudnn.tf32_allowed(),
+        "tf32_allowed": _cudnn_settings.tf32_allowed(),
         "backends": {"numpy (reference)": "usable",
                      "cupy (cuDNN)": _cudnn_backend_status(cupy_facts, cudnn_facts)},
     }
@@ -131,7 +131,7 @@ def _text(facts: dict[str, Any]) -> str:
         cupy, runtime, gpus = f"not installed; {_GPU_EXTRA_HINT}", "unknown (needs CuPy)", "unknown (needs CuPy)"
     driver = facts["cuda_driver"] or "none (libcuda.so.1 not found: no NVIDIA driver)"
     float32 = ("TF32 tensor cores allowed" if facts["tf32_allowed"] else
-               f"true float32 (FMA); TF32 off (allow_tf32(True) or {_cudnn.TF32_ENV}=1 to allow)")
+               f"true float32 (FMA); TF32 off (allow_tf32(True) or {_cudnn_settings.TF32_ENV}=1 to allow)")
     rows = [("cudnn_rnn", facts["cudnn_rnn"]), ("Python", facts["python"]), ("NumPy", facts["numpy"]),
             ("CuPy", cupy), ("cuDNN", cudnn), ("CUDA runtime", runtime), ("CUDA driver", driver),
             ("GPUs", gpus), ("float32 math", float32)]

@@ -2,10 +2,11 @@
 
 This layer owns everything both backends share: argument validation (every error names the
 argument, the expected and the actual value), the batch-major state transposition, empty
-batches and sequences, the reserve-space check (see ``_reserve``: host-side, so a training
-step never waits for the device), and dispatch by array kind (NumPy -> the reference backend,
-CuPy -> cuDNN). CuPy arrays must all live on one GPU; every op runs with that GPU current, so
-each copy it makes lands beside its inputs whatever device the caller has current.
+batches and sequences, recording each forward's reserve and checking it before backprop
+(``_reserve`` owns both: host-side, so a training step never waits for the device), and dispatch
+by array kind (NumPy -> the reference backend, CuPy -> cuDNN). CuPy arrays must all live on one
+GPU; every op runs with that GPU current, so each copy it makes lands beside its inputs whatever
+device the caller has current.
 
 Host synchronisation: none with NumPy ``sequence_lengths`` (or None). CuPy
 ``sequence_lengths`` are read back to the host (the one unavoidable wait: cuDNN's data
@@ -66,8 +67,8 @@ class RNNGradients(NamedTuple):
 
 
 @dataclass(frozen=True)
-class _Call:
-    """A validated forward call, in the backends' terms."""
+class _ValidatedCall:
+    """The arguments of one op, validated, in the backends' terms."""
 
     config: RNNConfig
     xp: types.ModuleType
@@ -95,19 +96,16 @@ class _Call:
         return _cudnn
 
     @property
-    def fingerprint(self) -> bytes:
-        return _reserve.fingerprint(self.backend_name, self.config, self.max_time, self.batch, self.time_major,
-                                    self.lengths)
-
-    def header_tag(self) -> bytes:
-        """What the backend writes into the header of this call's reserve (see ``_reserve``)."""
-        return self.backend().header_tag(self.config, self.max_time, self.batch, self.time_major, self.lengths)
+    def reserve_key(self) -> _reserve.ForwardKey:
+        """The forward call whose reserve this call writes (a forward) or needs (a backprop)."""
+        return _reserve.ForwardKey(self.backend_name, self.config, self.max_time, self.batch, self.time_major,
+                                   self.lengths)
 
     def on_device(self) -> Any:
         """A context with the call's GPU current (nothing for NumPy): copies made inside land there."""
         return on_device(self.device)
 
-    def placed(self) -> "_Call":
+    def placed(self) -> "_ValidatedCall":
         """The call with contiguous x and params and time-major [L*D, B, X] states; run inside :meth:`on_device`."""
         xp = self.xp
         return dataclasses.replace(self, x=xp.ascontiguousarray(self.x), params=xp.ascontiguousarray(self.params),
@@ -185,7 +183,7 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
 
 def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array, sequence_lengths: object, *,
              rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
-             time_major: bool, extra: dict[str, Array | None] | None = None) -> _Call:
+             time_major: bool, extra: dict[str, Array | None] | None = None) -> _ValidatedCall:
     """Validate the arguments every op shares and build the call record."""
     rnn_mode = _choice("rnn_mode", rnn_mode, MODES)
     direction = _choice("direction", direction, DIRECTIONS)
@@ -248,8 +246,8 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     if array_kind(sequence_lengths) == "cupy":
         device_of(**arrays, sequence_lengths=sequence_lengths)
     lengths = _host_lengths(sequence_lengths, batch, max_time)
-    return _Call(config, xp, device, time_major, max_time, batch, lengths, input, input_h,
-                 input_c if has_cell else None, params)
+    return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h,
+                          input_c if has_cell else None, params)
 
 
 def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,
@@ -283,19 +281,16 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
         return _forward(call.placed(), is_training)
 
 
-def _forward(call: _Call, is_training: bool) -> RNNOutputs:
-    xp, config = call.xp, call.config
-    tag = call.fingerprint
+def _forward(call: _ValidatedCall, is_training: bool) -> RNNOutputs:
+    xp, config, key = call.xp, call.config, call.reserve_key
     if call.max_time == 0 or call.batch == 0:
         y = xp.zeros(call.seq_shape(config.output_size), dtype=call.x.dtype)
         hy, cy = call.h0.copy(), None if call.c0 is None else call.c0.copy()
-        reserve = _reserve.new_reserve(xp, y.dtype, call.header_tag()) if is_training else xp.empty(0, y.dtype)
-    else:  # the backend writes its header into the reserve
+        reserve = _reserve.header_only(xp, y.dtype, key) if is_training else xp.empty(0, y.dtype)
+    else:  # the backend writes the header of its training reserves
         y, hy, cy, reserve = call.backend().forward(config, call.x, call.h0, call.c0, call.params, call.lengths,
                                                      is_training=is_training, time_major=call.time_major)
-    if is_training:
-        _reserve.register(reserve, tag)
-    host_reserved = np.frombuffer(tag, dtype=np.int8).copy()
+    host_reserved = _reserve.record(reserve, key)
     output_c = call.empty() if cy is None else call.states_out(cy)
     return RNNOutputs(y, call.states_out(hy), output_c, reserve, host_reserved)
 
@@ -337,12 +332,12 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
             continue
         _check_shape(name, value, shape)
         _check_dtype(name, value, dtype)
-    with call.on_device():
-        _check_reserve(call, reserve_space, host_reserved)
+    with call.on_device():  # a reserve that is not the forward's own array has its header read there
+        _reserve.check(reserve_space, host_reserved, call.reserve_key)
         return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
 
 
-def _backprop(call: _Call, output: Array, output_backprop: Array | None, output_h_backprop: Array | None,
+def _backprop(call: _ValidatedCall, output: Array, output_backprop: Array | None, output_h_backprop: Array | None,
               output_c_backprop: Array | None, reserve_space: Array) -> RNNGradients:
     xp, config, dtype = call.xp, call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
@@ -361,22 +356,3 @@ def _backprop(call: _Call, output: Array, output_backprop: Array | None, output_
             reserve_space, time_major=call.time_major)
     input_c_backprop = call.empty() if dc0 is None else call.states_out(dc0)
     return RNNGradients(dx, call.states_out(dh0), input_c_backprop, dparams)
-
-
-def _check_reserve(call: _Call, reserve_space: Array, host_reserved: object) -> None:
-    """The reserve_space (and host_reserved, if given) must come from this very forward call.
-
-    Host-side for the forward's own reserve array (see ``_reserve.check``); another array's
-    header is read back from the device.
-    """
-    if reserve_space is None:
-        raise TypeError("reserve_space must be the forward's reserve_space array; got None")
-    _check_rank("reserve_space", reserve_space, 1)
-    _check_dtype("reserve_space", reserve_space, call.x.dtype)
-    if reserve_space.shape[0] == 0:
-        raise ValueError("reserve_space is empty: the forward ran with is_training=False, which keeps nothing "
-                         "for backprop; run the forward with is_training=True")
-    if reserve_space.shape[0] < _reserve.header_elements(reserve_space.dtype):
-        raise ValueError(f"reserve_space has {reserve_space.shape[0]} elements, fewer than any forward call "
-                         "writes; pass the reserve_space returned by cudnn_rnn_v3")
-    _reserve.check(reserve_space, call.fingerprint, call.header_tag, host_reserved)

@@ -1,6 +1,6 @@
 """Compare the params layout table with cuDNN itself, on this GPU, over the layout-check grid.
 
-For every configuration of ``cudnn_rnn._cudnn.layout_check_configs()`` (every mode, 1-3 layers,
+For every configuration of ``cudnn_rnn._cudnn_layout_check.layout_check_configs()`` (every mode, 1-3 layers,
 both directions, linear/skip input, LSTM projection, each dtype) it asks
 cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams and prints OK or the differences. Then it
 prints cuDNN's answers to the questions public sources leave open (``layout.UNCONFIRMED``) next
@@ -25,18 +25,18 @@ def main() -> int:
     if problem is not None:
         print(f"check_layout.py needs a CUDA GPU with CuPy and cuDNN 9; here: {problem}", file=sys.stderr)
         return 2
-    from cudnn_rnn import _cudnn
+    from cudnn_rnn import _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
-    configs = _cudnn.layout_check_configs()
+    configs = _cudnn_layout_check.layout_check_configs()
     failed = 0
     for config in configs:
-        differences = _cudnn.check_layout_against_cudnn(config)
+        differences = _cudnn_layout_check.check_layout_against_cudnn(config)
         failed += bool(differences)
         print(("DIFFERS " if differences else "OK      ") + repr(config))
         for line in differences:
             print("    " + line)
-    facts = _cudnn.cudnn_layout_facts()
+    facts = _cudnn_layout_check.cudnn_layout_facts()
     print(f"\n{len(configs) - failed} of {len(configs)} configurations agree with cuDNN.")
     print(f"cuDNN's answers ({facts.verified_on}):")
     settled = True

@@ -161,12 +161,12 @@ def step_graph() -> str:
 
 
 def step_layout() -> str:
-    from cudnn_rnn import _cudnn
+    from cudnn_rnn import _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
-    configs = _cudnn.layout_check_configs()
-    differing = {repr(c): d for c in configs for d in [_cudnn.check_layout_against_cudnn(c)] if d}
-    facts = _cudnn.cudnn_layout_facts()
+    configs = _cudnn_layout_check.layout_check_configs()
+    differing = {repr(c): d for c in configs for d in [_cudnn_layout_check.check_layout_against_cudnn(c)] if d}
+    facts = _cudnn_layout_check.cudnn_layout_facts()
     answers = {field: (getattr(facts, field), getattr(UNCONFIRMED, field))
                for field in ("projection_position", "skip_input_keeps_input_biases")}
     unsettled = {field: pair for field, pair in answers.items() if pair[0] != pair[1]}

@@ -1,9 +1,9 @@
 """A recording fake of CuPy and of cuDNN's device calls, so host tests drive the cuDNN backend.
 
 NumPy stands in for CuPy and :class:`FakeCudnn` for the cuDNN calls that need a GPU, so the
-Python side of ``_cudnn`` and ``ops`` runs unchanged on the host (the arithmetic is cuDNN's and
-is checked in tests/gpu). :func:`install` puts both in place; what they model is recorded on
-the returned :class:`FakeGpu`:
+Python side of the cuDNN backend (``_cudnn`` and its ``_cudnn_*`` modules) and ``ops`` runs
+unchanged on the host (the arithmetic is cuDNN's and is checked in tests/gpu). :func:`install`
+puts both in place; what they model is recorded on the returned :class:`FakeGpu`:
 
 * devices: a current device per thread (``cupy.cuda.Device(i)`` as a context); every array
   knows its device; new memory lands on the current device, views keep their base's. A kernel
@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cudnn, _lib
+from cudnn_rnn import _cudnn_cache, _cudnn_settings, _cudnn_streams, _lib
 from cudnn_rnn.config import MODES, RNNConfig
 from cudnn_rnn.errors import CudnnError
 
@@ -398,7 +398,7 @@ _DTYPES = {_lib.DataType.HALF: np.float16, _lib.DataType.FLOAT: np.float32, _lib
 
 
 class FakeCudnn:
-    """The cuDNN calls of _descriptors and _cudnn, recorded; weights laid out by ``facts``.
+    """The cuDNN calls of _descriptors and the cuDNN backend, recorded; weights laid out by ``facts``.
 
     The compute calls write constants (y = 1, hy = 2, cy = 3; dx = 7, dhx = 8, dcx = 9; the
     weight gradient += 1) and record what they were given in ``seen``.
@@ -578,6 +578,7 @@ def install(monkeypatch: pytest.MonkeyPatch, facts: Any = None, device_count: in
     cudnn.gpu = fake_gpu
     cudnn.install(monkeypatch)
     monkeypatch.setitem(sys.modules, "cupy", make_cupy())
-    monkeypatch.setattr(_cudnn, "_local", threading.local())
-    monkeypatch.setattr(_cudnn, "_tf32", False)
+    monkeypatch.setattr(_cudnn_cache, "_local", threading.local())  # no contexts yet
+    monkeypatch.setattr(_cudnn_streams, "_local", threading.local())  # no CUDA graph being recorded
+    monkeypatch.setattr(_cudnn_settings, "_tf32", False)
     return cudnn

@@ -29,7 +29,7 @@ from typing import Any, ContextManager, Iterator
 import numpy as np
 import pytest
 
-from cudnn_rnn import GRU, LSTM, _cudnn, checkpoint
+from cudnn_rnn import GRU, LSTM, _cudnn_cache, checkpoint
 from cudnn_rnn._arrays import to_host
 from cudnn_rnn.layers import RecurrentLayer
 from cudnn_rnn.optim import SGD, Adam
@@ -53,7 +53,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudnn]:
     module.sqrt = np.sqrt  # Adam's update; the ufunc runs through the fake array's kernel check
     monkeypatch.setitem(sys.modules, "cupy", module)
     yield fake
-    _cudnn.clear_caches()
+    _cudnn_cache.clear_caches()
     assert fake.open == {}, "every cuDNN object created was destroyed"
     assert fake.gpu.violations == []
 

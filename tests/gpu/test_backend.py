@@ -13,7 +13,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import cudnn_rnn  # noqa: E402
-from cudnn_rnn import _cudnn, _lib, _reserve  # noqa: E402
+from cudnn_rnn import _cudnn, _cudnn_cache, _cudnn_settings, _lib, _reserve  # noqa: E402
 from cudnn_rnn._descriptors import live_counts  # noqa: E402
 from gpu_support import (RESULTS, TOLERANCE, as_float64, assert_results_close, on_gpu, random_gpu_case,  # noqa: E402
                          run)
@@ -180,13 +180,13 @@ def test_tf32_is_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
     case = Case("lstm", num_layers=2, num_units=64, input_size=64, max_time=6, batch=8, dtype="float32")
     a = random_arrays(case, np.random.default_rng(13))
     expected = run(case.with_(dtype="float64"), as_float64(a))
-    monkeypatch.setattr(_cudnn, "_tf32", False)
+    monkeypatch.setattr(_cudnn_settings, "_tf32", False)
     fma = run(case, on_gpu(a))
     assert_results_close(fma, expected, TOLERANCE["float32"], case)
-    _cudnn.allow_tf32(True)
+    _cudnn_settings.allow_tf32(True)
     tf32 = run(case, on_gpu(a))
     assert_results_close(tf32, expected, 1e-2, case)  # TF32 keeps 10 mantissa bits in the GEMMs
-    assert any(key[2] == _lib.MathType.DEFAULT_MATH for context in _cudnn._contexts().values()
+    assert any(key.math_type == _lib.MathType.DEFAULT_MATH for context in _cudnn_cache._contexts().values()
                for key in context.networks.keys())
 
 
@@ -197,7 +197,7 @@ def test_handle_follows_the_current_stream() -> None:
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         on_stream = run(case, a)
-        handle = _cudnn._context(cupy.cuda.Device().id).handle.pointer
+        handle = _cudnn_cache.thread_context(cupy.cuda.Device().id).handle.pointer
         assert _lib.get_stream(handle) == stream.ptr
     for name in RESULTS:
         np.testing.assert_array_equal(on_stream[name], expected[name], err_msg=name)
@@ -207,7 +207,7 @@ def test_dropout_descriptor_round_trip() -> None:
     case = Case("lstm", num_layers=2, dropout=0.25, seed=5, seed2=9)
     a = on_gpu(random_arrays(case, np.random.default_rng(15)))
     run(case, a)
-    context = _cudnn._context(cupy.cuda.Device().id)
+    context = _cudnn_cache.thread_context(cupy.cuda.Device().id)
     network = context.network(case.config(), True, cupy.cuda.get_current_stream())
     probability, states, seed = _lib.get_dropout(network.dropout.descriptor.pointer, context.handle.pointer)
     assert probability == pytest.approx(0.25) and seed == case.config().seed64 == (5 << 32) | 9
@@ -219,7 +219,7 @@ def test_dropout_descriptor_round_trip() -> None:
 def test_clear_caches_frees_every_descriptor() -> None:
     case = Case("lstm", num_layers=2, lengths=(4, 1, 0))
     run(case, on_gpu(random_arrays(case, np.random.default_rng(16))))
-    assert _cudnn.cache_info()["plans"] >= 1
-    _cudnn.clear_caches()
-    assert _cudnn.cache_info()["networks"] == 0
+    assert _cudnn_cache.cache_info()["plans"] >= 1
+    _cudnn_cache.clear_caches()
+    assert _cudnn_cache.cache_info()["networks"] == 0
     assert live_counts() == {}  # no other thread holds any

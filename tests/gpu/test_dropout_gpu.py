@@ -13,7 +13,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn  # noqa: E402
+from cudnn_rnn import _cudnn_cache  # noqa: E402
 from cudnn_rnn._descriptors import live_counts  # noqa: E402
 from gpu_support import on_gpu, run  # noqa: E402
 from rnn_testing import Arrays, Case, forward, random_arrays, relative_error  # noqa: E402
@@ -48,10 +48,10 @@ def test_same_seeds_give_the_same_masks_on_every_call(droppy: Arrays) -> None:
 
 def test_advancing_seeds_reuse_the_network(droppy: Arrays) -> None:
     _forward(DROPPY, droppy)
-    before = (_cudnn.cache_info()["networks"], live_counts())
+    before = (_cudnn_cache.cache_info()["networks"], live_counts())
     for step in range(20):  # the layer classes use the step counter as seed2
         _forward(DROPPY, droppy, seed2=step)
-    assert (_cudnn.cache_info()["networks"], live_counts()) == before
+    assert (_cudnn_cache.cache_info()["networks"], live_counts()) == before
 
 
 def test_different_seeds_give_different_masks(droppy: Arrays) -> None:

@@ -11,21 +11,21 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn, cudnn_rnn_params_size  # noqa: E402
+from cudnn_rnn import _cudnn_layout_check, cudnn_rnn_params_size  # noqa: E402
 from cudnn_rnn.layout import UNCONFIRMED  # noqa: E402
 
-GRID = _cudnn.layout_check_configs()
+GRID = _cudnn_layout_check.layout_check_configs()
 
 
 @pytest.mark.parametrize("config", GRID, ids=repr)
 def test_layout_table_matches_cudnn(config) -> None:
-    differences = _cudnn.check_layout_against_cudnn(config)
+    differences = _cudnn_layout_check.check_layout_against_cudnn(config)
     assert differences == [], "\n".join(differences)
 
 
 @pytest.mark.parametrize("field", ["projection_position", "skip_input_keeps_input_biases"])
 def test_unconfirmed_layout_facts(field: str) -> None:
-    facts = _cudnn.cudnn_layout_facts()
+    facts = _cudnn_layout_check.cudnn_layout_facts()
     assert getattr(UNCONFIRMED, field) == getattr(facts, field), (
         f"cuDNN says {field} = {getattr(facts, field)!r} ({facts.verified_on}); set it in layout.UNCONFIRMED")
 
@@ -34,7 +34,7 @@ def test_params_size_is_cudnns_weight_space() -> None:
     from cudnn_rnn import _lib
 
     for config in GRID[::7]:
-        with _cudnn._standalone_rnn(config) as (handle, rnn):
+        with _cudnn_layout_check._standalone_rnn(config) as (handle, rnn):
             size = _lib.rnn_weight_space_size(handle, rnn.pointer)
         itemsize = {"float16": 2, "float32": 4, "float64": 8}[config.dtype]
         expected = cudnn_rnn_params_size(config.num_layers, config.num_units, config.input_size,

@@ -12,7 +12,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn  # noqa: E402
+from cudnn_rnn import _cudnn_cache  # noqa: E402
 from cudnn_rnn._descriptors import live_counts  # noqa: E402
 from gpu_support import on_gpu, run  # noqa: E402
 from rnn_testing import Case, forward_backward, random_arrays  # noqa: E402
@@ -25,7 +25,7 @@ LENGTHS = [(5, 5, 5, 5), (5, 0, 3, 1), (2, 5, 4, 0)]
 def _snapshot() -> tuple:
     pool = cupy.get_default_memory_pool()
     cupy.cuda.Device().synchronize()
-    info = _cudnn.cache_info()
+    info = _cudnn_cache.cache_info()
     return pool.used_bytes(), pool.total_bytes(), info["networks"], info["plans"], live_counts()
 
 
@@ -42,26 +42,26 @@ def test_ten_thousand_calls_grow_nothing() -> None:
 
 
 def test_caches_stay_bounded_under_churn() -> None:
-    _cudnn.clear_caches()
+    _cudnn_cache.clear_caches()
     rng = np.random.default_rng(31)
     case = CASE.with_(dropout=0.0)
     a = on_gpu(random_arrays(case, rng))
-    for _ in range(3 * _cudnn.PLAN_CACHE_SIZE):  # a new lengths pattern each call: a new plan each call
+    for _ in range(3 * _cudnn_cache.PLAN_CACHE_SIZE):  # a new lengths pattern each call: a new plan each call
         lengths = rng.integers(0, case.max_time + 1, case.batch).astype(np.int32)
         run(case, a.with_(lengths=lengths))
-        info = _cudnn.cache_info()
-        assert info["plans"] <= _cudnn.PLAN_CACHE_SIZE
-        assert live_counts().get("RNNDataDescriptor", 0) <= 2 * _cudnn.PLAN_CACHE_SIZE
-    for hidden in range(1, _cudnn.NETWORK_CACHE_SIZE + 5):  # a new configuration each call
+        info = _cudnn_cache.cache_info()
+        assert info["plans"] <= _cudnn_cache.PLAN_CACHE_SIZE
+        assert live_counts().get("RNNDataDescriptor", 0) <= 2 * _cudnn_cache.PLAN_CACHE_SIZE
+    for hidden in range(1, _cudnn_cache.NETWORK_CACHE_SIZE + 5):  # a new configuration each call
         other = Case("gru", num_units=hidden, input_size=2, max_time=2, batch=2)
         run(other, on_gpu(random_arrays(other, rng)))
-        assert _cudnn.cache_info()["networks"] <= _cudnn.NETWORK_CACHE_SIZE
-    _cudnn.clear_caches()
+        assert _cudnn_cache.cache_info()["networks"] <= _cudnn_cache.NETWORK_CACHE_SIZE
+    _cudnn_cache.clear_caches()
     assert live_counts() == {}
 
 
 def test_objects_of_an_ended_thread_are_freed() -> None:
-    _cudnn.clear_caches()
+    _cudnn_cache.clear_caches()
     a = on_gpu(random_arrays(CASE, np.random.default_rng(32)))
     seen: list[dict] = []
     worker = threading.Thread(target=lambda: seen.append(live_counts()) if run(CASE, a) else None)

@@ -1,0 +1,315 @@
+"""The cuDNN backend's cached objects, per (device, thread), so no cuDNN object is ever shared between threads::
+
+    _Context   (device, thread)        the cuDNN handle, bound to the current stream at every call
+    Network    NetworkKey: layout,     RNN descriptor, dropout descriptor and its RNG state
+               dtype, math type,       (the dropout probability that acts is part of the key, the
+               dropout                 seeds are not)
+    BatchPlan  (T, B, layout, lengths) RNN data descriptors for x and y, tensor descriptors for h and c,
+                                       workspace and reserve sizes, and one device block holding the
+                                       lengths, the rows of length 0, the reserve header and the
+                                       padding mask (uploaded with one asynchronous copy)
+
+    context = thread_context(device_id)                    (with device_id current)
+    network = context.network(config, training, stream)
+    plan = network.plan(handle, max_time, batch, time_major, lengths, stream)
+    clear_caches(); cache_info()
+
+Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context,
+:data:`PLAN_CACHE_SIZE` plans per network) that owns and closes what it evicts;
+:func:`clear_caches` closes everything of the calling thread. Every cuDNN object is destroyed
+with its own GPU current, also when the garbage collector frees it. A new network checks the
+params layout against cuDNN once (``_cudnn_weight_space``). A new plan uploads its block
+without waiting (CuPy stages it in pinned memory), so that a call whose plan is cached and whose
+dropout seed is unchanged enqueues device work only.
+
+Dropout: each network keeps a pristine copy of its RNG state as cudnnSetDropoutDescriptor
+initialised it from TF's 64-bit seed, and copies it back before every training forward, so the
+same (seed, seed2) gives the same masks on every call. A call with another seed re-initialises
+the same state buffer from that seed (and keeps a new pristine copy), so a training loop whose
+seed advances every step reuses its descriptors and plans; a repeated seed costs a copy instead
+of cuRAND's state set-up.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _lib, _reserve
+from ._cudnn_settings import DATA_LAYOUTS, PRECISIONS, current_math_type, rnn_fields
+from ._cudnn_streams import DeviceBuffers, copy, device_scope, import_cupy, use
+from ._cudnn_weight_space import layout_differences
+from ._descriptors import (DropoutDescriptor, Handle, LRUCache, RNNDataDescriptor, RNNDescriptor, TensorDescriptor,
+                           live_counts)
+from ._lib import ForwardMode, MathType
+from .config import RNNConfig
+from .layout import params_layout
+
+__all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
+           "clear_caches", "cache_info"]
+
+NETWORK_CACHE_SIZE = 32  # per (device, thread)
+PLAN_CACHE_SIZE = 32     # per network
+
+
+class _HostBlock:
+    """Host arrays packed into one uint8 buffer, each at a 16-byte boundary, for one upload."""
+
+    ALIGN = 16
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[int, np.ndarray]] = []
+        self._size = 0
+
+    def add(self, array: np.ndarray) -> tuple[int, np.dtype, tuple[int, ...]]:
+        """Append ``array``; returns where it sits (for :meth:`view`)."""
+        array = np.ascontiguousarray(array)
+        offset = self._size
+        self._parts.append((offset, array))
+        self._size = -(-(offset + array.nbytes) // self.ALIGN) * self.ALIGN
+        return offset, array.dtype, array.shape
+
+    def bytes(self) -> np.ndarray:
+        packed = np.zeros(max(self._size, self.ALIGN), dtype=np.uint8)
+        for offset, array in self._parts:
+            packed[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
+        return packed
+
+    @staticmethod
+    def view(block: Any, where: tuple[int, np.dtype, tuple[int, ...]]) -> Any:
+        """The part of the uploaded ``block`` that :meth:`add` placed at ``where``."""
+        offset, dtype, shape = where
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return block[offset:offset + size].view(dtype).reshape(shape)
+
+
+class _DropoutState:
+    """One network's dropout descriptor and the RNG state behind it.
+
+    cuDNN draws masks from ``working`` (device memory) and advances it. With p > 0,
+    :meth:`rewind` puts a seed's initial state back before each training forward: a copy of
+    ``pristine`` when the seed is the one set up last, else the descriptor is re-seeded
+    (cudnnSetDropoutDescriptor: cuRAND's state set-up) and a new pristine copy kept. Both halves
+    live in one block; ``buffers`` orders the streams that use it.
+    """
+
+    def __init__(self, device_id: int, handle: int, probability: float, seed: int, stream: Any) -> None:
+        cupy = import_cupy()
+        device = device_scope(device_id)
+        self.working = self.pristine = self.buffers = None
+        if probability == 0.0:
+            self.descriptor = DropoutDescriptor(handle, 0.0, 0, 0, 0, device=device)
+            return
+        size = _lib.dropout_states_size(handle)
+        block = cupy.empty(2 * size, dtype=cupy.uint8)
+        self.working, self.pristine = block[:size], block[size:]
+        self.descriptor = DropoutDescriptor(handle, probability, self.working.data.ptr, size, seed, device=device)
+        copy(self.pristine, self.working, stream)  # same stream: ordered after cuDNN's initialisation
+        self.buffers = DeviceBuffers(device_id, stream, block)
+
+    def rewind(self, handle: int, stream: Any, seed: int) -> None:
+        """Put the initial RNG state of ``seed`` in place, in order on ``stream`` (the handle's stream)."""
+        if self.buffers is None:
+            return
+        use(self.buffers, stream, exclusive=True)
+        if seed == self.descriptor.seed:
+            copy(self.working, self.pristine, stream)
+        else:
+            self.descriptor.reseed(handle, seed)
+            copy(self.pristine, self.working, stream)
+
+    def close(self) -> None:
+        self.descriptor.close()
+        if self.buffers is not None:
+            self.buffers.close()
+        self.working = self.pristine = self.buffers = None
+
+
+class BatchPlan:
+    """Everything one batch shape (T, B, layout, lengths) of a network needs: descriptors, sizes, one device block.
+
+    cuDNN rejects length 0, so such rows run with length 1 (``zero_rows`` lists them for the
+    caller to patch). ``padded`` tells whether any row is shorter than T; then ``valid`` is the
+    mask t < len[b], [T, B, 1] (time-major) or [B, T, 1], and ``zero`` a 0-d zero of the dtype.
+    ``header`` is the header of this shape's reserves (``_reserve.header``: the cuDNN backend's
+    leaves the seeds out, so one plan serves every seed). ``dev_lengths`` (cuDNN's devSeqLengths),
+    ``zero_rows``, ``header``, ``valid`` and ``zero`` are views of one block uploaded with one
+    asynchronous copy on the stream that builds the plan.
+    """
+
+    def __init__(self, device_id: int, handle: int, network: "Network", max_time: int, batch: int,
+                 time_major: bool, lengths: np.ndarray, stream: Any) -> None:
+        config = network.config
+        device = device_scope(device_id)
+        data_type = PRECISIONS[config.dtype].data_type
+        run_lengths = np.maximum(lengths, 1).astype(np.int32)
+        seq_lengths = tuple(int(n) for n in run_lengths)
+        layout = DATA_LAYOUTS[time_major]
+        self.x_desc = self.y_desc = self.h_desc = self.c_desc = None
+        try:
+            self.x_desc = RNNDataDescriptor(_lib.RNNDataFields(
+                data_type, layout, max_time, batch, config.input_size, seq_lengths, 0.0),
+                device=device)
+            self.y_desc = RNNDataDescriptor(_lib.RNNDataFields(
+                data_type, layout, max_time, batch, config.output_size, seq_lengths, 0.0),
+                device=device)
+            self.h_desc = TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.state_size),
+                                           device=device)
+            if config.has_cell:
+                self.c_desc = TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.num_units),
+                                               device=device)
+            rnn = network.rnn.pointer
+            self.inference_workspace, _ = _lib.rnn_temp_space_sizes(
+                handle, rnn, ForwardMode.INFERENCE, self.x_desc.pointer)
+            self.training_workspace, self.reserve_size = _lib.rnn_temp_space_sizes(
+                handle, rnn, ForwardMode.TRAINING, self.x_desc.pointer)
+            self.c_pointer = (self.c_desc or self.h_desc).pointer
+            self.padded = bool((lengths < max_time).any())
+            self._upload(device_id, config, max_time, batch, time_major, lengths, run_lengths, stream)
+        except BaseException:
+            self.close()
+            raise
+
+    def _upload(self, device_id: int, config: RNNConfig, max_time: int, batch: int, time_major: bool,
+                lengths: np.ndarray, run_lengths: np.ndarray, stream: Any) -> None:
+        """Build the device block (one asynchronous host-to-device copy on ``stream``) and its views."""
+        zero_rows = np.flatnonzero(lengths == 0).astype(np.int32)
+        valid = np.arange(max_time)[:, None] < lengths[None, :]  # [T, B]
+        reserve_key = _reserve.ForwardKey("cudnn", config, max_time, batch, time_major, lengths)
+        host = _HostBlock()
+        places = {"dev_lengths": host.add(run_lengths),
+                  "zero_rows": host.add(zero_rows) if zero_rows.size else None,
+                  "header": host.add(_reserve.header(reserve_key)),
+                  "valid": host.add((valid if time_major else valid.T)[:, :, None]) if self.padded else None,
+                  "zero": host.add(np.zeros((), dtype=config.dtype))}
+        block = import_cupy().asarray(host.bytes())
+        views = {name: None if where is None else host.view(block, where) for name, where in places.items()}
+        self.dev_lengths, self.zero_rows, self.header = views["dev_lengths"], views["zero_rows"], views["header"]
+        self.valid, self.zero = views["valid"], views["zero"]
+        self.buffers = DeviceBuffers(device_id, stream, block)
+
+    def close(self) -> None:
+        for descriptor in (self.x_desc, self.y_desc, self.h_desc, self.c_desc):
+            if descriptor is not None:
+                descriptor.close()
+        buffers = getattr(self, "buffers", None)
+        if buffers is not None:
+            buffers.close()
+        self.buffers = self.dev_lengths = self.zero_rows = self.header = self.valid = self.zero = None
+
+
+class Network:
+    """One RNN descriptor with its dropout state, and the LRU of its plans."""
+
+    def __init__(self, device_id: int, handle: int, config: RNNConfig, math_type: MathType, dropout: float,
+                 seed: int, stream: Any) -> None:
+        self.device_id = device_id
+        self.config = config
+        self.plans: LRUCache[tuple, BatchPlan] = LRUCache(PLAN_CACHE_SIZE)
+        self.dropout = _DropoutState(device_id, handle, dropout, seed, stream)
+        try:
+            self.rnn = RNNDescriptor(rnn_fields(config, math_type, self.dropout.descriptor.pointer),
+                                     device=device_scope(device_id))
+        except BaseException:
+            self.dropout.close()
+            raise
+        differences = layout_differences(handle, self.rnn, config)
+        if differences:
+            self.close()
+            raise RuntimeError("the params layout table disagrees with cuDNN for "
+                               f"{config}:\n  " + "\n  ".join(differences) +
+                               "\nRun scripts/check_layout.py and settle layout.UNCONFIRMED.")
+        self.weight_space_size = params_layout(config).size * np.dtype(config.dtype).itemsize
+
+    def plan(self, handle: int, max_time: int, batch: int, time_major: bool, lengths: np.ndarray,
+             stream: Any) -> BatchPlan:
+        key = (max_time, batch, time_major, lengths.tobytes())
+        return self.plans.get(key, lambda: BatchPlan(self.device_id, handle, self, max_time, batch, time_major,
+                                                     lengths, stream))
+
+    def close(self) -> None:
+        self.plans.clear()
+        self.rnn.close()
+        self.dropout.close()
+
+
+@dataclass(frozen=True)
+class NetworkKey:
+    """What one cached network is built for: calls that agree on all of it share the network."""
+
+    layout: tuple         # config.layout_key: the fields that shape the params
+    dtype: str
+    math_type: MathType   # the dtype's, with TF32 allowed or not when the network was asked for
+    dropout: float        # the probability that acts: the inter-layer dropout in training, else 0.0
+
+    @classmethod
+    def of(cls, config: RNNConfig, training: bool) -> "NetworkKey":
+        # Dropout acts between layers in training only, so other calls share one dropout-free network.
+        # The seed is not part of the key: _DropoutState.rewind applies it to the network's state.
+        dropout = config.inter_layer_dropout if training else 0.0
+        return cls(config.layout_key, config.dtype, current_math_type(config.dtype), dropout)
+
+
+class _Context:
+    """The cuDNN handle of one (device, thread) and the LRU of its networks."""
+
+    def __init__(self, device_id: int) -> None:
+        self.device_id = device_id
+        self.handle = Handle(device_id, device_scope(device_id))
+        self.networks: LRUCache[NetworkKey, Network] = LRUCache(NETWORK_CACHE_SIZE)
+
+    def network(self, config: RNNConfig, training: bool, stream: Any) -> Network:
+        key = NetworkKey.of(config, training)
+        return self.networks.get(key, lambda: Network(self.device_id, self.handle.pointer, config, key.math_type,
+                                                      key.dropout, config.seed64, stream))
+
+    def close(self) -> None:
+        self.networks.clear()
+        self.handle.close()
+
+
+#: ``contexts``: the calling thread's contexts, by device
+_local = threading.local()
+
+
+def _contexts() -> dict[int, _Context]:
+    contexts = getattr(_local, "contexts", None)
+    if contexts is None:
+        contexts = _local.contexts = {}
+    return contexts
+
+
+def thread_context(device_id: int) -> _Context:
+    """The calling thread's context for ``device_id`` (which must be the current device)."""
+    contexts = _contexts()
+    context = contexts.get(device_id)
+    if context is None:
+        context = contexts[device_id] = _Context(device_id)
+    return context
+
+
+def clear_caches() -> None:
+    """Close every cached cuDNN object of the calling thread (handles, networks, plans), on all devices.
+
+    Other threads keep theirs (they may be using them); each thread's objects are also freed
+    when the thread ends.
+    """
+    contexts = _contexts()
+    if not contexts:
+        return
+    cupy = import_cupy()
+    for device_id, context in list(contexts.items()):
+        with cupy.cuda.Device(device_id):
+            context.close()
+        del contexts[device_id]
+
+
+def cache_info() -> dict[str, Any]:
+    """Cached ``networks`` and ``plans`` of the calling thread, and open cuDNN objects of all threads (``live``)."""
+    contexts = _contexts()
+    networks = [network for context in contexts.values() for network in context.networks.values()]
+    return {"devices": sorted(contexts), "networks": len(networks),
+            "plans": sum(len(network.plans) for network in networks), "live": live_counts()}

@@ -1,0 +1,97 @@
+"""The params layout table against cuDNN's own answer, on the current GPU (scripts/check_layout.py runs it)::
+
+    check_layout_against_cudnn(config) -> the differences in words ([] when the table is right)
+    layout_check_configs()             -> the grid: every mode, 1-3 layers, both directions, ...
+    cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
+
+Each check builds an uncached RNN descriptor on the calling thread's cached handle
+(:func:`_standalone_rnn`) and asks cuDNN where every matrix and bias sits (``_cudnn_weight_space``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Iterator
+
+import numpy as np
+
+from . import _lib
+from ._cudnn_cache import thread_context
+from ._cudnn_settings import PRECISIONS, rnn_fields
+from ._cudnn_streams import device_scope, import_cupy
+from ._cudnn_weight_space import cudnn_weights, layout_differences
+from ._descriptors import DropoutDescriptor, RNNDescriptor
+from .config import DIRECTIONS, DTYPES, MODES, RNNConfig
+from .layout import PROJECTION_ID, LayoutAssumptions
+
+__all__ = ["check_layout_against_cudnn", "layout_check_configs", "cudnn_layout_facts"]
+
+
+@contextlib.contextmanager
+def _standalone_rnn(config: RNNConfig) -> Iterator[tuple[int, RNNDescriptor]]:
+    """A handle on the current device and an uncached RNN descriptor for ``config``."""
+    cupy = import_cupy()
+    device_id = cupy.cuda.Device().id
+    handle = thread_context(device_id).handle.bind(cupy.cuda.get_current_stream().ptr)
+    math_type = PRECISIONS[config.dtype].math_type
+    device = device_scope(device_id)
+    with DropoutDescriptor(handle, 0.0, 0, 0, 0, device=device) as dropout, \
+            RNNDescriptor(rnn_fields(config, math_type, dropout.pointer), device=device) as rnn:
+        yield handle, rnn
+
+
+def check_layout_against_cudnn(config: RNNConfig) -> list[str]:
+    """Compare ``layout.params_layout(config)`` with cuDNN's own answer, on the current GPU.
+
+    Asks cudnnGetRNNWeightSpaceSize and, for every pseudo-layer and linLayerID (0..2G-1, and 8
+    for the LSTM projection), cudnnGetRNNWeightParams for the matrix and the bias; compares
+    presence, offset, shape and data type.
+
+    Returns:
+        The differences in words; an empty list when the layout table is right.
+    """
+    with _standalone_rnn(config) as (handle, rnn):
+        return layout_differences(handle, rnn, config)
+
+
+def layout_check_configs() -> list[RNNConfig]:
+    """The layout-check grid: every mode, 1-3 layers, both directions, linear/skip input, projection, each dtype.
+
+    Sizes are odd (N=5, I=3, P=2) so that any alignment padding in cuDNN's weight space shows.
+    """
+    configs = []
+    for mode, layers, direction, input_mode, dtype in itertools.product(
+            MODES, (1, 2, 3), DIRECTIONS, ("linear_input", "skip_input"), DTYPES):
+        for num_proj in ((0, 2) if MODES[mode].has_cell else (0,)):
+            configs.append(RNNConfig(mode, layers, 5, 5 if input_mode == "skip_input" else 3,
+                                     input_mode=input_mode, direction=direction, num_proj=num_proj, dtype=dtype))
+    return configs
+
+
+def cudnn_layout_facts() -> LayoutAssumptions:
+    """cuDNN's answers to the layout questions public sources leave open (see ``layout.UNCONFIRMED``).
+
+    Raises RuntimeError when the projection sits somewhere neither assumption describes.
+    """
+    cupy = import_cupy()
+    lstmp = RNNConfig("lstm", 2, 6, 5, direction="bidirectional", num_proj=3, dtype="float32")
+    with _standalone_rnn(lstmp) as (handle, rnn):
+        _, reported = cudnn_weights(handle, rnn, lstmp)
+    itemsize, g = 4, lstmp.num_gates
+    projection = reported[0, PROJECTION_ID, "matrix"][0] // itemsize
+    last_recurrent = reported[0, 2 * g - 1, "matrix"][0] // itemsize + lstmp.num_units * lstmp.state_size
+    matrices = [(offset // itemsize + int(np.prod(dims))) for (_, lin_id, kind), (offset, _, dims) in reported.items()
+                if kind == "matrix" and lin_id != PROJECTION_ID]
+    positions = {last_recurrent: "after_pseudo_layer", max(matrices): "after_all_matrices"}
+    if projection not in positions:
+        raise RuntimeError(f"cuDNN puts pseudo-layer 0's projection at element {projection}: neither right after "
+                           f"its recurrent matrices ({last_recurrent}) nor after all matrices ({max(matrices)})")
+    skip = RNNConfig("rnn_tanh", 1, 4, 4, input_mode="skip_input", direction="bidirectional", dtype="float32")
+    with _standalone_rnn(skip) as (handle, rnn):
+        _, reported = cudnn_weights(handle, rnn, skip)
+    device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    device = device.decode() if isinstance(device, bytes) else str(device)
+    return LayoutAssumptions(projection_position=positions[projection],  # type: ignore[arg-type]
+                             skip_input_keeps_input_biases=(0, 0, "bias") in reported,
+                             verified_on=f"cuDNN {_lib.version_string(_lib.library().version)} on {device}")

@@ -1,0 +1,138 @@
+"""CuPy, devices and stream ordering for the cuDNN backend's cached device arrays::
+
+    import_cupy()                       CuPy, or CudnnNotAvailableError saying what to install
+    device_scope(device_id)             makes a GPU current: ``with device_scope(1)(): ...``
+    copy(destination, source, stream)   device-to-device, in order on ``stream``
+    buffers = DeviceBuffers(device_id, home_stream, *arrays)
+    use(buffers, stream[, exclusive])   order a use of them on ``stream`` (and keep them for a graph)
+    keeping_buffers_alive()             collects every array ``use`` sees while a CUDA graph is recorded
+
+A plan's block and a dropout state may be used from several streams of the thread; a
+:class:`DeviceBuffers` orders those streams lazily (a wait only when the stream changes) and,
+before the arrays return to CuPy's pool, makes the stream that allocated them wait for every
+other stream that used them. One stream alone records no event at all. While a CUDA graph is
+recorded on this thread (``cudnn_rnn.cuda_graph``), the device arrays of every plan and dropout
+state used are kept for the graph (:func:`keeping_buffers_alive`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import weakref
+from typing import Any, Iterator
+
+from . import _lib
+from ._descriptors import DeviceScope
+from .errors import CudnnNotAvailableError
+
+__all__ = ["import_cupy", "device_scope", "copy", "DeviceBuffers", "use", "keeping_buffers_alive"]
+
+#: ``kept``: the list :func:`keeping_buffers_alive` collects into on this thread, if any
+_local = threading.local()
+
+
+def import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as error:
+        raise CudnnNotAvailableError(f"the cuDNN backend needs CuPy: {error}. {_lib.INSTALL_HINT}") from error
+    return cupy
+
+
+def device_scope(device_id: int) -> DeviceScope:
+    """Makes ``device_id`` current while used as ``with scope(): ...`` (see ``_descriptors``)."""
+    return functools.partial(import_cupy().cuda.Device, device_id)
+
+
+def _wait(stream: Any, other: Any) -> None:
+    """Make ``stream`` wait for everything enqueued on ``other`` so far (an event recorded now)."""
+    event = import_cupy().cuda.Event(disable_timing=True)
+    event.record(other)
+    stream.wait_event(event)
+
+
+def copy(destination: Any, source: Any, stream: Any) -> None:
+    """Device-to-device copy of all of ``source`` into ``destination``, in order on ``stream``."""
+    destination.data.copy_from_device_async(source.data, source.nbytes, stream)
+
+
+class DeviceBuffers:
+    """Cached device arrays (a plan's block, a dropout state) and the streams that use them.
+
+    ``home`` is the stream that allocated and filled them; CuPy's pool hands a freed block back
+    to that stream's arena. So that no stream sees the arrays half-written or reused:
+
+    * :meth:`use` (reads): the first use on another stream waits for home, where the contents
+      may still be in flight;
+    * :meth:`use_exclusive` (cuDNN advances a dropout state in place): a use on a stream other
+      than the previous one waits for that one;
+    * release (:meth:`close`, or the garbage collector, from any thread): home waits for every
+      other stream that used the arrays, then they go back to the pool.
+
+    Each wait records an event on the awaited stream at that moment, ordering it after every use
+    already enqueued there; every use was enqueued before, since a cache belongs to one thread.
+    A single stream never records an event, so a CUDA graph recorded on the stream that built
+    the caches contains none.
+    """
+
+    def __init__(self, device_id: int, stream: Any, *arrays: Any) -> None:
+        self.arrays = arrays
+        self._home = self._last = stream
+        self._users: dict[int, Any] = {}  # streams other than home that used the arrays, by address
+        self._finalizer = weakref.finalize(self, _release_buffers, device_id, stream, self._users, list(arrays))
+        self._finalizer.atexit = False  # the CUDA context may be gone at exit
+
+    def use(self, stream: Any) -> None:
+        """Order a read on ``stream`` (the current stream of the arrays' device)."""
+        if stream.ptr != self._home.ptr and stream.ptr not in self._users:
+            _wait(stream, self._home)
+            self._users[stream.ptr] = stream
+
+    def use_exclusive(self, stream: Any) -> None:
+        """Order a read-write use on ``stream`` after the previous one (which waited for home)."""
+        if stream.ptr != self._last.ptr:
+            _wait(stream, self._last)
+            self._last = stream
+        if stream.ptr != self._home.ptr:
+            self._users[stream.ptr] = stream
+
+    def close(self) -> None:
+        """Release the arrays (idempotent): home waits for the other streams, then they are dropped."""
+        self._finalizer()
+        self.arrays = ()
+
+
+def _release_buffers(device_id: int, home: Any, users: dict[int, Any], arrays: list[Any]) -> None:
+    if users:
+        with import_cupy().cuda.Device(device_id):
+            for stream in users.values():
+                _wait(home, stream)
+    users.clear()
+    arrays.clear()  # the last references: the memory returns to the pool after the waits
+
+
+def use(buffers: DeviceBuffers, stream: Any, exclusive: bool = False) -> None:
+    """Order a use of ``buffers`` on ``stream``, and keep them for a CUDA graph being recorded."""
+    if exclusive:
+        buffers.use_exclusive(stream)
+    else:
+        buffers.use(stream)
+    kept = getattr(_local, "kept", None)
+    if kept is not None:
+        kept.extend(buffers.arrays)
+
+
+@contextlib.contextmanager
+def keeping_buffers_alive() -> Iterator[list[Any]]:
+    """While inside (on this thread), the cached device arrays every call uses are also added to
+    the yielded list, so that whoever holds the list keeps them: a CUDA graph recorded meanwhile
+    reads them on every replay, even after their plan leaves the cache."""
+    previous = getattr(_local, "kept", None)
+    kept: list[Any] = []
+    _local.kept = kept
+    try:
+        yield kept
+    finally:
+        _local.kept = previous

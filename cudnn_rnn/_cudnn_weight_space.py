@@ -1,0 +1,91 @@
+"""Where cuDNN puts each matrix and bias of an RNN descriptor's weight space, against the layout table::
+
+    cudnn_weights(handle, rnn, config) -> (weight-space bytes, {(pseudo-layer, linLayerID, kind): reported})
+    layout_differences(handle, rnn, config) -> the differences in words ([] when the table is right)
+
+Asks cudnnGetRNNWeightSpaceSize and, for every pseudo-layer and linLayerID (0..2G-1, and 8 for
+the LSTM projection), cudnnGetRNNWeightParams for the matrix and the bias; compares presence,
+offset, shape and data type with ``layout.params_layout``. Every new network of the backend runs
+this once (``_cudnn_cache``), so that a params layout that disagrees with cuDNN fails loudly
+instead of computing garbage; ``_cudnn_layout_check`` runs it for any configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import _lib
+from ._cudnn_settings import PRECISIONS
+from ._cudnn_streams import import_cupy
+from ._descriptors import RNNDescriptor, TensorDescriptor
+from ._lib import DataType
+from .config import RNNConfig
+from .errors import CudnnError
+from .layout import PROJECTION_ID, params_layout
+
+__all__ = ["Reported", "cudnn_weights", "layout_differences"]
+
+Reported = tuple[int, DataType, tuple[int, ...]]  # (byte offset, data type, dims)
+
+
+def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> tuple[int, dict[tuple, Reported]]:
+    """Ask cuDNN: weight-space bytes and, per (pseudo-layer, linLayerID, kind), what it reports."""
+    cupy = import_cupy()
+    size = _lib.rnn_weight_space_size(handle, rnn.pointer)
+    scratch = cupy.empty(max(size, 1), dtype=cupy.uint8)  # cuDNN only computes addresses inside it
+    base = scratch.data.ptr
+    lin_ids = list(range(2 * config.num_gates)) + ([PROJECTION_ID] if config.num_proj else [])
+    reported: dict[tuple, Reported] = {}
+    with TensorDescriptor(None) as matrix, TensorDescriptor(None) as bias:
+        for pseudo_layer, lin_id in itertools.product(range(config.num_pseudo_layers), lin_ids):
+            for kind, desc in (("matrix", matrix), ("bias", bias)):
+                if lin_id == PROJECTION_ID and kind == "bias":
+                    continue  # the projection has no bias
+                asked = (desc.pointer, 0) if kind == "matrix" else (0, desc.pointer)
+                try:
+                    m_addr, b_addr = _lib.rnn_weight_params(handle, rnn.pointer, pseudo_layer, size, base, lin_id,
+                                                            *asked)
+                except CudnnError:  # a refusal counts as "none": it differs wherever the table has an entry
+                    m_addr = b_addr = None
+                address = m_addr if kind == "matrix" else b_addr
+                if address:
+                    data_type, dims, _ = desc.read()
+                    reported[pseudo_layer, lin_id, kind] = (address - base, data_type, dims)
+    return size, reported
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def layout_differences(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> list[str]:
+    """How ``layout.params_layout(config)`` differs from what cuDNN reports for ``rnn``, in words."""
+    layout = params_layout(config)
+    itemsize = np.dtype(config.dtype).itemsize
+    data_type = PRECISIONS[config.dtype].data_type
+    size, reported = cudnn_weights(handle, rnn, config)
+    differences = []
+    if size != layout.size * itemsize:
+        differences.append(f"weight space: cuDNN has {size} bytes ({size / itemsize:g} elements), "
+                           f"the layout table {layout.size} elements")
+    ours = {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in layout.weights + layout.biases}
+    for key in sorted(set(ours) | set(reported)):
+        entry, found = ours.get(key), reported.get(key)
+        name = entry.describe() if entry else f"pseudo-layer {key[0]} {key[2]} with linLayerID {key[1]}"
+        if found is None:
+            differences.append(f"{name}: the layout table has it at offset {entry.offset}, cuDNN has none")
+            continue
+        offset, found_type, dims = found
+        if entry is None:
+            differences.append(f"{name}: cuDNN has it at offset {offset / itemsize:g} with dims {dims}, "
+                               "the layout table has none")
+            continue
+        if offset != entry.offset * itemsize:
+            differences.append(f"{name}: offset {entry.offset} in the layout table, {offset / itemsize:g} in cuDNN")
+        if _squeezed(dims) != _squeezed(entry.shape):
+            differences.append(f"{name}: shape {entry.shape} in the layout table, dims {dims} in cuDNN")
+        if found_type != data_type:
+            differences.append(f"{name}: cuDNN describes it as {found_type.name}, expected {data_type.name}")
+    return differences
