@@ -62,7 +62,7 @@ class Transport(Protocol):
 
 
 @dataclass
-class _Plan:
+class _PackPlan:
     """One set of shapes and dtypes: its layout, and its buffer once a call needs one."""
 
     layout: PackLayout
@@ -86,11 +86,11 @@ class _Plan:
 
 
 @dataclass(frozen=True)
-class _Call:
+class _RecentCall:
     """A recent call: its arrays (held, so their ids stay theirs), its plan, and their one-buffer span."""
 
     arrays: tuple
-    plan: _Plan
+    plan: _PackPlan
     span: Array | None
 
 
@@ -116,8 +116,8 @@ class Communicator:
         self.device = device
         self._mpi_comm, self._node_comm = mpi_comm, node_comm
         self._transports: dict[str, Transport | None] = {"numpy": host_transport, "cupy": device_transport}
-        self._plans: OrderedDict[tuple, _Plan] = OrderedDict()
-        self._calls: OrderedDict[tuple, _Call] = OrderedDict()
+        self._plans: OrderedDict[tuple, _PackPlan] = OrderedDict()
+        self._calls: OrderedDict[tuple, _RecentCall] = OrderedDict()
         self._closed = False
 
     # -- collectives ------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ class Communicator:
         if self._closed:
             raise RuntimeError("this communicator is closed; make a new one with cudnn_rnn.distributed.init()")
 
-    def _prepare(self, operation: str, arrays: Sequence[Array], root: int | None) -> _Call | None:
+    def _prepare(self, operation: str, arrays: Sequence[Array], root: int | None) -> _RecentCall | None:
         """The plan (and zero-copy span) for this call, or None when there is nothing to send.
 
         The same array objects as a recent call (the gradients, step after step) reuse its plan
@@ -257,14 +257,14 @@ class Communicator:
         plan = self._plan(operation, arrays, root)
         if plan is None:
             return None
-        call = _Call(tuple(arrays), plan, contiguous_span(arrays) if arrays else None)
+        call = _RecentCall(tuple(arrays), plan, contiguous_span(arrays) if arrays else None)
         if key is not None:
             self._calls[key] = call
             if len(self._calls) > CALL_CACHE_SIZE:
                 self._calls.popitem(last=False)
         return call
 
-    def _plan(self, operation: str, arrays: Sequence[Array], root: int | None) -> _Plan | None:
+    def _plan(self, operation: str, arrays: Sequence[Array], root: int | None) -> _PackPlan | None:
         """The cached plan for these shapes and dtypes, made (after the exchange between ranks) on first use."""
         key = None
         if isinstance(arrays, (list, tuple)):
@@ -285,7 +285,7 @@ class Communicator:
         if self._mpi_comm is None:
             return None
         xp = array_module(**{f"arrays[{i}]": a for i, a in enumerate(arrays)})
-        plan = _Plan(PackLayout.of(key[2]), xp, self._transports[xp.__name__])
+        plan = _PackPlan(PackLayout.of(key[2]), xp, self._transports[xp.__name__])
         self._plans[key] = plan
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
