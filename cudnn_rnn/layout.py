@@ -50,7 +50,7 @@ PROJECTION_ID = 8
 
 
 # ==== Layout facts NOT yet confirmed by cuDNN =================================================
-# Everything the public sources leave open is in this one record. tests/gpu/test_layout.py
+# Everything the public sources leave open is in this one record. tests/gpu/test_layout_cudnn.py
 # asks cudnnGetRNNWeightParams on a GPU and fails, naming the field, where cuDNN disagrees:
 # settle it by changing the values here, never the code that walks the table.
 @dataclass(frozen=True)
