@@ -9,6 +9,7 @@ through ``gru_block_cell``; Keras 2's CuDNN layers must give the very params buf
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import shutil
@@ -25,7 +26,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
-from cudnn_rnn.convert.readers import FoundRNN, _hdf5, _hdf5_child, _keras_file, read_file, stack
+from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _hdf5, _hdf5_child, _keras_file, read_file, stack
 from rnn_testing import read_refusal
 
 GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
@@ -478,12 +479,20 @@ def test_a_file_that_crashes_libhdf5_is_a_file_error(tmp_path: Path) -> None:
     assert "libhdf5 crashed reading it (exit code -" in read_refusal(crashing_attribute(tmp_path))
 
 
+def read_hdf5_without_the_heap_check(path: str) -> list[Any]:
+    """What the reader's child runs for an .h5 file, with the global-heap check switched off (in the child)."""
+    _hdf5.check_global_heaps = lambda data, fail: None
+    return _keras_file._read_hdf5(path)
+
+
 def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, monkeypatch) -> None:
     """A global heap that never ends, with the check that refuses it switched off: the time limit ends it."""
     path, _ = looping_heap(tmp_path)
-    monkeypatch.setattr(_hdf5, "check_global_heaps", lambda data, fail: None)
     monkeypatch.setattr(_hdf5_child, "READ_SECONDS", 1.0)
-    assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in read_refusal(path)
+    with pytest.raises(FileReadError) as caught:
+        _hdf5_child.run_isolated(str(path), functools.partial(read_hdf5_without_the_heap_check, str(path)))
+    assert str(path) in str(caught.value)
+    assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in str(caught.value)
 
 
 def test_a_damaged_datatype_is_a_file_error_not_a_type_error(tmp_path: Path) -> None:
@@ -506,7 +515,7 @@ def absurd_weights(path: Path) -> Path:
 
 
 def test_an_absurd_declared_shape_is_refused_before_reading(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # read right here
+    monkeypatch.setattr(_keras_file, "run_isolated", lambda path, work: work())  # read right here
     path = absurd_weights(tmp_path / "absurd.weights.h5")
     tracemalloc.start()
     try:
@@ -587,8 +596,8 @@ def names_in_golden_file(file: str) -> list[str]:
     return [item.name for item in read_file(GOLDEN / file)]
 
 
-def test_a_daemonic_process_reads_in_place() -> None:
-    """A pool worker may not start the child process libhdf5 reads in; it reads the file itself."""
+def test_a_daemonic_process_reads_too() -> None:
+    """A pool worker, which multiprocessing lets start no processes of its own, reads in its child interpreter."""
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.map(names_in_golden_file, ["keras2_model.h5"]) == [[n for n, *_ in FOUND["keras2_model.h5"]]]
 

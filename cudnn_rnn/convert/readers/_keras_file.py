@@ -37,8 +37,9 @@ Hostile files: nothing is written to disk; the ``.h5`` member of an archive is r
 after its declared size is checked against the archive, and every dataset's declared size
 against the bytes the file stores, before any data is read; links to other files, external
 storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
-so it reads in a forked child process (:mod:`._hdf5_child`) with a time limit, after the global
-heaps it would loop on are refused (:mod:`._hdf5_heaps`).
+so it reads in a child process (:mod:`._hdf5_child`: spawned, not forked, so that reading is safe
+in a process with threads or a CUDA context) with a time limit, after the global heaps it would
+loop on are refused (:mod:`._hdf5_heaps`).
 
 ==========================  ====================================================================
 module                      its part
@@ -55,6 +56,7 @@ this module                 each kind of file read; each layer's tensors in the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import zipfile
@@ -303,7 +305,10 @@ def _json(path: str, text: bytes, what: str) -> Any:
         raise FileReadError(path, f"{what} is not JSON ({type(error).__name__}: {one_line(error, 120)})") from None
 
 
-def _load_archive(h5py: Any, path: str) -> list[_ReadLayer]:
+def _read_archive(path: str, member_limit: int) -> list[_ReadLayer]:
+    """The layers of a ``.keras`` archive (in the child process); ``member_limit``: MAX_MEMBER_BYTES."""
+    import h5py
+
     try:
         with zipfile.ZipFile(path) as archive:
             config = _json(path, _member(path, archive, CONFIG_MEMBER, MAX_JSON_BYTES), CONFIG_MEMBER)
@@ -313,7 +318,7 @@ def _load_archive(h5py: Any, path: str) -> list[_ReadLayer]:
             if WEIGHTS_MEMBER not in names:
                 raise FileReadError(path, f"the archive holds no {WEIGHTS_MEMBER!r} (it holds {sorted(names)[:8]}); "
                                           "sharded weights are not read: re-save with a single weights file")
-            data = _member(path, archive, WEIGHTS_MEMBER, MAX_MEMBER_BYTES)
+            data = _member(path, archive, WEIGHTS_MEMBER, member_limit)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, NotImplementedError,
             RuntimeError) as error:  # RuntimeError: an encrypted member
         raise FileReadError(path, f"a damaged .keras archive ({type(error).__name__}: {one_line(error, 160)})") \
@@ -342,7 +347,10 @@ def _with_config(h5: H5File, walk: Callable[[], list[RNNLayer]], what: str) -> l
                       f"({type(error).__name__}: {one_line(error, 160)})") from None
 
 
-def _load_hdf5(h5py: Any, path: str) -> list[_ReadLayer]:
+def _read_hdf5(path: str) -> list[_ReadLayer]:
+    """The layers of a legacy ``.h5`` model, or of a weights file (in the child process)."""
+    import h5py
+
     h5 = open_h5(h5py, path)
     with h5.file, h5py_errors(path, h5.where):
         root = h5.file
@@ -375,7 +383,9 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         if value is not None:
             raise ValueError(f"{name} applies to PyTorch files; a Keras file names its RNNs by layer (pick one by "
                              "name)")
-    import h5py  # here, so that a missing h5py is reported as such
+    import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
 
-    load = _load_archive if kind == "keras" else _load_hdf5
-    return [_to_found_rnn(item) for item in run_isolated(path, lambda: load(h5py, path))]
+    # what the child runs is pickled; the member limit in force here goes with it
+    work = (functools.partial(_read_archive, path, MAX_MEMBER_BYTES) if kind == "keras"
+            else functools.partial(_read_hdf5, path))
+    return [_to_found_rnn(item) for item in run_isolated(path, work)]
