@@ -34,7 +34,7 @@ reset-before GRU, directions that differ. ``feeds_from`` names the RNN whose ful
 sequence is the input, from the model's graph.
 
 Hostile files: nothing is written to disk; the ``.h5`` member of an archive is read in memory
-after its declared size is checked against the archive, and every dataset's declared size
+after every member is checked against the archive (:mod:`._zip`), and every dataset's declared size
 against the bytes the file stores, before any data is read; links to other files, external
 storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
 so it reads in a child process (:mod:`._hdf5_child`: spawned, not forked, so that reading is safe
@@ -58,9 +58,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -69,7 +67,7 @@ import numpy as np
 from ...config import DTYPES, MODES
 from .._core import reorder_gates
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
-from ._found import MAX_COMPRESSION_RATIO, FileReadError, FoundRNN, ReadOptions, one_line
+from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated
 from ._infer import infer
@@ -77,6 +75,7 @@ from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, SIMPLE_RNN_MODES, RNNLay
                             config_notes, config_refusal, is_model, name_of)
 from ._keras_layout import FIELDS, LAYER_GROUPS, legacy_layers, store_layers
 from ._keras_weights_only import legacy_weights_only, store_weights_only
+from ._zip import READ_ERRORS, checked_members, read_member
 
 __all__ = ["read", "MAX_MEMBER_BYTES"]
 
@@ -273,29 +272,12 @@ def _major(version: Any) -> str:
     return text.split(".", 1)[0] if text[:1].isdigit() else "3"
 
 
-def _member(path: str, archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
-    """An archive member's bytes, its declared size checked against what the archive stores."""
-    info = next((item for item in archive.infolist() if item.filename == name), None)
-    if info is None:
-        raise FileReadError(path, f"the archive has no {name!r}; it holds {sorted(archive.namelist())[:8]}")
-    archive_size = os.path.getsize(path)
-    if info.compress_size > archive_size or info.header_offset > archive_size:
-        raise FileReadError(path, f"member {name!r} claims {info.compress_size} bytes, more than the whole archive "
-                                  f"({archive_size}): the archive is truncated or corrupt")
-    stored = info.compress_type == zipfile.ZIP_STORED
-    if (stored and info.file_size != info.compress_size) or (
-            info.file_size > max(info.compress_size, 1) * MAX_COMPRESSION_RATIO):
-        raise FileReadError(path, f"member {name!r} declares {info.file_size} bytes but the archive stores "
-                                  f"{info.compress_size} bytes for it, which cannot expand that far: the archive is "
-                                  "corrupt or a decompression bomb")
-    if info.file_size > limit:
-        raise FileReadError(path, f"member {name!r} holds {info.file_size} bytes, more than {limit} read in memory; "
-                                  "extract it and read the extracted file")
-    with archive.open(info) as member:
-        data = member.read(info.file_size + 1)
-    if len(data) != info.file_size:
-        raise FileReadError(path, f"member {name!r} holds {len(data)} bytes, not the {info.file_size} it declares")
-    return data
+def _member(path: str, archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], name: str,
+            limit: int) -> bytes:
+    """The bytes of member ``name`` (:func:`~._zip.read_member`), or a FileReadError saying what the archive holds."""
+    if name not in members:
+        raise FileReadError(path, f"the archive has no {name!r}; it holds {sorted(members)[:8]}")
+    return read_member(path, archive, members[name], limit)
 
 
 def _json(path: str, text: bytes, what: str) -> Any:
@@ -311,16 +293,15 @@ def _read_archive(path: str, member_limit: int) -> list[_ReadLayer]:
 
     try:
         with zipfile.ZipFile(path) as archive:
-            config = _json(path, _member(path, archive, CONFIG_MEMBER, MAX_JSON_BYTES), CONFIG_MEMBER)
-            names = archive.namelist()
-            metadata = (_json(path, _member(path, archive, METADATA_MEMBER, MAX_JSON_BYTES), METADATA_MEMBER)
-                        if METADATA_MEMBER in names else {})
-            if WEIGHTS_MEMBER not in names:
-                raise FileReadError(path, f"the archive holds no {WEIGHTS_MEMBER!r} (it holds {sorted(names)[:8]}); "
+            members = checked_members(path, archive)
+            config = _json(path, _member(path, archive, members, CONFIG_MEMBER, MAX_JSON_BYTES), CONFIG_MEMBER)
+            metadata = (_json(path, _member(path, archive, members, METADATA_MEMBER, MAX_JSON_BYTES), METADATA_MEMBER)
+                        if METADATA_MEMBER in members else {})
+            if WEIGHTS_MEMBER not in members:
+                raise FileReadError(path, f"the archive holds no {WEIGHTS_MEMBER!r} (it holds {sorted(members)[:8]}); "
                                           "sharded weights are not read: re-save with a single weights file")
-            data = _member(path, archive, WEIGHTS_MEMBER, member_limit)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, NotImplementedError,
-            RuntimeError) as error:  # RuntimeError: an encrypted member
+            data = _member(path, archive, members, WEIGHTS_MEMBER, member_limit)
+    except READ_ERRORS as error:
         raise FileReadError(path, f"a damaged .keras archive ({type(error).__name__}: {one_line(error, 160)})") \
             from None
     version = _major(metadata.get("keras_version") if isinstance(metadata, dict) else None)

@@ -28,6 +28,7 @@ from .._formats import FORMAT_SPECS
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer
+from ._zip import READ_ERRORS, checked_members
 
 __all__ = ["read", "read_npz_safely", "GUESSES"]
 
@@ -56,23 +57,20 @@ def _header(member: object, path: str, name: str) -> tuple[tuple[int, ...], np.d
 
 
 def read_npz_safely(path: str) -> dict[str, np.ndarray]:
-    """``{name: array}`` of an .npz archive, each member's declared size checked first.
+    """``{name: array}`` of an .npz archive, every member checked against the archive
+    (:func:`~._zip.checked_members`) and each array's declared size against the bytes stored first.
 
     Raises:
-        FileReadError: a damaged archive, a non-.npy member, object arrays, or a member that
-            declares more data than the archive stores.
+        FileReadError: a damaged archive, a member refused by :mod:`._zip`, a non-.npy member,
+            object arrays, or an array that declares more data than the archive stores.
     """
-    file_size = os.path.getsize(path)
     arrays = {}
     try:
         with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
+            for info in checked_members(path, archive).values():
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 if not info.filename.endswith(".npy"):
                     raise FileReadError(path, f"member {info.filename!r} is not an .npy array")
-                if info.compress_size > file_size:
-                    raise FileReadError(path, f"member {name!r} claims {info.compress_size} bytes, more than the "
-                                              f"whole file ({file_size}): the archive is corrupt")
                 compressed = info.compress_type != zipfile.ZIP_STORED
                 with archive.open(info) as member:
                     shape, dtype = _header(member, path, name)
@@ -83,7 +81,7 @@ def read_npz_safely(path: str) -> dict[str, np.ndarray]:
                     arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except FileReadError:
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+    except (*READ_ERRORS, ValueError) as error:
         raise FileReadError(path, f"a damaged .npz archive ({type(error).__name__}: {error})") from None
     return arrays
 

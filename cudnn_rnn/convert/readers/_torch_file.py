@@ -16,7 +16,7 @@ a whole pickled ``nn.Module``                only with ``trust_pickle``: its sta
     torch.load(file, map_location="cpu", weights_only=not trust_pickle)
 
 Before torch sees the file it is inspected without running anything from it: every zip
-member's declared size is checked against the bytes stored (no decompression bombs), each
+member is checked against the archive (:mod:`._zip`: no decompression bombs), each
 pickle is walked opcode by opcode (:func:`pickletools.genops`: every counted length present,
 memo indices bounded, frames inside the file), then read by a stand-in unpickler that imports
 and calls nothing, to check every storage record (``numel * itemsize`` against the data the
@@ -41,9 +41,9 @@ from typing import Any, BinaryIO, Collection, Mapping
 
 import numpy as np
 
-from ._found import (MAX_COMPRESSION_RATIO, FileReadError, FoundRNN, ReadOptions, check_declared_size,
-                     one_line)
+from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._infer import infer
+from ._zip import READ_ERRORS, checked_members, read_member
 
 __all__ = ["read", "rnns_in_state_dict", "STORAGE_ITEMSIZES", "MODULE_MODES", "RNN_CLASSES"]
 
@@ -312,30 +312,26 @@ class _Layout:
     torchscript: bool = False
 
 
-def _inspect_zip(path: str, handle: BinaryIO, size: int) -> _Layout:
-    """Check a torch.save zip archive: member sizes, then every storage record of data.pkl."""
+def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
+    """Check a torch.save zip archive: every member (:mod:`._zip`), then every storage record of data.pkl."""
     try:
         archive = zipfile.ZipFile(handle)
-        infos = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+    except (*READ_ERRORS, ValueError) as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
-    if not infos:
+    members = checked_members(path, archive)
+    if not members:
         raise FileReadError(path, "an empty zip archive")
-    for info in infos:
-        _check_member(path, info, size)
-    members = {info.filename: info for info in infos}
-    if len(members) != len(infos):  # two readers of one archive could then read different members
-        twice = next(info.filename for info in infos if sum(i.filename == info.filename for i in infos) > 1)
-        raise FileReadError(path, f"the zip archive holds member {one_line(twice, 80)!r} twice: the file is corrupt")
-    top = infos[0].filename.split("/", 1)[0]
+    top = next(iter(members)).split("/", 1)[0]
     if f"{top}/constants.pkl" in members or any(name.startswith(f"{top}/code/") for name in members):
         return _Layout([], torchscript=True)
     pickle_name = f"{top}/data.pkl"
     if pickle_name not in members:
         raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
     try:
-        data = archive.read(pickle_name)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError) as error:
+        data = read_member(path, archive, members[pickle_name])
+    except FileReadError:
+        raise
+    except (*READ_ERRORS, ValueError) as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
     inspected = _inspect(path, io.BytesIO(data), len(data), "data.pkl")
     for record in inspected.records:
@@ -350,25 +346,6 @@ def _inspect_zip(path: str, handle: BinaryIO, size: int) -> _Layout:
         itemsize = _storage_itemsize(path, storage_type, what)
         check_declared_size(path, f"data/{key}", (_count(path, numel, what),), itemsize, member.file_size, False)
     return _Layout(inspected.names)
-
-
-def _check_member(path: str, info: zipfile.ZipInfo, size: int) -> None:
-    name = one_line(info.filename, 80)
-    if info.flag_bits & 0x1:
-        raise FileReadError(path, f"zip member {name!r} is encrypted")
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise FileReadError(path, f"zip member {name!r} uses compression method {info.compress_type}, "
-                                  "which torch.load cannot read")
-    if info.header_offset + info.compress_size > size:
-        raise FileReadError(path, f"zip member {name!r} claims {info.compress_size} bytes at offset "
-                                  f"{info.header_offset}, past the end of the {size}-byte file: the file is truncated "
-                                  "or corrupt")
-    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
-        raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes but stores "
-                                  f"{info.compress_size}: the file is corrupt")
-    if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size > info.compress_size * MAX_COMPRESSION_RATIO:
-        raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes from {info.compress_size} "
-                                  "compressed bytes, more than deflate can expand (a decompression bomb)")
 
 
 def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> _Layout:
@@ -678,7 +655,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         size = os.fstat(handle.fileno()).st_size
         head = handle.read(len(ZIP_MAGIC))
         handle.seek(0)
-        layout = _inspect_zip(path, handle, size) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
+        layout = _inspect_zip(path, handle) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
         loaded = _load(path, handle, layout, options.trust_pickle)
     target, entry = _pick(path, loaded, options)
     module = target if isinstance(target, torch.nn.Module) else None
