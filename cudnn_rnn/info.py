@@ -1,15 +1,14 @@
-"""``cudnn-rnn info``: which backends this machine can run, with cuDNN, CUDA and GPU details.
+"""The facts ``cudnn-rnn info`` prints: which backends this machine can run, with cuDNN, CUDA and GPU details.
 
-It works, and exits 0, on a machine with no GPU, no CuPy and no cuDNN: every missing piece is
-reported with the reason and what to install. ``--json`` prints the same facts as one object.
-Also runnable as ``python -m cudnn_rnn.info``.
+:func:`collect` gathers them as one JSON-ready dict; :func:`cudnn_backend_problem` says why the
+cuDNN backend cannot run here (for scripts that need a GPU). Both work on a machine with no GPU,
+no CuPy and no cuDNN: every missing piece is reported with the reason and what to install. The
+command itself (its options and text) is :mod:`cudnn_rnn.cli.info`.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
-import json
 import sys
 from typing import Any
 
@@ -19,14 +18,10 @@ from . import _cudnn_settings, _lib
 from ._descriptors import Handle
 from .errors import CudnnError, CudnnNotAvailableError
 
-__all__ = ["add_arguments", "run", "collect", "cudnn_backend_problem", "main"]
+__all__ = ["collect", "cudnn_backend_problem", "GPU_EXTRA_HINT"]
 
-_GPU_EXTRA_HINT = "pip install 'cudnn_rnn[cuda12]' (or [cuda13])"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``cudnn-rnn info``."""
-    parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
+#: what to install for the CuPy + cuDNN backend
+GPU_EXTRA_HINT = "pip install 'cudnn_rnn[cuda12]' (or [cuda13])"
 
 
 def _cuda_version(version: int) -> str:
@@ -55,7 +50,7 @@ def _cupy_facts() -> dict[str, Any]:
     try:
         import cupy
     except ImportError as error:
-        return {"available": False, "reason": f"CuPy is not installed ({error}); {_GPU_EXTRA_HINT}"}
+        return {"available": False, "reason": f"CuPy is not installed ({error}); {GPU_EXTRA_HINT}"}
     facts: dict[str, Any] = {"available": True, "version": cupy.__version__}
     try:
         facts["cuda_runtime"] = _cuda_version(cupy.cuda.runtime.runtimeGetVersion())
@@ -114,46 +109,3 @@ def collect() -> dict[str, Any]:
         "backends": {"numpy (reference)": "usable",
                      "cupy (cuDNN)": _cudnn_backend_status(cupy_facts, cudnn_facts)},
     }
-
-
-def _text(facts: dict[str, Any]) -> str:
-    cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
-    if cudnn_facts["available"]:
-        cudnn = f"{cudnn_facts['version']} ({cudnn_facts['path']}; built for CUDA {cudnn_facts['built_for_cuda']})"
-    else:
-        cudnn = "not available\n" + "\n".join("    " + line for line in cudnn_facts["reason"].splitlines())
-    if cupy_facts["available"]:
-        cupy = cupy_facts["version"]
-        runtime = cupy_facts.get("cuda_runtime") or f"unknown ({cupy_facts.get('cuda_runtime_error')})"
-        gpus = ", ".join(f"{i}: {name}" for i, name in enumerate(cupy_facts["gpus"])) or \
-            f"none ({cupy_facts.get('gpu_error', 'no device')})"
-    else:
-        cupy, runtime, gpus = f"not installed; {_GPU_EXTRA_HINT}", "unknown (needs CuPy)", "unknown (needs CuPy)"
-    driver = facts["cuda_driver"] or "none (libcuda.so.1 not found: no NVIDIA driver)"
-    float32 = ("TF32 tensor cores allowed" if facts["tf32_allowed"] else
-               f"true float32 (FMA); TF32 off (allow_tf32(True) or {_cudnn_settings.TF32_ENV}=1 to allow)")
-    rows = [("cudnn_rnn", facts["cudnn_rnn"]), ("Python", facts["python"]), ("NumPy", facts["numpy"]),
-            ("CuPy", cupy), ("cuDNN", cudnn), ("CUDA runtime", runtime), ("CUDA driver", driver),
-            ("GPUs", gpus), ("float32 math", float32)]
-    lines = [f"{name:<14}{value}" for name, value in rows]
-    lines.append("Backends")
-    lines += [f"  {name:<20}{status}" for name, status in facts["backends"].items()]
-    return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the facts (text, or JSON with ``--json``); always 0."""
-    facts = collect()
-    print(json.dumps(facts, indent=2) if getattr(args, "json", False) else _text(facts))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m cudnn_rnn.info [--json]``."""
-    parser = argparse.ArgumentParser(prog="cudnn-rnn info", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``cudnn-rnn info`` (``cudnn_rnn/info.py``) on a machine without a GPU, CuPy or cuDNN."""
+"""``cudnn-rnn info`` (``cudnn_rnn/cli/info.py``) on a machine without a GPU, CuPy or cuDNN."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_rnn import _lib, info
+from cudnn_rnn import _lib
+from cudnn_rnn.cli import info
 from cudnn_testing import LIBRARY, REPO
 
 
@@ -45,7 +46,7 @@ def test_info_json_without_cudnn(capsys: pytest.CaptureFixture[str], monkeypatch
 
 def test_info_command_exits_zero_in_a_fresh_process(tmp_path: Path) -> None:
     env = {**os.environ, "CUDNN_RNN_LIBRARY": str(tmp_path / "absent.so")}
-    result = subprocess.run([sys.executable, "-m", "cudnn_rnn.info"], env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "cudnn_rnn", "info"], env=env, capture_output=True, text=True,
                             cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "cuDNN         not available" in result.stdout
