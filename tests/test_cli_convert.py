@@ -18,7 +18,7 @@ import cudnn_rnn
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.cli import main as cudnn_rnn_main
 from cudnn_rnn.convert import from_format, to_format
-from cudnn_rnn.convert.cli import EXAMPLES, main
+from cudnn_rnn.cli.convert import EXAMPLES, main
 from cudnn_rnn.params_file import read_params_file
 
 LSTM = RNNConfig("lstm", 2, 3, 2, direction="bidirectional")
@@ -246,7 +246,7 @@ def test_argument_errors_exit_2(capsys: pytest.CaptureFixture) -> None:
 def test_runs_as_a_module(tmp_path: Path, torch_file: Path) -> None:
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "cudnn_rnn.cli", "convert", *convert_argv(torch_file, torch_file)],
+    result = subprocess.run([sys.executable, "-m", "cudnn_rnn", "convert", *convert_argv(torch_file, torch_file)],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 2 and result.stderr.startswith("cudnn-rnn convert: error: ")
     assert "Traceback" not in result.stderr

@@ -1,31 +1,37 @@
 """The ``cudnn-rnn`` command: ``cudnn-rnn info``, ``cudnn-rnn inspect`` and ``cudnn-rnn convert``.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
-this file only wires them together.
+Run it as ``cudnn-rnn COMMAND ...`` or ``python -m cudnn_rnn COMMAND ...``. Each subcommand is a
+module of this package exposing ``add_arguments(parser)`` and ``run(args) -> int``; :data:`COMMANDS`
+lists them and :func:`main` wires them together.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
+from types import ModuleType
 from typing import Sequence
 
-__all__ = ["main", "SUBCOMMANDS"]
+from . import convert, info, inspect
 
-#: subcommand name -> (module path, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "info": ("cudnn_rnn.info", "show the cuDNN, CUDA and GPU versions and which backends are usable"),
-    "inspect": ("cudnn_rnn.convert.inspect_cli", "list the RNNs in a model file, their configurations and conversions"),
-    "convert": ("cudnn_rnn.convert.cli", "convert the RNN weights of a model file into cuDNN params or another format"),
-}
+__all__ = ["main", "build_parser", "COMMANDS", "SUBCOMMANDS"]
+
+#: (subcommand, its module, one-line help), in the order ``cudnn-rnn --help`` lists them
+COMMANDS: tuple[tuple[str, ModuleType, str], ...] = (
+    ("info", info, "show the cuDNN, CUDA and GPU versions and which backends are usable"),
+    ("inspect", inspect, "list the RNNs in a model file, their configurations and conversions"),
+    ("convert", convert, "convert the RNN weights of a model file into cuDNN params or another format"),
+)
+
+#: subcommand name -> (module path, one-line help): :data:`COMMANDS` looked up by name
+SUBCOMMANDS: dict[str, tuple[str, str]] = {name: (module.__name__, help_text) for name, module, help_text in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``cudnn-rnn`` parser: one subparser per entry of :data:`COMMANDS`, its description the
+    first line of the module's docstring."""
     parser = argparse.ArgumentParser(prog="cudnn-rnn", description="cuDNN fused RNNs for CuPy and NumPy.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
+    for name, module, help_text in COMMANDS:
         doc = (module.__doc__ or help_text).strip()
         sub = subparsers.add_parser(name, help=help_text, description=doc.splitlines()[0],
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``cudnn-rnn`` with ``argv`` (``sys.argv[1:]`` when None); returns the exit status
+    (2, after the help, when no subcommand is given)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -42,6 +50,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     return int(args.run(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,20 +27,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..config import DIRECTIONS, INPUT_MODES, MODES, RNNConfig
+from ..config import RNNConfig
+from ..convert import FORMAT_SPECS, Converted, convert_between, to_format
+from ..convert._core import describe
+from ..convert.onnx_export import DEFAULT_OPSET, export_onnx
+from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
 from ..files import write_through_path
 from ..params_file import write_params_file
-from ._core import Converted, describe
-from ._formats import FORMAT_SPECS, FORMATS, convert_between, to_format
-from .onnx_export import DEFAULT_OPSET, export_onnx
-from .readers import PARAMS_FORMAT, FoundRNN, choose, read_file
-from .readers._found import CONFIG_FIELDS, one_line
+from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
-__all__ = ["add_arguments", "add_reading_arguments", "read_and_choose", "hints_from", "run", "main", "WRITERS",
-           "CLI_FORMATS", "CommandError"]
-
-#: --from / --to choices: the opaque buffer, then every named format
-CLI_FORMATS: tuple[str, ...] = (PARAMS_FORMAT,) + FORMATS
+__all__ = ["add_arguments", "read_and_choose", "run", "main", "WRITERS", "EXAMPLES", "CLI_FORMATS"]
 
 #: (what it does, the command line in lines): shown by ``--help`` and run by the tests
 EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -75,10 +71,6 @@ def _epilog() -> str:
               "Each format's tensor names, shapes and gate order are in the docstrings of cudnn_rnn.convert",
               "and its format modules."]
     return "\n".join(lines)
-
-
-class CommandError(Exception):
-    """A problem with the command's input, reported as one line and exit status 2."""
 
 
 # ---- output files --------------------------------------------------------------------------------
@@ -123,43 +115,7 @@ def _check_paths(source: str, target: str, force: bool) -> None:
             raise CommandError(f"output {target!r} already exists; pass --force to replace it")
 
 
-# ---- reading: shared with `cudnn-rnn inspect` ----------------------------------------------------
-def add_reading_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options that say how to read a file and the configuration overrides."""
-    reading = parser.add_argument_group("reading the input")
-    reading.add_argument("--from", dest="source_format", choices=CLI_FORMATS, metavar="FORMAT",
-                         help="format of the named tensors in an .npz IN (default: from the tensor names); "
-                              "other files say their own format")
-    reading.add_argument("--key", help="PyTorch checkpoint dict: the entry holding the state_dict (e.g. model)")
-    reading.add_argument("--prefix", help="PyTorch: the key prefix of the RNN in a parent module (e.g. rnn.)")
-    reading.add_argument("--trust-pickle", action="store_true",
-                         help="PyTorch: unpickle a whole saved module (this RUNS CODE from the file: only for files "
-                              "you trust; save model.state_dict() instead where you can)")
-    config = parser.add_argument_group(
-        "configuration overrides (read from the file; checked against it; needed only where it cannot tell)")
-    config.add_argument("--rnn-mode", choices=tuple(MODES))
-    config.add_argument("--num-layers", type=int, metavar="L")
-    config.add_argument("--num-units", type=int, metavar="N")
-    config.add_argument("--input-size", type=int, metavar="I")
-    config.add_argument("--direction", choices=tuple(DIRECTIONS))
-    config.add_argument("--num-proj", type=int, metavar="P", help="LSTM projection size (0: none)")
-    config.add_argument("--input-mode", choices=INPUT_MODES)
-
-
-def hints_from(args: argparse.Namespace) -> dict[str, Any]:
-    """The configuration overrides given on the command line (None: not given)."""
-    return {name: getattr(args, name, None) for name in CONFIG_FIELDS if name != "dtype"}
-
-
-def read_found(args: argparse.Namespace) -> list[FoundRNN]:
-    """Every RNN in ``args.input``, read as the reading options say (CommandError on failure)."""
-    try:
-        return read_file(args.input, key=args.key, prefix=args.prefix, trust_pickle=args.trust_pickle,
-                         fmt=args.source_format)
-    except (ValueError, TypeError) as error:
-        raise CommandError(one_line(error)) from None
-
-
+# ---- reading -------------------------------------------------------------------------------------
 def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
     """The one RNN of ``args.input`` the command works on, with the overrides applied, and its config."""
     found = read_found(args)
@@ -255,17 +211,14 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _onnx_node(config: RNNConfig) -> str:
-    from ._onnx import node_attributes
+    from ..convert._onnx import node_attributes
 
     return node_attributes(config)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cudnn_rnn.convert.cli ...``: the same command without the ``cudnn-rnn`` dispatcher."""
+    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT``."""
     parser = argparse.ArgumentParser(prog="cudnn-rnn convert", description=(__doc__ or "").splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,9 +21,9 @@ import json
 import sys
 from typing import Any
 
+from ..convert.readers import FoundRNN
 from ..layout import params_layout
-from .cli import CommandError, add_reading_arguments, hints_from, read_found
-from .readers import FoundRNN
+from ._reading import CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "run", "describe_found"]
 

@@ -1,6 +1,6 @@
 """Every ``cudnn-rnn convert --help`` example, run on real files made by Keras 3 and PyTorch, with the
 result checked against the framework that made the file (the .npz-only examples run in
-tests/test_convert_cli.py)."""
+tests/test_cli_convert.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from convert_testing import random_params, relative_error, rng_for  # noqa: E402
 from cudnn_rnn import RNNConfig  # noqa: E402
 from cudnn_rnn.cli import main  # noqa: E402
 from cudnn_rnn.convert import from_format  # noqa: E402
-from cudnn_rnn.convert.cli import EXAMPLES  # noqa: E402
+from cudnn_rnn.cli.convert import EXAMPLES  # noqa: E402
 from cudnn_rnn.params_file import read_params_file, write_params_file  # noqa: E402
 
 pytestmark = pytest.mark.oracle

@@ -42,7 +42,7 @@ from ._found import (CONFIG_FIELDS, FLAGS, PARAMS_FORMAT, FileReadError, FoundRN
                      one_line)
 
 __all__ = ["FILE_KINDS", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions", "file_kind",
-           "read_file", "stack", "choose", "CONFIG_FIELDS", "FLAGS", "PARAMS_FORMAT"]
+           "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "FLAGS", "PARAMS_FORMAT"]
 
 
 @dataclass(frozen=True)
