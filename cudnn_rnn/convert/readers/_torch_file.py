@@ -32,17 +32,17 @@ import io
 import mmap
 import os
 import pickle
-import pickletools
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Mapping
 
 import numpy as np
 
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
-from ._infer import infer
+from ._pickle_inspector import _inspect, _Pickled
+from ._state_dict import RNN_CLASSES, _check_one_dtype, _select, rnn_groups, rnns_in_state_dict
 from ._zip import READ_ERRORS, checked_members, read_member
 
 __all__ = ["read", "rnns_in_state_dict", "STORAGE_ITEMSIZES", "MODULE_MODES", "RNN_CLASSES"]
@@ -59,30 +59,20 @@ STORAGE_ITEMSIZES: dict[str, int] = {
 #: ``nn.RNNBase.mode`` -> rnn_mode (what a pickled module says and its state_dict cannot)
 MODULE_MODES: dict[str, str] = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
-#: gates per cell -> the torch class whose state_dict it is
-RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
-
 #: torch dtype -> the NumPy dtype its tensors are read as (others are refused)
 READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
                                "bfloat16": "float32"}
-
-#: the dtypes an RNN's NumPy arrays may have
-ARRAY_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
 
 #: the first two pickles of a legacy (non-zip) torch.save file
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
 ZIP_MAGIC = b"PK\x03\x04"  # how torch.load tells a zip archive from a legacy file
 
-#: the names one pickle may refer to (classes, functions) before it is refused as absurd
-MAX_PICKLED_NAMES = 4096
 #: the tensors copied out may total this many times the file's size (shared or tied storage)
 MAX_COPY_FACTOR = 4
 #: how deep a checkpoint dict is searched for state_dicts
 SEARCH_DEPTH = 3
 
-_RNN_KEY = re.compile(r"^((?:.*\.)?)((?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l\d+(?:_reverse)?)$")
-_CELL_KEY = re.compile(r"(^|\.)weight_ih$")
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 #: names a pickle of plain tensors and containers refers to (left out when naming what a file holds)
 _TENSOR_PICKLE_NAMES = re.compile(
@@ -90,203 +80,6 @@ _TENSOR_PICKLE_NAMES = re.compile(
     r"|(__builtin__|builtins)\.(set|bytearray|complex)|torch\.(Size|device|Tensor|\w+Storage)"
     r"|torch\.nn\.parameter\.Parameter|torch\.serialization\._get_layout"
     r"|torch\.(b?float|u?int|bool|complex|half|double|long|short|c?float)\w*)$")
-
-
-# ---- state_dicts: the RNNs by key prefix (shared with the .npz reader) -----------------------------
-def rnn_groups(keys: Any) -> dict[str, dict[str, str]]:
-    """``{prefix: {torch name: key}}`` for every prefix with a ``{prefix}weight_ih_l0`` key, in key order.
-
-    ``"encoder.rnn.weight_ih_l0"`` has prefix ``"encoder.rnn."`` and torch name ``"weight_ih_l0"``;
-    a plain state_dict has prefix ``""``.
-    """
-    matches = [(key, _RNN_KEY.match(key)) for key in keys if isinstance(key, str)]
-    groups: dict[str, dict[str, str]] = {m.group(1): {} for _, m in matches if m and m.group(2) == "weight_ih_l0"}
-    for key, match in matches:
-        if match and match.group(1) in groups:
-            groups[match.group(1)][match.group(2)] = key
-    return groups
-
-
-def _normal_prefix(prefix: str) -> str:
-    prefix = prefix.strip()
-    return prefix if not prefix or prefix.endswith(".") else prefix + "."
-
-
-def _rnn_name(path: str, prefix: str) -> str:
-    return prefix[:-1] if prefix else os.path.basename(path)
-
-
-def _select(path: str, keys: list[str], prefix: str | None) -> dict[str, dict[str, str]]:
-    """The RNN groups to read: all of them, or the one under ``prefix``; FileReadError if none."""
-    groups = rnn_groups(keys)
-    if prefix is not None:
-        wanted = _normal_prefix(prefix)
-        if wanted not in groups:
-            where = ("RNNs are under " + ", ".join(repr(p) for p in groups)) if groups else "it holds no RNN"
-            raise FileReadError(path, f"no RNN under prefix {prefix!r} (no key {wanted + 'weight_ih_l0'!r}); {where}")
-        return {wanted: groups[wanted]}
-    if not groups:
-        cells = [key for key in keys if isinstance(key, str) and _CELL_KEY.search(key)]
-        cell_note = (f"; {cells[0]!r} belongs to an nn.LSTMCell/GRUCell/RNNCell, which is not read" if cells else "")
-        raise FileReadError(path, f"a state_dict of {len(keys)} tensors ({_listing(keys)}) with no LSTM, GRU or RNN "
-                                  f"weights (no key ends in 'weight_ih_l0'){cell_note}")
-    return groups
-
-
-def _listing(keys: list[Any], limit: int = 6) -> str:
-    shown = ", ".join(one_line(repr(key), 60) for key in keys[:limit])
-    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
-
-
-def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options: ReadOptions,
-                       source: str) -> list[FoundRNN]:
-    """Every RNN in a (parent module's) state_dict of NumPy arrays, one per key prefix.
-
-    Args:
-        path: the file, for names and messages.
-        state_dict: ``{key: array}``; keys such as ``"rnn.weight_ih_l0"``; other keys are ignored.
-        options: ``options.prefix`` picks the RNN under one prefix (``"rnn."`` or ``"rnn"``).
-        source: what holds the state_dict, e.g. ``"state_dict in an .npz archive"``; each RNN's
-            source is ``"PyTorch nn.LSTM " + source``.
-
-    Returns:
-        ``[FoundRNN, ...]`` in the ``torch`` format, named by prefix (the file's base name for a
-        plain state_dict), the configuration read off the shapes (an ``nn.RNN``'s tanh/relu is a
-        question), bias=False layers with zero biases (noted).
-
-    Raises:
-        FileReadError: no RNN (under the prefix), or tensors that do not form one (naming it).
-        TypeError: an RNN's tensors of mixed or non-float dtypes (naming the tensor).
-    """
-    found = []
-    for prefix, names in _select(path, list(state_dict), options.prefix).items():
-        keys = list(names.values())
-        _check_one_dtype(path, {key: str(np.asarray(state_dict[key]).dtype) for key in keys}, ARRAY_DTYPES)
-        tensors = {name: np.asarray(state_dict[key]) for name, key in names.items()}
-        where = f"the RNN under {prefix!r}" if prefix else "the state_dict"
-        try:
-            inferred = infer("torch", tensors)
-        except ValueError as error:
-            raise FileReadError(path, f"{where}: {error}") from None
-        units = int(inferred.fields["num_units"])
-        rnn_class = RNN_CLASSES[tensors["weight_ih_l0"].shape[0] // units]
-        found.append(FoundRNN(_rnn_name(path, prefix), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
-                              inferred.fields, inferred.questions, tuple(inferred.notes)))
-    return found
-
-
-def _check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
-    """TypeError naming the tensor whose dtype differs from the others', or that cannot be read."""
-    names = list(dtypes)
-    values = [dtypes[name] for name in names]
-    majority = max(values, key=values.count)
-    odd = next((name for name, dtype in zip(names, values) if dtype != majority), None)
-    if odd is not None:
-        raise TypeError(f"cannot read {path!r}: an RNN's tensors must share one dtype; tensor {odd!r} is "
-                        f"{dtypes[odd]} while the others are {majority}")
-    if majority not in readable:
-        raise TypeError(f"cannot read {path!r}: tensor {names[0]!r} is {majority}; an RNN's weights must be "
-                        f"{', '.join(readable)}")
-
-
-# ---- inspecting pickles without running them -------------------------------------------------------
-class _Pickled:
-    """Stands for an object of a class or function that a pickle names; nothing of it is imported or run.
-
-    Subclasses made by :class:`_Inspector` carry the ``module`` and ``name`` the pickle gave.
-    """
-
-    module = ""
-    name = ""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_Pickled":
-        self = object.__new__(cls)
-        self.args, self.state, self.items = args, None, []
-        return self
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Pickled":
-        return type(self)(*args)
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.items.append((key, value))
-
-    def append(self, value: Any) -> None:
-        self.items.append(value)
-
-    def extend(self, values: Any) -> None:
-        self.items.extend(values)
-
-    def add(self, value: Any) -> None:
-        self.items.append(value)
-
-
-@dataclass
-class _Inspected:
-    """What one pickle holds: its top object (stand-ins for anything it names), the names, the
-    persistent ids (torch's storage records)."""
-
-    root: Any
-    names: list[str] = field(default_factory=list)
-    records: list[Any] = field(default_factory=list)
-
-
-class _Inspector(pickle.Unpickler):
-    """Reads a pickle's structure: every class or function it names becomes a :class:`_Pickled`
-    stand-in (never imported), every persistent id is only recorded."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream, encoding="utf-8")
-        self.classes: dict[tuple[str, str], type] = {}
-        self.records: list[Any] = []
-
-    def find_class(self, module: str, name: str) -> type:
-        key = (str(module), str(name))
-        if key not in self.classes:
-            if len(self.classes) >= MAX_PICKLED_NAMES:
-                raise pickle.UnpicklingError(f"more than {MAX_PICKLED_NAMES} classes and functions named")
-            self.classes[key] = type("Pickled", (_Pickled,), {"module": key[0], "name": key[1]})
-        return self.classes[key]
-
-    def persistent_load(self, pid: Any) -> Any:
-        self.records.append(pid)
-        return pid
-
-
-def _check_opcodes(path: str, stream: Any, end: int, what: str) -> None:
-    """Walk one pickle's opcodes (nothing is built): every counted argument must be present, memo
-    indices and frames bounded by the pickle's size (a C unpickler allocates what they declare)."""
-    ops = 0
-    for opcode, arg, position in pickletools.genops(stream):
-        ops += 1
-        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > 2 * ops + 1024:
-            raise FileReadError(path, f"{what}: memo index {arg} at byte {position} is out of all proportion: "
-                                      "the file is corrupt")
-        if opcode.name == "FRAME" and int(arg) > end - (position or 0):
-            raise FileReadError(path, f"{what}: a frame of {arg} bytes at byte {position} runs past the end of the "
-                                      "file: the file is truncated or corrupt")
-
-
-def _inspect(path: str, stream: Any, end: int, what: str) -> _Inspected:
-    """One pickle from ``stream`` (at its start) read by :class:`_Inspector`, after :func:`_check_opcodes`."""
-    start = stream.tell()
-    try:
-        _check_opcodes(path, stream, end, what)
-        stream.seek(start)
-        inspector = _Inspector(stream)
-        root = inspector.load()
-    except FileReadError:
-        raise
-    except Exception as error:  # malformed pickle data of any kind is the file's fault
-        raise FileReadError(path, f"{what} is not a readable pickle ({type(error).__name__}: {one_line(error, 160)}): "
-                                  "the file is truncated or corrupt") from None
-    names = [f"{module}.{name}" for module, name in inspector.classes]
-    return _Inspected(root, names, inspector.records)
 
 
 def _storage_itemsize(path: str, storage_type: Any, what: str) -> int:

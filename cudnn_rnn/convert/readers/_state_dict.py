@@ -1,0 +1,130 @@
+"""The RNNs of a state_dict, one per key prefix (PyTorch files, and torch names in an .npz archive).
+
+    rnn_groups(["encoder.rnn.weight_ih_l0", "encoder.rnn.weight_hh_l0", ..., "head.weight"])
+        -> {"encoder.rnn.": {"weight_ih_l0": "encoder.rnn.weight_ih_l0", "weight_hh_l0": ...}}
+    rnns_in_state_dict(path, {key: np.ndarray}, options, "state_dict in an .npz archive")
+        -> [FoundRNN("encoder.rnn", "PyTorch nn.LSTM state_dict in an .npz archive", "torch", ...)]
+
+A prefix holds an RNN when it has a ``weight_ih_l0``; its configuration is read off the shapes
+(:mod:`._infer`), an ``nn.RNN``'s tanh or relu being a question.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Collection, Mapping
+
+import numpy as np
+
+from ._found import FileReadError, FoundRNN, ReadOptions, one_line
+from ._infer import infer
+
+
+#: gates per cell -> the torch class whose state_dict it is
+RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
+
+
+#: the dtypes an RNN's NumPy arrays may have
+ARRAY_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+
+
+_RNN_KEY = re.compile(r"^((?:.*\.)?)((?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l\d+(?:_reverse)?)$")
+_CELL_KEY = re.compile(r"(^|\.)weight_ih$")
+
+
+# ---- state_dicts: the RNNs by key prefix (shared with the .npz reader) -----------------------------
+def rnn_groups(keys: Any) -> dict[str, dict[str, str]]:
+    """``{prefix: {torch name: key}}`` for every prefix with a ``{prefix}weight_ih_l0`` key, in key order.
+
+    ``"encoder.rnn.weight_ih_l0"`` has prefix ``"encoder.rnn."`` and torch name ``"weight_ih_l0"``;
+    a plain state_dict has prefix ``""``.
+    """
+    matches = [(key, _RNN_KEY.match(key)) for key in keys if isinstance(key, str)]
+    groups: dict[str, dict[str, str]] = {m.group(1): {} for _, m in matches if m and m.group(2) == "weight_ih_l0"}
+    for key, match in matches:
+        if match and match.group(1) in groups:
+            groups[match.group(1)][match.group(2)] = key
+    return groups
+
+
+def _normal_prefix(prefix: str) -> str:
+    prefix = prefix.strip()
+    return prefix if not prefix or prefix.endswith(".") else prefix + "."
+
+
+def _rnn_name(path: str, prefix: str) -> str:
+    return prefix[:-1] if prefix else os.path.basename(path)
+
+
+def _select(path: str, keys: list[str], prefix: str | None) -> dict[str, dict[str, str]]:
+    """The RNN groups to read: all of them, or the one under ``prefix``; FileReadError if none."""
+    groups = rnn_groups(keys)
+    if prefix is not None:
+        wanted = _normal_prefix(prefix)
+        if wanted not in groups:
+            where = ("RNNs are under " + ", ".join(repr(p) for p in groups)) if groups else "it holds no RNN"
+            raise FileReadError(path, f"no RNN under prefix {prefix!r} (no key {wanted + 'weight_ih_l0'!r}); {where}")
+        return {wanted: groups[wanted]}
+    if not groups:
+        cells = [key for key in keys if isinstance(key, str) and _CELL_KEY.search(key)]
+        cell_note = (f"; {cells[0]!r} belongs to an nn.LSTMCell/GRUCell/RNNCell, which is not read" if cells else "")
+        raise FileReadError(path, f"a state_dict of {len(keys)} tensors ({_listing(keys)}) with no LSTM, GRU or RNN "
+                                  f"weights (no key ends in 'weight_ih_l0'){cell_note}")
+    return groups
+
+
+def _listing(keys: list[Any], limit: int = 6) -> str:
+    shown = ", ".join(one_line(repr(key), 60) for key in keys[:limit])
+    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options: ReadOptions,
+                       source: str) -> list[FoundRNN]:
+    """Every RNN in a (parent module's) state_dict of NumPy arrays, one per key prefix.
+
+    Args:
+        path: the file, for names and messages.
+        state_dict: ``{key: array}``; keys such as ``"rnn.weight_ih_l0"``; other keys are ignored.
+        options: ``options.prefix`` picks the RNN under one prefix (``"rnn."`` or ``"rnn"``).
+        source: what holds the state_dict, e.g. ``"state_dict in an .npz archive"``; each RNN's
+            source is ``"PyTorch nn.LSTM " + source``.
+
+    Returns:
+        ``[FoundRNN, ...]`` in the ``torch`` format, named by prefix (the file's base name for a
+        plain state_dict), the configuration read off the shapes (an ``nn.RNN``'s tanh/relu is a
+        question), bias=False layers with zero biases (noted).
+
+    Raises:
+        FileReadError: no RNN (under the prefix), or tensors that do not form one (naming it).
+        TypeError: an RNN's tensors of mixed or non-float dtypes (naming the tensor).
+    """
+    found = []
+    for prefix, names in _select(path, list(state_dict), options.prefix).items():
+        keys = list(names.values())
+        _check_one_dtype(path, {key: str(np.asarray(state_dict[key]).dtype) for key in keys}, ARRAY_DTYPES)
+        tensors = {name: np.asarray(state_dict[key]) for name, key in names.items()}
+        where = f"the RNN under {prefix!r}" if prefix else "the state_dict"
+        try:
+            inferred = infer("torch", tensors)
+        except ValueError as error:
+            raise FileReadError(path, f"{where}: {error}") from None
+        units = int(inferred.fields["num_units"])
+        rnn_class = RNN_CLASSES[tensors["weight_ih_l0"].shape[0] // units]
+        found.append(FoundRNN(_rnn_name(path, prefix), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
+                              inferred.fields, inferred.questions, tuple(inferred.notes)))
+    return found
+
+
+def _check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
+    """TypeError naming the tensor whose dtype differs from the others', or that cannot be read."""
+    names = list(dtypes)
+    values = [dtypes[name] for name in names]
+    majority = max(values, key=values.count)
+    odd = next((name for name, dtype in zip(names, values) if dtype != majority), None)
+    if odd is not None:
+        raise TypeError(f"cannot read {path!r}: an RNN's tensors must share one dtype; tensor {odd!r} is "
+                        f"{dtypes[odd]} while the others are {majority}")
+    if majority not in readable:
+        raise TypeError(f"cannot read {path!r}: tensor {names[0]!r} is {majority}; an RNN's weights must be "
+                        f"{', '.join(readable)}")
