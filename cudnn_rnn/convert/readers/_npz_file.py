@@ -28,6 +28,7 @@ from .._formats import FORMAT_SPECS
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer
+from ._state_dict import rnns_in_state_dict
 from ._zip import READ_ERRORS, checked_members
 
 __all__ = ["read", "read_npz_safely", "GUESSES"]
@@ -109,9 +110,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
                          questions_for_all("a bare params buffer does not say its configuration"))]
     if fmt is None:
         if any(_PREFIXED_TORCH.search(key) for key in arrays):
-            from . import _torch_file
-
-            return _torch_file.rnns_in_state_dict(path, arrays, options, "state_dict in an .npz archive")
+            return rnns_in_state_dict(path, arrays, options, "state_dict in an .npz archive")
         raise FileReadError(path, f"the archive holds neither a params buffer nor the tensors of a known format "
                                   f"(it holds {sorted(arrays)[:8]}): pass --from FORMAT (fmt= in Python)")
     inferred = infer(fmt, arrays)

@@ -1,8 +1,8 @@
 """Pickles read without running them: what they hold, with stand-ins for every class they name.
 
-    inspected = _inspect(path, stream, end, "data.pkl")
+    inspected = inspect_pickle(path, stream, end, "data.pkl")       the pickle from ``stream``'s position
     inspected.root      the top object: dicts, lists, numbers as they are; an object of a class or
-                        function the pickle names is a _Pickled stand-in (its module, name, args, state)
+                        function the pickle names is a Pickled stand-in (its module, name, args, state)
     inspected.names     ["collections.OrderedDict", "torch._utils._rebuild_tensor_v2", ...]
     inspected.records   the persistent ids (torch's storage records), only recorded
 
@@ -20,13 +20,14 @@ from typing import Any
 
 from ._found import FileReadError, one_line
 
+__all__ = ["inspect_pickle", "InspectedPickle", "Pickled", "MAX_PICKLED_NAMES"]
+
 
 #: the names one pickle may refer to (classes, functions) before it is refused as absurd
 MAX_PICKLED_NAMES = 4096
 
 
-# ---- inspecting pickles without running them -------------------------------------------------------
-class _Pickled:
+class Pickled:
     """Stands for an object of a class or function that a pickle names; nothing of it is imported or run.
 
     Subclasses made by :class:`_Inspector` carry the ``module`` and ``name`` the pickle gave.
@@ -35,7 +36,7 @@ class _Pickled:
     module = ""
     name = ""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_Pickled":
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Pickled":
         self = object.__new__(cls)
         self.args, self.state, self.items = args, None, []
         return self
@@ -43,7 +44,7 @@ class _Pickled:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "_Pickled":
+    def __call__(self, *args: Any, **kwargs: Any) -> "Pickled":
         return type(self)(*args)
 
     def __setstate__(self, state: Any) -> None:
@@ -63,7 +64,7 @@ class _Pickled:
 
 
 @dataclass
-class _Inspected:
+class InspectedPickle:
     """What one pickle holds: its top object (stand-ins for anything it names), the names, the
     persistent ids (torch's storage records)."""
 
@@ -73,7 +74,7 @@ class _Inspected:
 
 
 class _Inspector(pickle.Unpickler):
-    """Reads a pickle's structure: every class or function it names becomes a :class:`_Pickled`
+    """Reads a pickle's structure: every class or function it names becomes a :class:`Pickled`
     stand-in (never imported), every persistent id is only recorded."""
 
     def __init__(self, stream: Any) -> None:
@@ -86,7 +87,7 @@ class _Inspector(pickle.Unpickler):
         if key not in self.classes:
             if len(self.classes) >= MAX_PICKLED_NAMES:
                 raise pickle.UnpicklingError(f"more than {MAX_PICKLED_NAMES} classes and functions named")
-            self.classes[key] = type("Pickled", (_Pickled,), {"module": key[0], "name": key[1]})
+            self.classes[key] = type("Pickled", (Pickled,), {"module": key[0], "name": key[1]})
         return self.classes[key]
 
     def persistent_load(self, pid: Any) -> Any:
@@ -108,7 +109,7 @@ def _check_opcodes(path: str, stream: Any, end: int, what: str) -> None:
                                       "file: the file is truncated or corrupt")
 
 
-def _inspect(path: str, stream: Any, end: int, what: str) -> _Inspected:
+def inspect_pickle(path: str, stream: Any, end: int, what: str) -> InspectedPickle:
     """One pickle from ``stream`` (at its start) read by :class:`_Inspector`, after :func:`_check_opcodes`."""
     start = stream.tell()
     try:
@@ -122,4 +123,4 @@ def _inspect(path: str, stream: Any, end: int, what: str) -> _Inspected:
         raise FileReadError(path, f"{what} is not a readable pickle ({type(error).__name__}: {one_line(error, 160)}): "
                                   "the file is truncated or corrupt") from None
     names = [f"{module}.{name}" for module, name in inspector.classes]
-    return _Inspected(root, names, inspector.records)
+    return InspectedPickle(root, names, inspector.records)

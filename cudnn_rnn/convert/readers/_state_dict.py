@@ -20,6 +20,8 @@ import numpy as np
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._infer import infer
 
+__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "RNN_CLASSES", "ARRAY_DTYPES"]
+
 
 #: gates per cell -> the torch class whose state_dict it is
 RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
@@ -33,7 +35,6 @@ _RNN_KEY = re.compile(r"^((?:.*\.)?)((?:weight_ih|weight_hh|bias_ih|bias_hh|weig
 _CELL_KEY = re.compile(r"(^|\.)weight_ih$")
 
 
-# ---- state_dicts: the RNNs by key prefix (shared with the .npz reader) -----------------------------
 def rnn_groups(keys: Any) -> dict[str, dict[str, str]]:
     """``{prefix: {torch name: key}}`` for every prefix with a ``{prefix}weight_ih_l0`` key, in key order.
 
@@ -57,7 +58,7 @@ def _rnn_name(path: str, prefix: str) -> str:
     return prefix[:-1] if prefix else os.path.basename(path)
 
 
-def _select(path: str, keys: list[str], prefix: str | None) -> dict[str, dict[str, str]]:
+def select_rnns(path: str, keys: list[str], prefix: str | None) -> dict[str, dict[str, str]]:
     """The RNN groups to read: all of them, or the one under ``prefix``; FileReadError if none."""
     groups = rnn_groups(keys)
     if prefix is not None:
@@ -100,9 +101,9 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options:
         TypeError: an RNN's tensors of mixed or non-float dtypes (naming the tensor).
     """
     found = []
-    for prefix, names in _select(path, list(state_dict), options.prefix).items():
+    for prefix, names in select_rnns(path, list(state_dict), options.prefix).items():
         keys = list(names.values())
-        _check_one_dtype(path, {key: str(np.asarray(state_dict[key]).dtype) for key in keys}, ARRAY_DTYPES)
+        check_one_dtype(path, {key: str(np.asarray(state_dict[key]).dtype) for key in keys}, ARRAY_DTYPES)
         tensors = {name: np.asarray(state_dict[key]) for name, key in names.items()}
         where = f"the RNN under {prefix!r}" if prefix else "the state_dict"
         try:
@@ -116,7 +117,7 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options:
     return found
 
 
-def _check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
+def check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
     """TypeError naming the tensor whose dtype differs from the others', or that cannot be read."""
     names = list(dtypes)
     values = [dtypes[name] for name in names]

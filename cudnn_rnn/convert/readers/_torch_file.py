@@ -15,15 +15,15 @@ a whole pickled ``nn.Module``                only with ``trust_pickle``: its sta
 
     torch.load(file, map_location="cpu", weights_only=not trust_pickle)
 
-Before torch sees the file it is inspected without running anything from it: every zip
-member is checked against the archive (:mod:`._zip`: no decompression bombs), each
-pickle is walked opcode by opcode (:func:`pickletools.genops`: every counted length present,
-memo indices bounded, frames inside the file), then read by a stand-in unpickler that imports
-and calls nothing, to check every storage record (``numel * itemsize`` against the data the
-archive stores for it, so torch never allocates a size the file cannot fill). After loading,
-only the tensors of the RNNs found are copied out (dense, on the CPU, each no larger than its
-storage, all together bounded by the file's size): float16/32/64 as they are, bfloat16 as
-float32 (exact), anything else refused by name.
+Before torch sees the file it is inspected without running anything from it: every zip member
+is checked against the archive (:mod:`._zip`: no decompression bombs), each pickle is walked
+opcode by opcode (:func:`pickletools.genops`: every counted length present, memo indices bounded,
+frames inside the file), then read by a stand-in unpickler that imports and calls nothing
+(:mod:`._pickle_inspector`), to check every storage record (``numel * itemsize`` against the data
+the archive stores for it, so torch never allocates a size the file cannot fill). After loading,
+only the tensors of the RNNs found (by key prefix, :mod:`._state_dict`) are copied out (dense, on
+the CPU, each no larger than its storage, all together bounded by the file's size):
+float16/32/64 as they are, bfloat16 as float32 (exact), anything else refused by name.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from typing import Any, BinaryIO, Mapping
 import numpy as np
 
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
-from ._pickle_inspector import _inspect, _Pickled
-from ._state_dict import RNN_CLASSES, _check_one_dtype, _select, rnn_groups, rnns_in_state_dict
+from ._pickle_inspector import Pickled, inspect_pickle
+from ._state_dict import check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import READ_ERRORS, checked_members, read_member
 
-__all__ = ["read", "rnns_in_state_dict", "STORAGE_ITEMSIZES", "MODULE_MODES", "RNN_CLASSES"]
+__all__ = ["read", "STORAGE_ITEMSIZES", "MODULE_MODES"]
 
 #: the legacy typed-storage classes torch.save names in its pickles -> bytes per element
 #: (frozen in torch: newer dtypes are saved as an UntypedStorage of bytes)
@@ -82,9 +82,10 @@ _TENSOR_PICKLE_NAMES = re.compile(
     r"|torch\.(b?float|u?int|bool|complex|half|double|long|short|c?float)\w*)$")
 
 
+# ---- torch's storage records ---------------------------------------------------------------------------
 def _storage_itemsize(path: str, storage_type: Any, what: str) -> int:
     name = getattr(storage_type, "name", None)
-    if not (isinstance(storage_type, type) and issubclass(storage_type, _Pickled)) or name not in STORAGE_ITEMSIZES:
+    if not (isinstance(storage_type, type) and issubclass(storage_type, Pickled)) or name not in STORAGE_ITEMSIZES:
         raise FileReadError(path, f"{what} has an unknown storage type {one_line(name or storage_type, 80)!r}: "
                                   "the file is corrupt or from an unknown PyTorch version")
     return STORAGE_ITEMSIZES[name]
@@ -126,7 +127,7 @@ def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
         raise
     except (*READ_ERRORS, ValueError) as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
-    inspected = _inspect(path, io.BytesIO(data), len(data), "data.pkl")
+    inspected = inspect_pickle(path, io.BytesIO(data), len(data), "data.pkl")
     for record in inspected.records:
         if not (isinstance(record, tuple) and len(record) == 5 and record[0] == "storage"):
             raise FileReadError(path, f"data.pkl refers to {one_line(repr(record), 80)}, not a storage record: "
@@ -145,19 +146,19 @@ def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> _Layout:
     """Check a legacy torch.save file: five pickles (magic number, protocol, system info, the
     object, the storage keys), then each storage as an 8-byte count and its data."""
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        magic = _inspect(path, view, size, "the pickle")
+        magic = inspect_pickle(path, view, size, "the pickle")
         if magic.root != LEGACY_MAGIC_NUMBER or isinstance(magic.root, bool):
             objects = [name for name in magic.names if not _TENSOR_PICKLE_NAMES.match(name)]
             named = f" naming {', '.join(one_line(name, 60) for name in objects[:4])}" if objects else ""
             raise FileReadError(path, f"a Python pickle{named} that torch.save did not write (torch.save files start "
                                       "with its magic number): save tensors with torch.save(model.state_dict(), path)")
-        protocol = _inspect(path, view, size, "the protocol pickle")
+        protocol = inspect_pickle(path, view, size, "the protocol pickle")
         if protocol.root != LEGACY_PROTOCOL_VERSION:
             raise FileReadError(path, "a legacy torch.save file of unknown protocol "
                                       f"{one_line(repr(protocol.root), 40)}")
-        _inspect(path, view, size, "the system-information pickle")
-        body = _inspect(path, view, size, "the object pickle")
-        keys = _inspect(path, view, size, "the storage-key pickle").root
+        inspect_pickle(path, view, size, "the system-information pickle")
+        body = inspect_pickle(path, view, size, "the object pickle")
+        keys = inspect_pickle(path, view, size, "the storage-key pickle").root
         data_bytes = size - view.tell()
     if not isinstance(keys, list):
         raise FileReadError(path, "the storage-key pickle is not a list: the file is corrupt")
@@ -204,7 +205,7 @@ def _unsafe_message(error: BaseException, layout: _Layout) -> str:
             "(trust_pickle=True in Python) if you trust this file")
 
 
-def _load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool) -> Any:
+def _torch_load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool) -> Any:
     import torch
 
     if layout.torchscript and not trust_pickle:
@@ -384,7 +385,7 @@ def _arrays(path: str, state: Mapping[str, Any], groups: dict[str, dict[str, str
     keys = [key for names in groups.values() for key in names.values()]
     total = 0
     for names in groups.values():
-        _check_one_dtype(path, {key: _torch_dtype(state[key]) for key in names.values()}, READ_DTYPES)
+        check_one_dtype(path, {key: _torch_dtype(state[key]) for key in names.values()}, READ_DTYPES)
         total += sum(_checked_nbytes(path, key, state[key]) for key in names.values())
     budget = MAX_COPY_FACTOR * file_size + 4096
     if total > budget:
@@ -449,11 +450,11 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         head = handle.read(len(ZIP_MAGIC))
         handle.seek(0)
         layout = _inspect_zip(path, handle) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
-        loaded = _load(path, handle, layout, options.trust_pickle)
+        loaded = _torch_load(path, handle, layout, options.trust_pickle)
     target, entry = _pick(path, loaded, options)
     module = target if isinstance(target, torch.nn.Module) else None
     state = module.state_dict() if module is not None else target
-    groups = _select(path, list(state), options.prefix)
+    groups = select_rnns(path, list(state), options.prefix)
     arrays, notes = _arrays(path, state, groups, size)
     source = "state_dict" + (f" in checkpoint entry {entry!r}" if entry is not None else "")
     found = rnns_in_state_dict(path, arrays, options, source)
