@@ -8,8 +8,8 @@
     stacked = stack(found[:2])                 # consecutive layers as one 2-layer network
 
 The file's content, not its name, says what it is (:data:`FILE_KINDS`); each kind has a reader
-module, imported only when such a file is read (so h5py, torch, onnx or tensorflow are needed
-only for their own files):
+module, which imports its framework (h5py, torch, onnx, tensorflow) only inside the functions
+that read such a file, so each is needed only for its own files:
 
 =================  ========================================================  ================
 kind               recognised by                                             reader
@@ -30,14 +30,14 @@ sizes before reading data (see :mod:`._found`).
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .._formats import FORMATS, to_format
+from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
 from ._found import (CONFIG_FIELDS, FLAGS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions,
                      one_line)
 
@@ -52,23 +52,23 @@ class FileKind:
     Attributes:
         name: the kind's name (a key of :data:`FILE_KINDS`).
         description: what it is, with its article, for messages ("an ONNX model").
-        module: the reader module (in this package) that reads it.
+        read: the reader module's ``read(path, kind, options) -> [FoundRNN, ...]``.
         formats: the ``--from`` formats such a file can hold (None: any, as for .npz).
     """
 
     name: str
     description: str
-    module: str
+    read: Callable[[str, str, ReadOptions], list[FoundRNN]]
     formats: tuple[str, ...] | None
 
 
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
-    FileKind("npz", "a NumPy .npz archive", "_npz_file", None),
-    FileKind("keras", "a Keras 3 .keras archive", "_keras_file", ("keras",)),
-    FileKind("hdf5", "an HDF5 file (Keras .weights.h5 or legacy Keras 2 .h5 model)", "_keras_file", ("keras",)),
-    FileKind("torch", "a PyTorch file (torch.save)", "_torch_file", ("torch",)),
-    FileKind("onnx", "an ONNX model", "_onnx_file", ("onnx",)),
-    FileKind("tf_checkpoint", "a TensorFlow checkpoint", "_tf_checkpoint", ("tf_cell", "keras", "gru_block_cell")),
+    FileKind("npz", "a NumPy .npz archive", _npz_file.read, None),
+    FileKind("keras", "a Keras 3 .keras archive", _keras_file.read, ("keras",)),
+    FileKind("hdf5", "an HDF5 file (Keras .weights.h5 or legacy Keras 2 .h5 model)", _keras_file.read, ("keras",)),
+    FileKind("torch", "a PyTorch file (torch.save)", _torch_file.read, ("torch",)),
+    FileKind("onnx", "an ONNX model", _onnx_file.read, ("onnx",)),
+    FileKind("tf_checkpoint", "a TensorFlow checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell")),
 )}
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -174,9 +174,8 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     if fmt is not None and kind.formats is not None and fmt not in kind.formats:
         raise FileReadError(path, f"this is {kind.description}, which holds the {' or '.join(kind.formats)} "
                                   f"format, not {fmt!r}: leave the format out (it is read from the file)")
-    reader = importlib.import_module(f".{kind.module}", __name__)
     try:
-        found = reader.read(path, kind.name, ReadOptions(key=key, prefix=prefix, trust_pickle=trust_pickle, fmt=fmt))
+        found = kind.read(path, kind.name, ReadOptions(key=key, prefix=prefix, trust_pickle=trust_pickle, fmt=fmt))
     except (FileReadError, TypeError):
         raise
     except ImportError as error:
