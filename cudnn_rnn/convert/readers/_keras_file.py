@@ -2,7 +2,46 @@
 
     read("model.keras", "keras", ReadOptions()) -> [FoundRNN("encoder", "Keras 3 LSTM", "keras", ...), ...]
 
-===================================  =================================================================
+================================  ==============================  =============================================
+file                              configuration from              weights from
+================================  ==============================  =============================================
+``.keras`` (Keras 3, tf_keras)    ``config.json``                 ``model.weights.h5``: layers/<layer>/cell/vars
+Keras 3 ``.weights.h5``           the weights' names and shapes   the same groups
+legacy ``.h5`` model (Keras 2/3)  the ``model_config`` attribute  model_weights/<layer>/<weight name>
+legacy ``save_weights`` ``.h5``   the weights' names and shapes   <layer>/<weight name>
+================================  ==============================  =============================================
+
+Every ``LSTM``, ``GRU``, ``SimpleRNN``, ``RNN(LSTMCell | GRUCell | SimpleRNNCell)``, Keras 2
+``CuDNNLSTM`` / ``CuDNNGRU`` and ``Bidirectional`` around any of them is found, also inside
+nested models, and lands in the format that holds its weights exactly:
+
+======================================  ==================  ============================================
+layer                                   format (exact)      conversion to cuDNN params
+======================================  ==================  ============================================
+LSTM, GRU(reset_after=True), SimpleRNN  ``keras``           exact
+GRU(reset_after=False)                  ``gru_block_cell``  approximate: a reset-before GRU
+CuDNNLSTM, CuDNNGRU                     ``torch``           exact: both biases kept (see below)
+======================================  ==================  ============================================
+
+A CuDNN layer's kernel and recurrent_kernel hold, per gate block (Keras order: LSTM i,f,c,o,
+GRU z,r,h), cuDNN's own ``[N, width]`` matrix reshaped row-major to ``[width, N]`` (a reshape,
+not a transpose); its bias ``[2*G*N]`` is cuDNN's input biases, then its recurrent biases, each
+in Keras gate order. That is exactly what cuDNN computes, so both biases map one to one.
+
+What cuDNN cannot compute is refused by name (:attr:`FoundRNN.refusal`): activations other than
+tanh / sigmoid (SimpleRNN: tanh or relu), a lone ``go_backwards=True`` layer, a bidirectional
+reset-before GRU, directions that differ. ``feeds_from`` names the RNN whose full output
+sequence is the input, from the model's graph.
+
+Hostile files: nothing is written to disk; the ``.h5`` member of an archive is read in memory
+after every member is checked against the archive (:mod:`._zip`), and every dataset's declared size
+against the bytes the file stores, before any data is read; links to other files, external
+storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
+so it reads in a child process (:mod:`._hdf5_child`: spawned, not forked, so that reading is safe
+in a process with threads or a CUDA context) with a time limit, after the global heaps it would
+loop on are refused (:mod:`._hdf5_heaps`).
+
+=============================  =================================================================
 module                         its part
 =============================  =================================================================
 :mod:`._keras_config`          what a model config says about each RNN layer; which feeds which
