@@ -206,6 +206,7 @@ def _unsafe_message(error: BaseException, layout: _Layout) -> str:
 
 
 def _torch_load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool) -> Any:
+    """``torch.load`` of the inspected file (``weights_only`` unless ``trust_pickle``), its errors as FileReadError."""
     import torch
 
     if layout.torchscript and not trust_pickle:

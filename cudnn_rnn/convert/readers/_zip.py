@@ -14,7 +14,7 @@ a member is refused when                        because
 it is encrypted                                 no file read here has a password
 it is compressed other than stored or deflated  what NumPy, Keras and torch write; nothing else
                                                 is read
-its local header and data run past the end     the archive is truncated, or its directory
+its local header and data run past the end      the archive is truncated, or its directory
 of the file                                     lies
 no local header is where the directory says     the directory points elsewhere
 stored, it declares a size but stores another   stored bytes are the member itself
