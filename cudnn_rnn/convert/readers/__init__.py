@@ -11,18 +11,21 @@ The file's content, not its name, says what it is (:data:`FILE_KINDS`); each kin
 module, which imports its framework (h5py, torch, onnx, tensorflow) only inside the functions
 that read such a file, so each is needed only for its own files:
 
-=================  ========================================================  ================
-kind               recognised by                                             reader
-=================  ========================================================  ================
-``npz``            a zip of ``.npy`` members                                 ``_npz_file``
+=================  ========================================================  ================  =====================
+kind               recognised by                                             reader            options it takes
+=================  ========================================================  ================  =====================
+``npz``            a zip of ``.npy`` members                                 ``_npz_file``     prefix
 ``keras``          a zip with ``config.json`` and ``model.weights.h5``       ``_keras_file``
 ``hdf5``           the HDF5 signature (``.weights.h5``, Keras 2 ``.h5``)     ``_keras_file``
-``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``
+``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``   key, prefix,
+                                                                                               trust_pickle
 ``onnx``           ``.onnx``, or a protobuf starting with ir_version          ``_onnx_file``
 ``tf_checkpoint``  ``PREFIX.index`` beside the path, or a checkpoint folder  ``_tf_checkpoint``
-=================  ========================================================  ================
+=================  ========================================================  ================  =====================
 
-A reader module has one function, ``read(path, kind, options) -> list[FoundRNN]``. Anything
+Every kind takes ``fmt`` when it names a format the kind can hold; :func:`read_file` refuses an
+option a kind does not take (:data:`OPTION_USES`) before its reader runs, naming what to do
+instead. A reader module has one function, ``read(path, kind, options) -> list[FoundRNN]``. Anything
 that goes wrong reading a file comes out as :class:`FileReadError` (a ValueError), one line,
 naming the file; a reader never unpickles unless ``trust_pickle=True``, and checks declared
 sizes before reading data (see :mod:`._found`).
@@ -41,8 +44,15 @@ from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
 from ._found import (CONFIG_FIELDS, FLAGS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions,
                      one_line)
 
-__all__ = ["FILE_KINDS", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions", "file_kind",
-           "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "FLAGS", "PARAMS_FORMAT"]
+__all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
+           "file_kind", "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "FLAGS", "PARAMS_FORMAT"]
+
+#: the options of :func:`read_file` that only some kinds of file take -> what they apply to
+OPTION_USES: dict[str, str] = {
+    "key": "PyTorch checkpoint dicts (the entry holding the state_dict)",
+    "prefix": "PyTorch state_dicts (the key prefix of the RNN in a parent module)",
+    "trust_pickle": "PyTorch files (unpickling whole saved modules)",
+}
 
 
 @dataclass(frozen=True)
@@ -53,22 +63,32 @@ class FileKind:
         name: the kind's name (a key of :data:`FILE_KINDS`).
         description: what it is, with its article, for messages ("an ONNX model").
         read: the reader module's ``read(path, kind, options) -> [FoundRNN, ...]``.
-        formats: the ``--from`` formats such a file can hold (None: any, as for .npz).
+        formats: the ``fmt`` formats such a file can hold (None: any, as for .npz).
+        options: the options of :data:`OPTION_USES` it takes; :func:`read_file` refuses the others.
+        naming: how such a file tells its RNNs apart, for the message that refuses ``key``/``prefix``.
     """
 
     name: str
     description: str
     read: Callable[[str, str, ReadOptions], list[FoundRNN]]
     formats: tuple[str, ...] | None
+    options: tuple[str, ...]
+    naming: str
 
 
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
-    FileKind("npz", "a NumPy .npz archive", _npz_file.read, None),
-    FileKind("keras", "a Keras 3 .keras archive", _keras_file.read, ("keras",)),
-    FileKind("hdf5", "an HDF5 file (Keras .weights.h5 or legacy Keras 2 .h5 model)", _keras_file.read, ("keras",)),
-    FileKind("torch", "a PyTorch file (torch.save)", _torch_file.read, ("torch",)),
-    FileKind("onnx", "an ONNX model", _onnx_file.read, ("onnx",)),
-    FileKind("tf_checkpoint", "a TensorFlow checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell")),
+    FileKind("npz", "a NumPy .npz archive", _npz_file.read, None, ("prefix",),
+             "an .npz archive names its RNNs by file, or by key prefix for a parent module's torch tensors"),
+    FileKind("keras", "a Keras 3 .keras archive", _keras_file.read, ("keras",), (),
+             "a Keras file names its RNNs by layer"),
+    FileKind("hdf5", "an HDF5 file (Keras .weights.h5 or legacy Keras 2 .h5 model)", _keras_file.read, ("keras",), (),
+             "a Keras file names its RNNs by layer"),
+    FileKind("torch", "a PyTorch file (torch.save)", _torch_file.read, ("torch",), ("key", "prefix", "trust_pickle"),
+             "a PyTorch file names its RNNs by key prefix"),
+    FileKind("onnx", "an ONNX model", _onnx_file.read, ("onnx",), (),
+             "an ONNX model names its RNNs by node"),
+    FileKind("tf_checkpoint", "a TensorFlow checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell"),
+             (), "a TensorFlow checkpoint names its RNNs by variable scope"),
 )}
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -174,6 +194,10 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     if fmt is not None and kind.formats is not None and fmt not in kind.formats:
         raise FileReadError(path, f"this is {kind.description}, which holds the {' or '.join(kind.formats)} "
                                   f"format, not {fmt!r}: leave the format out (it is read from the file)")
+    given = {"key": key is not None, "prefix": prefix is not None, "trust_pickle": trust_pickle}
+    for option in OPTION_USES:
+        if given[option] and option not in kind.options:
+            raise FileReadError(path, _refusal(option, kind))
     try:
         found = kind.read(path, kind.name, ReadOptions(key=key, prefix=prefix, trust_pickle=trust_pickle, fmt=fmt))
     except (FileReadError, TypeError):
@@ -190,6 +214,13 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     if not found:
         raise FileReadError(path, f"the file is {kind.description} but holds no LSTM, GRU or simple RNN")
     return found
+
+
+def _refusal(option: str, kind: FileKind) -> str:
+    """Why ``kind`` does not take ``option``, and what to do instead."""
+    instead = ("nothing in it is unpickled: leave trust_pickle= out" if option == "trust_pickle" else
+               f"{kind.naming}: pick one by its name with names=[NAME] (the names are listed by cudnn-rnn inspect)")
+    return f"{option}= applies to {OPTION_USES[option]}, not to {kind.description}; {instead}"
 
 
 # ---- choosing and stacking --------------------------------------------------------------------------

@@ -361,10 +361,6 @@ def _read_hdf5(path: str) -> list[_ReadLayer]:
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN layer of a Keras file (see the module docstring), in the model's order."""
-    for name, value in (("--key", options.key), ("--prefix", options.prefix)):
-        if value is not None:
-            raise ValueError(f"{name} applies to PyTorch files; a Keras file names its RNNs by layer (pick one by "
-                             "name)")
     import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
 
     # what the child runs is pickled; the member limit in force here goes with it

@@ -597,10 +597,6 @@ def _unused(candidates: Iterable[_Candidate], used: set[str]) -> list[_Candidate
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN in the TensorFlow checkpoint at ``path`` (see the module docstring)."""
-    for option, flag in ((options.key, "--key"), (options.prefix, "--prefix")):
-        if option is not None:
-            raise ValueError(f"{flag} applies to PyTorch files; in a TensorFlow checkpoint pick an RNN with --name "
-                             "(the names are listed by cudnn-rnn inspect)")
     import tensorflow  # noqa: F401  (ImportError here says which package is missing)
 
     location = locate(path)
