@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # a checkout without installing; tests/rnn_testing.py
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support")]  # a checkout without installing; rnn_testing
 
 from cudnn_rnn import info  # noqa: E402
 from rnn_testing import Case, forward_backward, random_arrays, relative_error  # noqa: E402

@@ -1,20 +1,27 @@
-"""Fixtures shared by every test; shared functions and classes live in tests/rnn_testing.py (and, for the
-cuDNN binding's host tests, tests/cudnn_testing.py and tests/fake_gpu.py).
+"""Fixtures shared by every test. Shared functions and classes live in tests/support/, one module per
+kind of test (``rnn_testing`` for all, ``fake_gpu`` and ``cudnn_testing`` for the cuDNN binding's host
+tests, ``mpi_jobs`` and ``training_case`` for the MPI jobs, ``gpu_support`` for tests/gpu,
+``convert_testing`` for the conversion oracles).
 
-This folder is on ``sys.path`` for every test (pytest's default prepend import mode puts each
-conftest's folder there), so tests/oracle/ imports ``rnn_testing`` too.
+This file puts tests/support/ on ``sys.path`` for every test, so any test imports a helper by name
+(``from rnn_testing import Case``); scripts that run outside pytest put it there themselves.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cudnn_cache
-from fake_gpu import FakeCudnn, install
-from rnn_testing import stable_seed
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
+
+from cudnn_rnn import _cudnn_cache  # noqa: E402
+from fake_gpu import FakeCudnn, install  # noqa: E402
+from rnn_testing import stable_seed  # noqa: E402
 
 
 @pytest.fixture
@@ -25,7 +32,7 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
 
 @pytest.fixture
 def fake_cudnn(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudnn]:
-    """CuPy and cuDNN faked on the host (tests/fake_gpu.py), with fresh backend caches, for one test.
+    """CuPy and cuDNN faked on the host (tests/support/fake_gpu.py), with fresh backend caches, for one test.
 
     Afterwards every cuDNN object the test created must have been destroyed, and no kernel may have
     touched another GPU's memory.

@@ -1,4 +1,4 @@
-"""Checkpoints across array kinds and devices, on the recording fake of CuPy (tests/fake_gpu.py).
+"""Checkpoints across array kinds and devices, on the recording fake of CuPy (tests/support/fake_gpu.py).
 
 A checkpoint written from GPU arrays loads onto NumPy and the other way round, bit for bit:
 
@@ -48,7 +48,7 @@ PLACES = ("numpy", "gpu0", "gpu1")
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudnn]:
     """The fake CuPy and cuDNN, with ``sys.modules["cupy"]`` a module (so ``LSTM(..., xp=cupy)`` accepts it)."""
     fake = install(monkeypatch)
-    module = types.ModuleType("cupy", "the fake of tests/fake_gpu.py as a module")
+    module = types.ModuleType("cupy", "the fake of tests/support/fake_gpu.py as a module")
     module.__dict__.update(vars(sys.modules["cupy"]))
     module.sqrt = np.sqrt  # Adam's update; the ufunc runs through the fake array's kernel check
     monkeypatch.setitem(sys.modules, "cupy", module)

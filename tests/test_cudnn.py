@@ -1,4 +1,4 @@
-"""``_cudnn``, the backend's forward and backward, on tests/fake_gpu.py: the arguments of each cuDNN
+"""``_cudnn``, the backend's forward and backward, on tests/support/fake_gpu.py: the arguments of each cuDNN
 call, length-0 rows and padding, batch-major data and inference, the reserve's header and payload, and
 the backend's refusals. The arithmetic is cuDNN's and is checked in tests/gpu; devices, streams and host
 transfers through the public ops are in tests/test_cudnn_fake_gpu.py.

@@ -1,5 +1,5 @@
 """``_cudnn_cache``: what a network is keyed by, the caches' bounds, clear_caches and cache_info, and the
-dropout state rewound before every training forward (on tests/fake_gpu.py). How cached device arrays are
+dropout state rewound before every training forward (on tests/support/fake_gpu.py). How cached device arrays are
 shared between streams is in tests/test_cudnn_fake_gpu.py.
 """
 

@@ -1,4 +1,4 @@
-"""The cuDNN backend's handling of devices, streams and host transfers, on tests/fake_gpu.py.
+"""The cuDNN backend's handling of devices, streams and host transfers, on tests/support/fake_gpu.py.
 
 Every call goes through the public ops (so ops.py's copies and transposes count too):
 

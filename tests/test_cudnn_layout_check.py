@@ -1,5 +1,5 @@
 """``_cudnn_layout_check`` and ``_cudnn_weight_space``: the layout-check grid, and the layout table against
-what a fake cuDNN reports (tests/fake_gpu.py): agreement, and a disagreement that is loud, also when a new
+what a fake cuDNN reports (tests/support/fake_gpu.py): agreement, and a disagreement that is loud, also when a new
 network meets it. On a GPU, tests/gpu/test_layout_cudnn.py asks the real cuDNN.
 """
 

@@ -1,7 +1,7 @@
 """``ops.py``: what the ops do around a backend. The validated call (dispatch by array kind, batch-major
 states made time-major and back, the key of its reserve), every forward recorded and every backprop's
 reserve checked through ``_reserve`` before the backend runs, empty batches and sequences without a
-backend, and, on tests/fake_gpu.py, all arrays of a call on one GPU and CuPy lengths read back once.
+backend, and, on tests/support/fake_gpu.py, all arrays of a call on one GPU and CuPy lengths read back once.
 The refusals of bad arguments are in tests/test_bad_input.py; the semantics in tests/test_semantics.py.
 """
 

@@ -1,7 +1,7 @@
 """``_reserve``, the one owner of the reserve-space check: the key of a forward call and the header its
 reserve starts with, :func:`~cudnn_rnn._reserve.record` after every forward and
 :func:`~cudnn_rnn._reserve.check` before every backprop, with every refusal; through the public ops, a
-forward's own reserve is checked without reading the device (tests/fake_gpu.py), and the reference
+forward's own reserve is checked without reading the device (tests/support/fake_gpu.py), and the reference
 backend's reserves are checked the same way.
 """
 

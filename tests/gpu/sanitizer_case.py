@@ -13,7 +13,7 @@ import cupy
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # gpu_support and rnn_testing
+sys.path[:0] = [str(HERE.parent / "support")]  # gpu_support and rnn_testing
 
 from gpu_support import on_gpu, run  # noqa: E402
 from rnn_testing import Case, random_arrays  # noqa: E402

@@ -8,15 +8,12 @@ more GPUs, a 2-rank NCCL job runs too. Needs mpi4py and an MPI besides CuPy (a m
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 cupy = pytest.importorskip("cupy")
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "distributed"))
 
 from mpi_jobs import read_ranks, run_job  # noqa: E402
 from rnn_testing import relative_error  # noqa: E402

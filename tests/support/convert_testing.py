@@ -1,6 +1,6 @@
 """Shared code of the conversion tests against live frameworks (test_convert_*.py).
 
-Imported by name (``from convert_testing import ...``): pytest puts this folder on the path.
+Imported by name (``from convert_testing import ...``): tests/conftest.py puts this folder on the path.
 """
 
 from __future__ import annotations

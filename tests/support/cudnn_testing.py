@@ -2,7 +2,7 @@
 
 * :data:`LIBRARY` is libcudnn.so.9 when installed (the nvidia-cudnn wheel loads without a
   driver), else None; :data:`needs_library` skips a test without it.
-* On tests/fake_gpu.py (the ``fake_cudnn`` fixture of tests/conftest.py): :data:`LSTMP` with
+* On tests/support/fake_gpu.py (the ``fake_cudnn`` fixture of tests/conftest.py): :data:`LSTMP` with
   :func:`backend_inputs` and :func:`backend_forward` drive ``_cudnn.forward`` directly;
   :data:`DROPPY` with :func:`device_arrays` and :func:`train_step` drive the public ops.
 """
@@ -25,7 +25,7 @@ from cudnn_rnn.optim import SGD
 from fake_gpu import to_device
 from rnn_testing import Arrays, Case, random_arrays, stable_seed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _library_or_none() -> _lib.Library | None:

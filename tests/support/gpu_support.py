@@ -1,4 +1,4 @@
-"""GPU-test helpers on top of tests/rnn_testing.py.
+"""GPU-test helpers on top of tests/support/rnn_testing.py.
 
 :func:`random_gpu_case` draws what the cuDNN backend must handle (every mode, 1-3 layers, both
 directions, projection, skip_input, both layouts, unsorted lengths with 0 and T); :func:`on_gpu`

@@ -1,6 +1,6 @@
 """Starting real MPI jobs from the tests: ``mpiexec -n N python tests/distributed/jobs/<job>.py ...``.
 
-Imported by name (``from mpi_jobs import ...``): pytest puts this folder on ``sys.path``. The
+Imported by name (``from mpi_jobs import ...``): tests/conftest.py puts this folder on ``sys.path``. The
 jobs write what each rank saw into a folder (``rank<r>.npz`` / ``rank<r>.json``); the tests read
 those files and compare them with what one process computes.
 
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-JOBS = Path(__file__).resolve().parent / "jobs"
+JOBS = REPO / "tests" / "distributed" / "jobs"
 
 #: seconds a job may take before it counts as hung: generous, for a loaded 2-core CI machine
 JOB_TIMEOUT = 240

@@ -29,7 +29,7 @@ MODE_NAMES: tuple[str, ...] = ("rnn_relu", "rnn_tanh", "lstm", "gru")
 DTYPE_TOLERANCE: dict[str, float] = {"float64": 1e-10, "float32": 1e-5, "float16": 5e-3}
 
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from pathlib import Path
 import cupy
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # training_case
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))  # training_case
 
 from collectives_job import broadcast_inputs, reduction_inputs  # noqa: E402  (this folder)
 from training_case import train  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # training_case
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))  # training_case
 
 from training_case import train  # noqa: E402
 
