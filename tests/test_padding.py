@@ -1,4 +1,4 @@
-"""Padding is never read (SPEC section 4): NaN and inf at t >= len[b] in ``input`` and in
+"""Padding is never read, as the ops promise: NaN and inf at t >= len[b] in ``input`` and in
 ``output_backprop`` change no output and no gradient, bit for bit, on the reference backend.
 
 tests/gpu/test_padding_gpu.py asks the same of the cuDNN backend.

@@ -1,4 +1,5 @@
-"""SPEC section 4: sequence lengths, reverse direction, length 0, empty shapes, layouts, dtypes, reserve_space.
+"""The ops' semantics (:mod:`cudnn_rnn.ops`, TensorFlow's CudnnRNNV3): sequence lengths, reverse direction, length 0,
+empty shapes, layouts, dtypes, reserve_space.
 
 Most checks compare the op with itself on rearranged data (one sequence alone, the transposed
 layout, a hand-reversed input), so they hold independently of the math tested elsewhere.
