@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from ._core import Converted, InexactConversionError
 from ._formats import FORMAT_SPECS, FORMATS, convert_between, expected_shapes, from_format, to_format
-from ._gru_block_cell import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
+from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 from .onnx_export import export_onnx
 from .readers import FoundRNN, read_file, stack
 

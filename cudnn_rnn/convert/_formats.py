@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 from .._arrays import Array
 from ..config import RNNConfig
-from . import _canonical, _gru_block_cell, _keras, _onnx, _tf_cell, _torch
+from . import _canonical, _gru_block_cell, _keras, _mygrad, _onnx, _tf_cell, _torch
 from ._core import (
     Converted,
     FormatSpec,
@@ -24,7 +24,7 @@ from ._core import (
     params_from_cells,
     without_explicit_skip_input,
 )
-from ._gru_block_cell import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
+from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 
 __all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "to_format", "from_format",
            "convert_between"]
@@ -33,7 +33,7 @@ __all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "
 #: format name -> its spec (names, shapes, both directions), in the order formats are listed
 FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in (
     _canonical.FORMAT, _torch.FORMAT, _keras.FORMAT, _tf_cell.FORMAT, _onnx.FORMAT,
-    _gru_block_cell.GRU_BLOCK_CELL, _gru_block_cell.MYGRAD)}
+    _gru_block_cell.FORMAT, _mygrad.FORMAT)}
 
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
 
