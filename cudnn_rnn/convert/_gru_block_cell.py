@@ -13,7 +13,9 @@ stored as::
     b_ru [2N] = [b_r, b_u];  b_c [N]
 
 It holds one unidirectional layer. mygrad's gru is the same function in other tensors
-(:mod:`._mygrad`, converting exactly to and from this format).
+(:mod:`._mygrad`, converting exactly to and from this format), and so is Keras's
+``GRU(reset_after=False)``, whose weights the readers of Keras files and TensorFlow checkpoints
+give in this format (:func:`keras_reset_before_to_gru_block_cell`, exact).
 
 cuDNN's GRU is a different function: its candidate is ``tanh(W_n x + bW_n + r * (R_n h + bR_n))``,
 the reset applied *after* the recurrent matmul, with a recurrent bias inside it. So a
@@ -43,6 +45,7 @@ from ._core import (
     reorder_gates,
     with_explicit_skip_input,
 )
+from ._keras import GATE_ORDERS as KERAS_GATE_ORDERS
 
 #: gru_block_cell tensor -> its column blocks, in order
 BLOCK_COLUMNS: dict[str, tuple[str, ...]] = {"w_ru": ("r", "u"), "w_c": ("c",), "b_ru": ("r", "u"), "b_c": ("c",)}
@@ -108,6 +111,27 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
     bias = xp.concatenate([tensors["b_ru"], tensors["b_c"]])
     return (CellWeights(input=xp.ascontiguousarray(stitched[:, :i]), recurrent=xp.ascontiguousarray(stitched[:, i:]),
                         input_bias=bias, recurrent_bias=xp.zeros_like(bias)),)
+
+
+# ---- Keras GRU(reset_after=False) -> gru_block_cell (exact) --------------------------------------
+def keras_reset_before_to_gru_block_cell(kernel: Array, recurrent_kernel: Array, bias: Array | None,
+                                         xp: Any) -> dict[str, Array]:
+    """The weights of a Keras ``GRU(reset_after=False)`` in this format: exact, the same function.
+
+    ``kernel`` [I, 3N], ``recurrent_kernel`` [N, 3N] and ``bias`` [3N] (None for use_bias=False:
+    zeros) hold their gate blocks in Keras's order z, r, h (cuDNN's u, r, n:
+    :data:`._keras.GATE_ORDERS`); stacked rows x then h, they are w_ru's and w_c's columns.
+    """
+    if bias is None:
+        bias = xp.zeros(kernel.shape[1], kernel.dtype)
+    stitched = xp.concatenate([kernel, recurrent_kernel], axis=0)  # [I + N, 3N], rows x then h
+    keras = KERAS_GATE_ORDERS["gru"]
+    return {
+        "w_ru": xp.ascontiguousarray(reorder_gates(stitched, keras, ("r", "u"), xp, axis=1)),
+        "w_c": xp.ascontiguousarray(reorder_gates(stitched, keras, ("n",), xp, axis=1)),
+        "b_ru": reorder_gates(bias, keras, ("r", "u"), xp),
+        "b_c": reorder_gates(bias, keras, ("n",), xp),
+    }
 
 
 FORMAT = FormatSpec(

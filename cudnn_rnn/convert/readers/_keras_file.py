@@ -67,6 +67,7 @@ import numpy as np
 
 from ...config import DTYPES, MODES
 from .._core import reorder_gates
+from .._gru_block_cell import keras_reset_before_to_gru_block_cell
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
@@ -104,20 +105,10 @@ def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tupl
 
 
 def _reset_before_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
-    """GRU(reset_after=False), Keras gates z,r,h: the ``gru_block_cell`` format (the same function)."""
+    """GRU(reset_after=False): the ``gru_block_cell`` format (the same function)."""
     (weights,) = arrays
-    kernel = weights["kernel"]
-    bias = weights.get("bias")
-    if bias is None:
-        bias = np.zeros(kernel.shape[1], kernel.dtype)
-    stitched = np.concatenate([kernel, weights["recurrent_kernel"]], axis=0)  # rows x then h
-    keras = KERAS_GATE_ORDERS["gru"]
-    return "gru_block_cell", {
-        "w_ru": np.ascontiguousarray(reorder_gates(stitched, keras, ("r", "u"), np, axis=1)),
-        "w_c": np.ascontiguousarray(reorder_gates(stitched, keras, ("n",), np, axis=1)),
-        "b_ru": reorder_gates(bias, keras, ("r", "u"), np),
-        "b_c": reorder_gates(bias, keras, ("n",), np),
-    }
+    return "gru_block_cell", keras_reset_before_to_gru_block_cell(weights["kernel"], weights["recurrent_kernel"],
+                                                                  weights.get("bias"), np)
 
 
 def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:

@@ -75,6 +75,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .._gru_block_cell import keras_reset_before_to_gru_block_cell
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
 from ._tf_bundle import BundleEntry, read_index
@@ -536,13 +537,8 @@ def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> 
                             "Bidirectional(GRU(reset_after=False)) is a reset-before GRU in both directions, which "
                             "cuDNN cannot run and the 'gru_block_cell' format holds one direction only: rebuild it "
                             "with reset_after=True, or run each direction with cudnn_rnn.gru_block_cell"))
-    z, r, h = (slice(g * units, (g + 1) * units) for g in range(3))  # Keras's gate order z, r, h
-    stitched = np.concatenate([kernel, recurrent], axis=0)            # rows: x then h
-    block = {"w_ru": np.ascontiguousarray(np.concatenate([stitched[:, r], stitched[:, z]], axis=1)),
-             "w_c": np.ascontiguousarray(stitched[:, h]),
-             "b_ru": np.concatenate([bias[r], bias[z]]), "b_c": np.ascontiguousarray(bias[h])}
     try:
-        inferred = infer("gru_block_cell", block)
+        inferred = infer("gru_block_cell", keras_reset_before_to_gru_block_cell(kernel, recurrent, bias, np))
     except ValueError as error:
         raise ValueError(f"{candidate.name} ({candidate.source}): {error}") from None
     return FoundRNN(candidate.name, source, "gru_block_cell",
