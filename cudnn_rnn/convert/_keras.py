@@ -59,12 +59,18 @@ def _key(layer: int, direction: int, field: str) -> str:
 refusal = projection_refusal("keras", "Keras layers have none")
 
 
+#: what a GRU(reset_after=False) is, said by every reader that finds one and by this format's refusal of its bias
+RESET_BEFORE_NOTE = ("GRU(reset_after=False) is a reset-before GRU (TF's GRUBlockCell), whose weights the "
+                     "'gru_block_cell' or 'mygrad' format holds exactly (cudnn_rnn.gru_block_cell runs it) and cuDNN "
+                     "params only approximately (allow_approximation=True), since cuDNN's GRU applies the reset gate "
+                     "after the recurrent matmul")
+
+
 def reset_before_refusal(tensors: TensorShapes, fields: Mapping[str, Any]) -> str | None:
     """A GRU with one (3N,) bias is GRU(reset_after=False), which no cuDNN layout holds."""
     bias = TENSOR_NAMES.name("bias")
     if fields.get("rnn_mode") == "gru" and bias in tensors and len(tensors.shapes[bias]) == 1:
-        return ("a GRU bias of shape (3N,) belongs to GRU(reset_after=False), a reset-before GRU that cuDNN cannot "
-                "run; convert it with the 'gru_block_cell' or 'mygrad' format instead")
+        return f"the 'keras' format holds no GRU bias of shape (3N,): {RESET_BEFORE_NOTE}"
     return None
 
 

@@ -69,6 +69,7 @@ from ...config import DTYPES, MODES
 from .._core import reorder_gates
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
+from .._keras import RESET_BEFORE_NOTE
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated
@@ -141,11 +142,6 @@ def _builder(layer: RNNLayer) -> Callable[[RNNLayer, list[dict[str, np.ndarray]]
     if layer.kind.rnn_mode == "gru" and layer.reset_after is False and len(layer.configs) == 1:
         return _reset_before_tensors
     return _keras_tensors
-
-
-RESET_BEFORE_NOTE = ("GRU(reset_after=False) is a reset-before GRU: its weights are given exactly in the "
-                     "'gru_block_cell' format (cudnn_rnn.gru_block_cell runs it; 'mygrad' holds it exactly too); "
-                     "cuDNN's GRU resets after the recurrent matmul, so cuDNN params only approximate it")
 
 
 def _shape_fields(layer: RNNLayer) -> dict[str, Any]:

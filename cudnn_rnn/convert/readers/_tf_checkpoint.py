@@ -76,6 +76,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
+from .._keras import RESET_BEFORE_NOTE
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
 from ._tf_bundle import BundleEntry, read_index
@@ -515,11 +516,6 @@ def _opaque_found(candidate: _Candidate, params: np.ndarray) -> FoundRNN:
 
 
 # ---- Keras GRU(reset_after=False): a reset-before GRU -------------------------------------------
-RESET_BEFORE_NOTE = ("GRU(reset_after=False) is a reset-before GRU (TF's GRUBlockCell): cuDNN's GRU applies the "
-                     "reset gate after the recurrent matmul, so it converts only approximately "
-                     "(allow_approximation=True); cudnn_rnn.gru_block_cell or mygrad compute it exactly")
-
-
 def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> FoundRNN | None:
     """A Keras GRU whose bias is (3N,) in the ``gru_block_cell`` format (unidirectional), refused
     when bidirectional; None for every other Keras layer."""
