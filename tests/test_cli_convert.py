@@ -92,7 +92,7 @@ def test_approximations_are_refused_then_printed(tmp_path: Path, capsys: pytest.
     save(tmp_path / "p.npz", {"params": params_for(config, 2)})
     argv = ["--from", "params", "--to", "mygrad", "--rnn-mode", "gru", "--num-layers", "1", "--num-units", "4",
             "--input-size", "3", str(tmp_path / "p.npz"), str(tmp_path / "m.npz")]
-    refused(capsys, argv, match="Pass allow_approximation=True (--allow-approximation) to accept this.")
+    refused(capsys, argv, match="Pass --allow-approximation to accept this.")
     assert not (tmp_path / "m.npz").exists()
     assert main(argv + ["--allow-approximation"]) == 0
     out = capsys.readouterr().out
@@ -250,3 +250,20 @@ def test_runs_as_a_module(tmp_path: Path, torch_file: Path) -> None:
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 2 and result.stderr.startswith("cudnn-rnn convert: error: ")
     assert "Traceback" not in result.stderr
+
+
+def test_the_library_s_arguments_are_reported_as_flags(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = RNNConfig("rnn_relu", 1, 3, 2)
+    tensors = to_format("torch", params_for(config), config).value
+    two = save(tmp_path / "two.npz", {f"{rnn}.{name}": value for rnn in ("a", "b") for name, value in tensors.items()})
+    refused(capsys, ["--rnn-mode", "rnn_relu", str(two), str(tmp_path / "p.npz")],
+            match="pick one with --name NAME, or stack consecutive layers with --name FIRST --name SECOND or --stack")
+    refused(capsys, [str(save(tmp_path / "x.npz", {"a": np.zeros(2)})), str(tmp_path / "p.npz")],
+            match="(it holds ['a']): pass --from FORMAT")
+    refused(capsys, [str(save(tmp_path / "rnn.npz", tensors)), str(tmp_path / "p.npz")],
+            match="does not say its nonlinearity: pass --rnn-mode rnn_tanh or --rnn-mode rnn_relu")
+    refused(capsys, ["--rnn-mode", "lstm", str(tmp_path / "rnn.npz"), str(tmp_path / "p.npz")],
+            match="--rnn-mode lstm is not possible for rnn.npz")
+    refused(capsys, ["--key", "model", str(tmp_path / "rnn.npz"), str(tmp_path / "p.npz")],
+            match="--key applies to PyTorch checkpoint dicts (the entry holding the state_dict), not to a NumPy .npz "
+                  "archive; ")

@@ -42,7 +42,7 @@ def test_inspect_asks_for_what_the_file_cannot_tell(tmp_path: Path, capsys: pyte
     assert report["unknown"] == {"rnn_mode": "--rnn-mode rnn_tanh or --rnn-mode rnn_relu"}
     assert report["params_size"] is None
     assert report["conversion"] == ("needs: an nn.RNN state_dict does not say its nonlinearity: pass --rnn-mode "
-                                    "rnn_tanh or --rnn-mode rnn_relu (rnn_mode= in Python)")
+                                    "rnn_tanh or --rnn-mode rnn_relu")
     assert main(["inspect", "--json", "--rnn-mode", "rnn_relu", str(path)]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["configuration"]["rnn_mode"] == "rnn_relu" and report["conversion"] == "exact"

@@ -50,7 +50,7 @@ FOUND: dict[str, list[tuple[str, str, str, str, str, str | None]]] = {
         ("bi_gru", "Keras 3 Bidirectional(GRU) (weights only)", "keras", line("gru", 3, 4, BI), "exact", None),
         ("encoder", "Keras 3 LSTM (weights only)", "keras", line("lstm", 4, 2), "exact", None),
         ("relu_rnn", "Keras 3 SimpleRNN (weights only)", "keras", line("?", 3, 6),
-         "needs: a SimpleRNN's weights do not say its activation: pass --rnn-mode rnn_tanh or --rnn-mode rnn_relu",
+         "needs: a SimpleRNN's weights do not say its activation: pass rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'",
          None),
     ],
     "keras3_bidirectional_stack.keras": [
@@ -266,7 +266,7 @@ def test_notes_say_what_differs_from_keras() -> None:
 
 def test_a_weights_only_simple_rnn_asks_for_its_activation() -> None:
     found = by_name("keras3_functional.weights.h5")["relu_rnn"]
-    with pytest.raises(ValueError, match="pass --rnn-mode rnn_tanh or --rnn-mode rnn_relu"):
+    with pytest.raises(ValueError, match="pass rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"):
         found.to_params()
     with pytest.raises(ValueError, match="not possible"):
         found.with_hints(rnn_mode="lstm")

@@ -60,7 +60,7 @@ def test_every_format_tells_its_configuration(tmp_path: Path, fmt: str, name: st
     rnn = found[0]
     if config.num_gates == 1 and fmt in ("torch", "keras", "onnx", "tf_cell"):
         assert set(rnn.questions) == {"rnn_mode"} and rnn.questions["rnn_mode"].choices == ("rnn_tanh", "rnn_relu")
-        assert "needs: " in rnn.conversion() and "--rnn-mode rnn_tanh or --rnn-mode rnn_relu" in rnn.conversion()
+        assert "needs: " in rnn.conversion() and "rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'" in rnn.conversion()
         rnn = rnn.with_hints(rnn_mode=config.rnn_mode)
     assert dict(rnn.fields) == fields_of(config)
     assert rnn.config == config
@@ -142,7 +142,7 @@ def test_a_keras_reset_before_bias_points_at_the_right_format(tmp_path: Path) ->
 
 def test_unknown_names_ask_for_the_format(tmp_path: Path) -> None:
     with pytest.raises(FileReadError, match=r"neither a params buffer nor the tensors of a known format \(it holds "
-                                            r"\['a', 'b'\]\): pass --from FORMAT"):
+                                            r"\['a', 'b'\]\): pass fmt=FORMAT"):
         read_file(savez(tmp_path / "x.npz", a=np.zeros(2), b=np.zeros(3)))
 
 
@@ -153,9 +153,9 @@ def test_a_bare_buffer_asks_for_every_size(tmp_path: Path) -> None:
     rnn = read_file(savez(tmp_path / "p.npz", params=params))[0]
     assert rnn.describe() == ("rnn_mode=?, num_layers=?, num_units=?, input_size=?, direction=unidirectional?, "
                               "num_proj=0?, input_mode=linear_input?, dtype=float32")
-    with pytest.raises(ValueError, match=r"a bare params buffer does not say its configuration: pass --rnn-mode "
-                                         r"RNN_MODE, --num-layers NUM_LAYERS, --num-units NUM_UNITS, --input-size "
-                                         r"INPUT_SIZE \(rnn_mode=, num_layers=, num_units=, input_size= in Python\)"):
+    with pytest.raises(ValueError, match=r"a bare params buffer does not say its configuration: pass "
+                                         r"rnn_mode=RNN_MODE, num_layers=NUM_LAYERS, num_units=NUM_UNITS, "
+                                         r"input_size=INPUT_SIZE$"):
         _ = rnn.config  # evaluated for the ValueError it raises
     answered = rnn.with_hints(rnn_mode="gru", num_layers=3, num_units=4, input_size=6)
     assert answered.config == config and answered.to_params().value.tobytes() == params.tobytes()
@@ -173,14 +173,14 @@ def found_layer(config: RNNConfig, name: str, seed: int = 0) -> FoundRNN:
 def test_overrides_are_checked_against_the_file() -> None:
     rnn = found_layer(RNNConfig("lstm", 1, 4, 3), "lstm")
     assert rnn.with_hints(num_units=4, rnn_mode="lstm", direction=None).config == rnn.config
-    with pytest.raises(ValueError, match=r"--num-units 5 disagrees with the file: lstm \(test layer\) has "
-                                         r"num_units=4; drop the flag or pick another RNN"):
+    with pytest.raises(ValueError, match=r"num_units=5 disagrees with the file: lstm \(test layer\) has "
+                                         r"num_units=4; drop the argument or pick another RNN"):
         rnn.with_hints(num_units=5)
     with pytest.raises(TypeError, match=r"hints must be among"):
         rnn.with_hints(dropout=0.5)
     asked = rnn.replace(fields={k: v for k, v in rnn.fields.items() if k != "rnn_mode"},
                         questions={"rnn_mode": Question(("lstm",), "test")})
-    with pytest.raises(ValueError, match="--rnn-mode gru is not possible for this test layer; it can be lstm"):
+    with pytest.raises(ValueError, match=r"rnn_mode='gru' is not possible for lstm \(test layer\); it can be lstm"):
         asked.with_hints(rnn_mode="gru")
 
 
@@ -217,7 +217,8 @@ def test_choose_needs_a_name_when_a_file_holds_several() -> None:
     a, b = found_layer(RNNConfig("gru", 1, 4, 3), "a"), found_layer(RNNConfig("gru", 1, 4, 4), "b")
     assert choose([a]) is a and choose([a, b], ["b"]) is b
     with pytest.raises(ValueError, match=r"the file holds 2 RNNs: a \(test layer\); b \(test layer\); pick one with "
-                                         r"--name NAME"):
+                                         r"names=\[NAME\], or stack consecutive layers with names=\[FIRST, SECOND\] "
+                                         r"or stack_all=True"):
         choose([a, b])
     with pytest.raises(ValueError, match="no RNN named 'c' in the file; it holds: a"):
         choose([a, b], ["c"])
@@ -229,12 +230,12 @@ def test_hints_answer_the_questions_of_layers_before_they_are_stacked() -> None:
     ask = {"rnn_mode": Question(("rnn_tanh", "rnn_relu"), "test")}
     a, b = (item.replace(fields={k: v for k, v in item.fields.items() if k != "rnn_mode"}, questions=ask)
             for item in (a, b))
-    with pytest.raises(ValueError, match="pass --rnn-mode rnn_tanh or --rnn-mode rnn_relu"):
+    with pytest.raises(ValueError, match="pass rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"):
         choose([a, b], stack_all=True)
     stacked = choose([a, b], stack_all=True, hints={"rnn_mode": "rnn_relu", "num_layers": None})
     assert stacked.config == RNNConfig("rnn_relu", 2, 4, 3)
     assert choose([a, b], ["a", "b"], hints={"rnn_mode": "rnn_relu", "num_layers": 2}).config.num_layers == 2
-    with pytest.raises(ValueError, match="--num-layers 1 disagrees with the file: a\\+b"):
+    with pytest.raises(ValueError, match="num_layers=1 disagrees with the file: a\\+b"):
         choose([a, b], stack_all=True, hints={"rnn_mode": "rnn_relu", "num_layers": 1})
     assert choose([a], hints={"rnn_mode": "rnn_tanh"}).config.rnn_mode == "rnn_tanh"
 

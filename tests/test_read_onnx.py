@@ -151,7 +151,7 @@ def test_stacked_nodes_can_be_picked_one_by_one() -> None:
     first, second = read_file(GOLDEN / "torch_lstm_L2_bi_opset14.onnx")
     assert choose([first, second], ["/LSTM"]) is first
     assert stack([first, second]).name == "/LSTM+/LSTM_1"
-    with pytest.raises(ValueError, match="the file holds 2 RNNs: /LSTM .*; pick one with --name NAME"):
+    with pytest.raises(ValueError, match=r"the file holds 2 RNNs: /LSTM .*; pick one with names=\[NAME\]"):
         choose([first, second])
 
 

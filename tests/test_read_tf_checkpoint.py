@@ -28,8 +28,8 @@ GOLDEN = Path(__file__).resolve().parent / "golden" / "files" / "tf_checkpoint"
 SETTINGS = ("the checkpoint keeps no layer settings: Keras's defaults are assumed (activation tanh, "
             "recurrent_activation sigmoid, go_backwards=False)")
 MERGE = "merge_mode='concat' is assumed (cuDNN concatenates the two directions)"
-NEEDS_SIMPLE = ("needs: a SimpleRNN's weights do not say its activation: pass --rnn-mode rnn_tanh or --rnn-mode "
-                "rnn_relu (rnn_mode= in Python)")
+NEEDS_SIMPLE = ("needs: a SimpleRNN's weights do not say its activation: pass rnn_mode='rnn_tanh' or "
+                "rnn_mode='rnn_relu'")
 
 
 def described(mode: str, layers: int, units: int, inputs: int, direction: str = "unidirectional") -> str:
@@ -48,8 +48,8 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str]]] = {
          described("gru", 2, 3, 3, "bidirectional"), "exact")],
     "tf1_unscoped": [
         ("classifier", "TF1 CudnnRNNTanh or CudnnRNNRelu (canonical variables)", "tf_cell", described("?", 1, 3, 6),
-         "needs: a basic_rnn_cell's variables do not say its activation: pass --rnn-mode rnn_tanh or --rnn-mode "
-         "rnn_relu (rnn_mode= in Python)"),
+         "needs: a basic_rnn_cell's variables do not say its activation: pass rnn_mode='rnn_tanh' or "
+         "rnn_mode='rnn_relu'"),
         ("stack_bidirectional_rnn", "TF1 CudnnLSTM (canonical variables)", "tf_cell",
          described("lstm", 1, 3, 2, "bidirectional"), "exact")],
     "keras3_checkpoint": [
@@ -267,8 +267,8 @@ def test_opaque_buffer_alone_is_a_params_buffer_with_questions(tmp_path: Path, s
     assert found.describe() == ("rnn_mode=gru?, num_layers=?, num_units=?, input_size=?, direction=unidirectional?, "
                                 "num_proj=0?, input_mode=linear_input?, dtype=float32")
     assert found.conversion() == (
-        "needs: a TF1 opaque buffer does not say its configuration: pass --num-layers NUM_LAYERS, --num-units "
-        "NUM_UNITS, --input-size INPUT_SIZE (num_layers=, num_units=, input_size= in Python)")
+        "needs: a TF1 opaque buffer does not say its configuration: pass num_layers=NUM_LAYERS, "
+        "num_units=NUM_UNITS, input_size=INPUT_SIZE")
     np.testing.assert_array_equal(found.with_hints(num_layers=2, num_units=4, input_size=3).to_params().value, params)
     with pytest.raises(ValueError, match="params"):
         found.with_hints(num_layers=1, num_units=4, input_size=3).to_params()

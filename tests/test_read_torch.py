@@ -88,9 +88,9 @@ def test_an_nn_rnn_state_dict_asks_for_its_nonlinearity() -> None:
     (item,) = read_file(GOLDEN / "rnn_relu_L2.pt")
     assert item.describe().startswith("rnn_mode=?, num_layers=2, num_units=4")
     assert item.questions["rnn_mode"].choices == ("rnn_tanh", "rnn_relu")
-    assert item.conversion() == ("needs: an nn.RNN state_dict does not say its nonlinearity: pass --rnn-mode rnn_tanh "
-                                 "or --rnn-mode rnn_relu (rnn_mode= in Python)")
-    with pytest.raises(ValueError, match="rnn_mode= in Python"):
+    assert item.conversion() == ("needs: an nn.RNN state_dict does not say its nonlinearity: pass rnn_mode='rnn_tanh' "
+                                 "or rnn_mode='rnn_relu'")
+    with pytest.raises(ValueError, match="pass rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"):
         item.to_params()
     with pytest.raises(ValueError, match="not possible"):
         item.with_hints(rnn_mode="lstm")
@@ -154,15 +154,15 @@ def test_key_picks_the_checkpoint_entry() -> None:
             in read_refusal(path, key="optimizer"))
     assert ("the checkpoint has no entry 'weights'; it holds 'model' (state_dict of 17 tensors), 'epoch' (int), "
             "'optimizer' (dict of 2 entries)") in read_refusal(path, key="weights")
-    assert "--key model (key= in Python) picks a checkpoint entry, but the file holds a state_dict of" in read_refusal(
+    assert "key='model' picks a checkpoint entry, but the file holds a state_dict of" in read_refusal(
         GOLDEN / "gru_batch_first.pt", key="model")
 
 
 def test_a_checkpoint_with_several_rnn_state_dicts_lists_them(tmp_path: Path) -> None:
     gru, lstm = torch.nn.GRU(2, 3), torch.nn.LSTM(2, 3)
     torch.save({"ema": {"model": gru.state_dict()}, "model": lstm.state_dict(), "step": 10}, tmp_path / "two.pt")
-    assert "the checkpoint holds 2 state_dicts with RNN weights ('ema/model', 'model'): pick one with --key KEY " \
-           "(key= in Python)" in read_refusal(tmp_path / "two.pt")
+    assert "the checkpoint holds 2 state_dicts with RNN weights ('ema/model', 'model'): pick one with key=KEY" \
+           in read_refusal(tmp_path / "two.pt")
     (item,) = read_file(tmp_path / "two.pt", key="ema/model")
     assert item.source == "PyTorch nn.GRU state_dict in checkpoint entry 'ema/model'"
 
@@ -251,7 +251,7 @@ def test_a_pickle_that_would_run_code_is_not_run(tmp_path: Path, layout: str) ->
     else:
         assert message.endswith("the file holds pickled Python objects (posix.mkdir) that would run code to load, so "
                                 "they are not loaded: save the weights with torch.save(model.state_dict(), path) "
-                                "instead, or pass --trust-pickle (trust_pickle=True in Python) if you trust this file")
+                                "instead, or pass trust_pickle=True if you trust this file")
         # the test would see code run: with trust_pickle it does, and the dict it built is then described
         assert "'hook' (NoneType)" in read_refusal(path, trust_pickle=True)
         assert marker.is_dir()
@@ -261,7 +261,7 @@ def test_a_whole_module_needs_trust_pickle() -> None:
     message = read_refusal(GOLDEN / "whole_sequential.pt")
     assert "the file holds pickled Python objects (torch.nn.modules.container.Sequential, " \
            "torch.nn.modules.rnn.RNN, torch.nn.modules.linear.Linear) that would run code to load" in message
-    assert "torch.save(model.state_dict(), path)" in message and "--trust-pickle" in message
+    assert "torch.save(model.state_dict(), path)" in message and "trust_pickle=True" in message
 
 
 def test_a_pickled_class_that_cannot_be_imported(tmp_path: Path) -> None:
@@ -451,6 +451,6 @@ def test_tensors_shared_many_times_are_not_all_copied(tmp_path: Path) -> None:
     tied = {f"rnn{index}.{key}": value for index in range(6) for key, value in shared.items()}
     torch.save(tied, tmp_path / "tied.pt")   # one storage per tensor, six RNNs reading each
     message = read_refusal(tmp_path / "tied.pt")
-    assert "more than 4 times the" in message and "(they share storage): read one RNN at a time with --prefix " \
-           "PREFIX (prefix= in Python)" in message
+    assert "more than 4 times the" in message and "(they share storage): read one RNN at a time with " \
+           "prefix=PREFIX" in message
     assert [item.name for item in read_file(tmp_path / "tied.pt", prefix="rnn3")] == ["rnn3"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..convert.readers import FoundRNN
 from ..layout import params_layout
+from ._flags import in_flags
 from ._reading import CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "run", "describe_found"]
@@ -46,9 +47,9 @@ def describe_found(found: FoundRNN) -> dict[str, Any]:
         "source": found.source,
         "format": found.fmt,
         "configuration": dict(found.fields),
-        "unknown": {name: question.options(name) for name, question in found.questions.items()},
+        "unknown": {name: in_flags(question.options(name)) for name, question in found.questions.items()},
         "params_size": size,
-        "conversion": found.conversion(),
+        "conversion": in_flags(found.conversion()),
         "notes": list(found.notes),
         "stacks_on": found.feeds_from,
     }
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         found = [item.with_hints(**hints_from(args)) for item in read_found(args)]
     except (CommandError, ValueError, TypeError) as error:
-        print(f"cudnn-rnn inspect: error: {error}", file=sys.stderr)
+        print(f"cudnn-rnn inspect: error: {in_flags(str(error))}", file=sys.stderr)
         return 2
     reports = [describe_found(item) for item in found]
     if args.json:

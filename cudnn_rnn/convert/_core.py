@@ -100,8 +100,7 @@ class Notes:
     def approximate(self, sentence: str) -> None:
         """Record ``sentence``, or raise InexactConversionError when approximations are refused."""
         if not self.allow_approximation:
-            raise InexactConversionError(
-                f"{sentence} Pass allow_approximation=True (--allow-approximation) to accept this.")
+            raise InexactConversionError(f"{sentence} Pass allow_approximation=True to accept this.")
         if sentence not in self.approximations:
             self.approximations.append(sentence)
 

@@ -41,11 +41,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .._formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
-from ._found import (CONFIG_FIELDS, FLAGS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions,
-                     one_line)
+from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
 
 __all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
-           "file_kind", "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "FLAGS", "PARAMS_FORMAT"]
+           "file_kind", "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]
 
 #: the options of :func:`read_file` that only some kinds of file take -> what they apply to
 OPTION_USES: dict[str, str] = {
@@ -293,8 +292,8 @@ def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: b
     elif stack_all or len(found) == 1:
         picked = list(found)
     else:
-        raise ValueError(f"the file holds {len(found)} RNNs: {listing}; pick one with --name NAME "
-                         "(several --name, or --stack, to stack consecutive layers)")
+        raise ValueError(f"the file holds {len(found)} RNNs: {listing}; pick one with names=[NAME], or stack "
+                         "consecutive layers with names=[FIRST, SECOND] or stack_all=True")
     if len(picked) > 1:
         picked = [item.with_hints(**{name: value for name, value in given.items() if name in item.questions})
                   for item in picked]

@@ -7,12 +7,14 @@ fields the file tells, and a :class:`Question` for each field it cannot tell::
     FoundRNN(name="encoder", source="Keras 3 LSTM", fmt="keras", tensors={...},
              fields={"rnn_mode": "lstm", "num_layers": 1, "num_units": 64, ...})
     found.with_hints(rnn_mode="rnn_relu")   # fill a question; any other field is checked
-    found.config                             # RNNConfig, or ValueError naming the missing flag
+    found.config                             # RNNConfig, or ValueError naming the missing argument
     found.to_params()                        # Converted(params, approximations)
 
 Every message is one line (:func:`one_line`), names the file, tensor or node at fault, and says
-what to do. Declared sizes are checked against what the file can hold before anything is read
-(:func:`check_declared_size`), so a hostile header never makes a reader allocate it.
+what to do, naming Python arguments as a call spells them (``rnn_mode='rnn_tanh'``,
+``num_units=NUM_UNITS``; the ``cudnn-rnn`` command spells them as its flags). Declared sizes are
+checked against what the file can hold before anything is read (:func:`check_declared_size`), so
+a hostile header never makes a reader allocate it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from .._formats import FORMATS, from_format
 
 __all__ = [
     "CONFIG_FIELDS",
-    "FLAGS",
     "PARAMS_FORMAT",
     "MAX_COMPRESSION_RATIO",
     "FileReadError",
@@ -51,9 +52,6 @@ __all__ = [
 #: the RNNConfig fields that describe a set of weights (dropout and seeds are not in weight files)
 CONFIG_FIELDS: tuple[str, ...] = ("rnn_mode", "num_layers", "num_units", "input_size", "direction", "num_proj",
                                   "input_mode", "dtype")
-
-#: config field -> the command-line flag that sets it
-FLAGS: dict[str, str] = {name: "--" + name.replace("_", "-") for name in CONFIG_FIELDS}
 
 #: the pseudo-format of a bare params buffer: tensors == {"params": buffer}
 PARAMS_FORMAT = "params"
@@ -88,8 +86,8 @@ class Question:
     """A configuration field the file cannot tell: the values it may take and why it is unknown.
 
     ``choices`` is empty when any valid value may do (e.g. num_units of a bare params buffer);
-    ``default`` (when not None) is taken if the question is not answered, as the command line
-    takes ``--direction unidirectional`` unless told otherwise.
+    ``default`` (when not None) is taken if the question is not answered, as ``direction`` is
+    ``'unidirectional'`` unless told otherwise.
     """
 
     choices: tuple[Any, ...]
@@ -97,21 +95,24 @@ class Question:
     default: Any = None
 
     def options(self, field_name: str) -> str:
-        """What to pass: ``--rnn-mode rnn_tanh or --rnn-mode rnn_relu``, or ``--num-units NUM_UNITS``."""
-        flag = FLAGS[field_name]
+        """What to pass: ``rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'``, or ``num_units=NUM_UNITS``."""
         if self.choices:
-            return " or ".join(f"{flag} {choice}" for choice in self.choices)
-        return f"{flag} {field_name.upper()}"
+            return " or ".join(_argument(field_name, choice) for choice in self.choices)
+        return f"{field_name}={field_name.upper()}"
+
+
+def _argument(name: str, value: Any) -> str:
+    """``name=value`` as a call spells it: ``rnn_mode='lstm'``, ``num_units=4``."""
+    return f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
 
 
 def ask_all(questions: Mapping[str, Question]) -> str:
-    """One sentence per reason: ``reason: pass --flag VALUE, --flag VALUE (field=, field= in Python)``."""
+    """One sentence per reason: ``reason: pass field=VALUE, field='a' or field='b'``."""
     by_reason: dict[str, list[str]] = {}
     for name, question in questions.items():
         by_reason.setdefault(question.reason, []).append(name)
-    return "; ".join(
-        f"{reason}: pass {', '.join(questions[name].options(name) for name in names)} "
-        f"({', '.join(name + '=' for name in names)} in Python)" for reason, names in by_reason.items())
+    return "; ".join(f"{reason}: pass {', '.join(questions[name].options(name) for name in names)}"
+                     for reason, names in by_reason.items())
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,11 @@ class ReadOptions:
     """How to read a file, beyond what its content says.
 
     Attributes:
-        key: the entry of a checkpoint dict that holds the state_dict (PyTorch ``--key``).
-        prefix: the key prefix of the RNN inside a parent module's state_dict (``--prefix``).
+        key: the entry of a PyTorch checkpoint dict that holds the state_dict.
+        prefix: the key prefix of the RNN inside a parent module's state_dict.
         trust_pickle: allow unpickling arbitrary objects (runs code from the file: only for
             files you trust).
-        fmt: the format of the named tensors in an ``.npz`` file (``--from``), when given.
+        fmt: the format of the named tensors in an ``.npz`` file, when given.
     """
 
     key: str | None = None
@@ -198,13 +199,13 @@ class FoundRNN:
             if name in questions:
                 choices = questions[name].choices
                 if choices and value not in choices:
-                    raise ValueError(f"{self.name}: {FLAGS[name]} {value} is not possible for this {self.source}; "
+                    raise ValueError(f"{_argument(name, value)} is not possible for {self.name} ({self.source}); "
                                      f"it can be {' or '.join(map(str, choices))}")
                 fields[name] = value
                 del questions[name]
             elif name in fields and not _same(name, fields[name], value):
-                raise ValueError(f"{FLAGS[name]} {value} disagrees with the file: {self.name} "
-                                 f"({self.source}) has {name}={fields[name]!r}; drop the flag or pick another RNN")
+                raise ValueError(f"{_argument(name, value)} disagrees with the file: {self.name} "
+                                 f"({self.source}) has {name}={fields[name]!r}; drop the argument or pick another RNN")
             else:
                 fields[name] = value
         return self.replace(fields=fields, questions=questions)
@@ -214,7 +215,7 @@ class FoundRNN:
         """The complete configuration.
 
         Raises:
-            ValueError: a field the file cannot tell was not given (naming the flag to pass), or
+            ValueError: a field the file cannot tell was not given (naming the argument to pass), or
                 the fields do not form a valid configuration.
         """
         open_questions = {name: question for name, question in self.questions.items() if question.default is None}
@@ -224,7 +225,7 @@ class FoundRNN:
         missing = [name for name in CONFIG_FIELDS if name not in fields]
         if missing:
             raise ValueError(f"{self.name} ({self.source}): the file does not tell {missing}; pass "
-                             + ", ".join(FLAGS[name] for name in missing))
+                             + ", ".join(f"{name}={name.upper()}" for name in missing))
         try:
             return RNNConfig(**{name: fields[name] for name in CONFIG_FIELDS})
         except (TypeError, ValueError) as error:
@@ -272,7 +273,7 @@ class FoundRNN:
 
     def conversion(self) -> str:
         """How these weights become cuDNN params: ``"exact"``, ``"approximate: ..."``,
-        ``"refused: ..."`` or ``"needs: ..."`` (the flags to pass)."""
+        ``"refused: ..."`` or ``"needs: ..."`` (the arguments to pass)."""
         if self.refusal:
             return f"refused: {self.refusal}"
         if not self.complete:

@@ -5,7 +5,7 @@ the archive holds                      what is found
 =====================================  ==========================================================
 params, config, step, format           a params file (:mod:`cudnn_rnn.params_file`): complete
 params                                 a bare buffer: dtype only; every size is a question
-a format's names (``weight_ih_l0``)    that format (``--from`` or guessed by :data:`GUESSES`),
+a format's names (``weight_ih_l0``)    that format (``fmt=`` or guessed by :data:`GUESSES`),
                                        the configuration read off the shapes (:mod:`._infer`)
 a parent module's torch names          each RNN under its prefix (``rnn.weight_ih_l0``)
 =====================================  ==========================================================
@@ -112,7 +112,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         if any(_PREFIXED_TORCH.search(key) for key in arrays):
             return rnns_in_state_dict(path, arrays, options, "state_dict in an .npz archive")
         raise FileReadError(path, f"the archive holds neither a params buffer nor the tensors of a known format "
-                                  f"(it holds {sorted(arrays)[:8]}): pass --from FORMAT (fmt= in Python)")
+                                  f"(it holds {sorted(arrays)[:8]}): pass fmt=FORMAT")
     inferred = infer(fmt, arrays)
     return [FoundRNN(name, f"{fmt} tensors in an .npz archive", fmt, inferred.tensors, inferred.fields,
                      inferred.questions, tuple(inferred.notes))]

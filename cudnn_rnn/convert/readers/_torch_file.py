@@ -201,8 +201,8 @@ def _unsafe_message(error: BaseException, layout: _Layout) -> str:
     named += [name for name in layout.names if not _TENSOR_PICKLE_NAMES.match(name) and name not in named]
     what = f" ({', '.join(one_line(name, 60) for name in named[:4])})" if named else ""
     return (f"the file holds pickled Python objects{what} that would run code to load, so they are not loaded: "
-            "save the weights with torch.save(model.state_dict(), path) instead, or pass --trust-pickle "
-            "(trust_pickle=True in Python) if you trust this file")
+            "save the weights with torch.save(model.state_dict(), path) instead, or pass trust_pickle=True "
+            "if you trust this file")
 
 
 def _torch_load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool) -> Any:
@@ -211,8 +211,8 @@ def _torch_load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool
 
     if layout.torchscript and not trust_pickle:
         raise FileReadError(path, "a TorchScript archive (torch.jit.save) runs its code when loaded: save the weights "
-                                  "with torch.save(model.state_dict(), path) instead, or pass --trust-pickle "
-                                  "(trust_pickle=True in Python) if you trust this file")
+                                  "with torch.save(model.state_dict(), path) instead, or pass trust_pickle=True "
+                                  "if you trust this file")
     handle.seek(0)
     try:
         with warnings.catch_warnings():
@@ -296,7 +296,7 @@ def _candidates(mapping: Mapping[Any, Any], trail: str = "", depth: int = 1) -> 
 
 def _entry(path: str, checkpoint: Any, key: str) -> Any:
     if not isinstance(checkpoint, Mapping) or _is_state_dict(checkpoint):
-        raise FileReadError(path, f"--key {key} (key= in Python) picks a checkpoint entry, but the file holds a "
+        raise FileReadError(path, f"key={key!r} picks a checkpoint entry, but the file holds a "
                                   f"{_describe(checkpoint)}: leave the key out")
     if key in checkpoint:
         return checkpoint[key]
@@ -328,7 +328,7 @@ def _pick(path: str, loaded: Any, options: ReadOptions) -> tuple[Any, str | None
     if candidates:
         listed = ", ".join(repr(where) for where, _ in candidates)
         raise FileReadError(path, f"the checkpoint holds {len(candidates)} state_dicts with RNN weights ({listed}): "
-                                  "pick one with --key KEY (key= in Python)")
+                                  "pick one with key=KEY")
     return _not_a_state_dict(path, loaded)
 
 
@@ -392,7 +392,7 @@ def _arrays(path: str, state: Mapping[str, Any], groups: dict[str, dict[str, str
     if total > budget:
         raise FileReadError(path, f"the RNNs' tensors would take {total} bytes, more than {MAX_COPY_FACTOR} times the "
                                   f"{file_size}-byte file (they share storage): read one RNN at a time with "
-                                  "--prefix PREFIX (prefix= in Python)")
+                                  "prefix=PREFIX")
     notes = {prefix: ["the tensors are bfloat16: read as float32, exactly"]
              for prefix, names in groups.items() if _torch_dtype(state[names["weight_ih_l0"]]) == "bfloat16"}
     return {key: _to_numpy(state[key]) for key in keys}, notes
