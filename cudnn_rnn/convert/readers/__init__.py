@@ -11,17 +11,17 @@ The file's content, not its name, says what it is (:data:`FILE_KINDS`); each kin
 module, which imports its framework (h5py, torch, onnx, tensorflow) only inside the functions
 that read such a file, so each is needed only for its own files:
 
-=================  ========================================================  ================  =====================
-kind               recognised by                                             reader            options it takes
-=================  ========================================================  ================  =====================
-``npz``            a zip of ``.npy`` members                                 ``_npz_file``     prefix
+=================  ========================================================  ==================  ================
+kind               recognised by                                             reader              options it takes
+=================  ========================================================  ==================  ================
+``npz``            a zip of ``.npy`` members                                 ``_npz_file``       prefix
 ``keras``          a zip with ``config.json`` and ``model.weights.h5``       ``_keras_file``
 ``hdf5``           the HDF5 signature (``.weights.h5``, Keras 2 ``.h5``)     ``_keras_file``
-``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``   key, prefix,
-                                                                                               trust_pickle
-``onnx``           ``.onnx``, or a protobuf starting with ir_version          ``_onnx_file``
+``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``     key, prefix,
+                                                                                                 trust_pickle
+``onnx``           ``.onnx``, or a protobuf starting with ir_version         ``_onnx_file``
 ``tf_checkpoint``  ``PREFIX.index`` beside the path, or a checkpoint folder  ``_tf_checkpoint``
-=================  ========================================================  ================  =====================
+=================  ========================================================  ==================  ================
 
 Every kind takes ``fmt`` when it names a format the kind can hold; :func:`read_file` refuses an
 option a kind does not take (:data:`OPTION_USES`) before its reader runs, naming what to do
