@@ -12,6 +12,13 @@ then the backward layer's)::
 Gate orders: LSTM i,f,c,o (cuDNN's); GRU z,r,h (cuDNN's u,r,n: the first two swap).
 rnn_tanh is ``SimpleRNN(activation="tanh")`` and rnn_relu ``SimpleRNN(activation="relu")``.
 
+This module holds the facts about Keras's RNN layers that the readers of Keras files and
+TensorFlow checkpoints share: the layer classes (:data:`LAYER_KINDS`, and from it
+:data:`CELL_LAYERS`, :data:`CELL_SCOPES`, :data:`CLASS_BY_GATES`), a direction's weights
+(:data:`FIELDS`), a Bidirectional's two layers (:data:`DIRECTION_LAYERS`), the activations
+(:data:`CUDNN_ACTIVATIONS`, :data:`SIMPLE_RNN_MODES`) and what a ``GRU(reset_after=False)`` is
+(:data:`RESET_BEFORE_NOTE`).
+
 Exactness: the single LSTM / SimpleRNN bias is the sum bW + bR, which is all the math ever
 sees, so cuDNN -> Keras is exact. Keras -> cuDNN puts that bias into bR and zeros into bW, as
 Keras's own cuDNN path does; it computes the same function, though a cuDNN buffer that had
@@ -21,10 +28,11 @@ exact both ways. Keras has no projection: LSTM with num_proj is refused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .._arrays import Array
-from ..config import RNNConfig
+from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
     FormatSpec,
@@ -47,8 +55,65 @@ GATE_ORDERS: dict[str, tuple[str, ...]] = {"lstm": ("i", "f", "g", "o"), "gru": 
 TWO_BIAS_MODES: tuple[str, ...] = ("gru",)
 
 DIRECTION_NAMES: tuple[str, ...] = ("forward", "backward")
+#: the weights of one direction, in the order every Keras RNN cell creates them
 FIELDS: tuple[str, ...] = ("kernel", "recurrent_kernel", "bias")
 
+#: per direction, the attribute of a Bidirectional that holds its layer: the group of a Keras 3 weights
+#: store, the edge of a TF object graph (a SavedModel or legacy file names the layer itself "forward_lstm")
+DIRECTION_LAYERS: tuple[str, ...] = ("forward_layer", "backward_layer")
+
+
+# ---- the RNN layer classes -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerKind:
+    """A Keras RNN layer class.
+
+    Attributes:
+        class_name: Keras's class name.
+        rnn_mode: its cuDNN mode; None for SimpleRNN, whose activation decides (:data:`SIMPLE_RNN_MODES`).
+        cell: the cell class that ``keras.layers.RNN`` runs as this layer; None for the CuDNN layers.
+        cell_scope: the variable scope of that cell's weights in a TF graph (``lstm/lstm_cell/kernel``).
+        cudnn_layout: Keras 2's CuDNNLSTM / CuDNNGRU (cuDNN's matrices and both biases).
+    """
+
+    class_name: str
+    rnn_mode: str | None
+    cell: str | None = None
+    cell_scope: str | None = None
+    cudnn_layout: bool = False
+
+    @property
+    def gates(self) -> int:
+        """The gate blocks G of its weights: kernel [width, G*N], recurrent_kernel [N, G*N]."""
+        return len(MODES[self.rnn_mode].gates) if self.rnn_mode else 1  # SimpleRNN: one, either activation
+
+
+LAYER_KINDS: dict[str, LayerKind] = {kind.class_name: kind for kind in (
+    LayerKind("LSTM", "lstm", "LSTMCell", "lstm_cell"),
+    LayerKind("GRU", "gru", "GRUCell", "gru_cell"),
+    LayerKind("SimpleRNN", None, "SimpleRNNCell", "simple_rnn_cell"),
+    LayerKind("CuDNNLSTM", "lstm", cudnn_layout=True),
+    LayerKind("CuDNNGRU", "gru", cudnn_layout=True),
+)}
+
+#: keras.layers.RNN(cell): the cell class -> the layer class it runs as
+CELL_LAYERS: dict[str, str] = {kind.cell: kind.class_name for kind in LAYER_KINDS.values() if kind.cell}
+
+#: a cell's variable scope in a TF graph -> the layer class
+CELL_SCOPES: dict[str, str] = {kind.cell_scope: kind.class_name for kind in LAYER_KINDS.values() if kind.cell_scope}
+
+#: gate blocks G -> the layer class whose weights have them (the CuDNN layers differ only by their bias)
+CLASS_BY_GATES: dict[int, str] = {kind.gates: kind.class_name for kind in LAYER_KINDS.values()
+                                  if not kind.cudnn_layout}
+
+#: the activations cuDNN's LSTM and GRU compute, which are Keras's defaults; anything else is refused by name
+CUDNN_ACTIVATIONS: dict[str, str] = {"activation": "tanh", "recurrent_activation": "sigmoid"}
+
+#: SimpleRNN activation -> rnn_mode
+SIMPLE_RNN_MODES: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
+
+
+# ---- the keras format ----------------------------------------------------------------------------
 TENSOR_NAMES = TensorNames({field: "layer_{layer}/{direction}/" + field for field in FIELDS}, DIRECTION_NAMES)
 
 

@@ -15,44 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .._keras import CELL_LAYERS, CUDNN_ACTIVATIONS, LAYER_KINDS, SIMPLE_RNN_MODES, LayerKind
 from ._found import one_line
 
-__all__ = ["LayerKind", "LAYER_KINDS", "CELL_LAYERS", "CUDNN_ACTIVATIONS", "SIMPLE_RNN_MODES", "MERGE_MODES",
-           "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes", "link_feeds",
-           "class_of", "name_of", "activation_name", "is_model", "model_entries"]
+__all__ = ["MERGE_MODES", "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes",
+           "link_feeds", "class_of", "name_of", "activation_name", "is_model", "model_entries"]
 
-
-@dataclass(frozen=True)
-class LayerKind:
-    """A Keras RNN layer class.
-
-    Attributes:
-        class_name: Keras's class name.
-        rnn_mode: its cuDNN mode; None for SimpleRNN, whose activation decides.
-        cudnn_layout: Keras 2's CuDNNLSTM / CuDNNGRU (cuDNN's matrices and both biases).
-    """
-
-    class_name: str
-    rnn_mode: str | None
-    cudnn_layout: bool = False
-
-
-LAYER_KINDS: dict[str, LayerKind] = {kind.class_name: kind for kind in (
-    LayerKind("LSTM", "lstm"),
-    LayerKind("GRU", "gru"),
-    LayerKind("SimpleRNN", None),
-    LayerKind("CuDNNLSTM", "lstm", cudnn_layout=True),
-    LayerKind("CuDNNGRU", "gru", cudnn_layout=True),
-)}
-
-#: keras.layers.RNN(cell): the cell class -> the layer class it runs as
-CELL_LAYERS: dict[str, str] = {"LSTMCell": "LSTM", "GRUCell": "GRU", "SimpleRNNCell": "SimpleRNN"}
-
-#: the activations cuDNN's LSTM and GRU compute; anything else is refused by name
-CUDNN_ACTIVATIONS: dict[str, str] = {"activation": "tanh", "recurrent_activation": "sigmoid"}
-
-#: SimpleRNN activation -> rnn_mode
-SIMPLE_RNN_MODES: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 
 #: Bidirectional merge_mode -> what Keras returns, against cuDNN's [forward | backward] output
 MERGE_MODES: dict[str | None, str] = {

@@ -68,15 +68,16 @@ import numpy as np
 from ...config import DTYPES, MODES
 from .._core import reorder_gates
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
+from .._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
-from .._keras import RESET_BEFORE_NOTE
+from .._keras import TENSOR_NAMES as KERAS_NAMES
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated
 from ._infer import infer
-from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, SIMPLE_RNN_MODES, RNNLayer, activation_name, class_of,
-                            config_notes, config_refusal, is_model, name_of)
-from ._keras_layout import FIELDS, LAYER_GROUPS, legacy_layers, store_layers
+from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, RNNLayer, activation_name, class_of, config_notes,
+                            config_refusal, is_model, name_of)
+from ._keras_layout import LAYER_GROUPS, legacy_layers, store_layers
 from ._keras_weights_only import legacy_weights_only, store_weights_only
 from ._zip import READ_ERRORS, checked_members, read_member
 
@@ -94,14 +95,14 @@ WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER = "model.weights.h5", "config.jso
 def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
     """LSTM, GRU(reset_after=True), SimpleRNN: the ``keras`` format, zero biases where use_bias=False."""
     tensors = {}
-    for side, weights in zip(("forward", "backward"), arrays):
+    for direction, weights in enumerate(arrays):
         kernel = weights["kernel"]
         bias = weights.get("bias")
         if bias is None:
             columns = kernel.shape[1]
-            bias = np.zeros((2, columns) if layer.kind.rnn_mode == "gru" else (columns,), kernel.dtype)
-        tensors.update({f"layer_0/{side}/kernel": kernel, f"layer_0/{side}/bias": bias,
-                        f"layer_0/{side}/recurrent_kernel": weights["recurrent_kernel"]})
+            bias = np.zeros((2, columns) if layer.kind.rnn_mode in TWO_BIAS_MODES else (columns,), kernel.dtype)
+        for name, value in (("kernel", kernel), ("bias", bias), ("recurrent_kernel", weights["recurrent_kernel"])):
+            tensors[KERAS_NAMES.name(name, 0, direction)] = value
     return "keras", tensors
 
 
@@ -159,15 +160,11 @@ def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
     return fields
 
 
-#: rnn_mode -> gate blocks per weight matrix (a SimpleRNN's mode comes from its activation: one block)
-GATES: dict[str | None, int] = {"lstm": 4, "gru": 3, None: 1}
-
-
 def _check_weights(h5: H5File, layer: RNNLayer) -> None:
     """Every direction holds a kernel [width, G*N] and a recurrent_kernel [N, G*N] of the layer's G (and a
     CuDNN layer its bias), before any data is read."""
-    gates = GATES[layer.kind.rnn_mode]
-    for side, weights in zip(("forward", "backward"), layer.weights):
+    gates = layer.kind.gates
+    for side, weights in zip(DIRECTION_NAMES, layer.weights):
         which = f"the {side} layer of " if len(layer.weights) == 2 else ""
         needed = FIELDS if layer.kind.cudnn_layout else FIELDS[:2]
         missing = [name for name in needed if name not in weights]

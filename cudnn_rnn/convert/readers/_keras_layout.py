@@ -19,14 +19,12 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from .._keras import DIRECTION_LAYERS, FIELDS
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer, class_of, is_model, layer_of, link_feeds, model_entries, name_of
 
-__all__ = ["FIELDS", "LAYER_GROUPS", "WEIGHT_SUFFIX", "store_layers", "legacy_layers", "store_unit", "recorded_name",
+__all__ = ["LAYER_GROUPS", "WEIGHT_SUFFIX", "store_layers", "legacy_layers", "store_unit", "recorded_name",
            "legacy_weights"]
-
-#: the weights of one direction, in the order every Keras RNN cell creates them
-FIELDS: tuple[str, ...] = ("kernel", "recurrent_kernel", "bias")
 
 #: Keras 3 stores a model's layers under "layers" (Keras 2.13's .keras: "_layer_checkpoint_dependencies")
 LAYER_GROUPS: tuple[str, ...] = ("layers", "_layer_checkpoint_dependencies")
@@ -60,7 +58,7 @@ def store_unit(h5: H5File, group: Any) -> dict[str, Any]:
 
 def _store_directions(h5: H5File, layer: RNNLayer, group: Any) -> list[dict[str, Any]]:
     if len(layer.configs) == 2:
-        return [store_unit(h5, h5.child(group, side)) for side in ("forward_layer", "backward_layer")]
+        return [store_unit(h5, h5.child(group, side)) for side in DIRECTION_LAYERS]
     return [store_unit(h5, group)]
 
 

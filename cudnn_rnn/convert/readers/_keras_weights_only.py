@@ -13,35 +13,32 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+from .._keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
 from ._hdf5 import H5File
-from ._keras_config import LAYER_KINDS, LayerKind, RNNLayer
-from ._keras_layout import FIELDS, LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit
+from ._keras_config import RNNLayer
+from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit
 
 __all__ = ["store_weights_only", "legacy_weights_only", "WEIGHTS_ONLY"]
 
 
 def _looks_like_rnn(weights: Mapping[str, Any]) -> bool:
-    """Whether a kernel [width, G*N] and a recurrent_kernel [N, G*N] with G = 1, 3 or 4 are there."""
+    """Whether a kernel [width, G*N] and a recurrent_kernel [N, G*N] with the G of a Keras RNN are there."""
     kernel, recurrent = weights.get("kernel"), weights.get("recurrent_kernel")
     if kernel is None or recurrent is None or len(kernel.shape) != 2 or len(recurrent.shape) != 2:
         return False
     units, columns = recurrent.shape
-    return units > 0 and kernel.shape[1] == columns and columns % units == 0 and columns // units in (1, 3, 4)
+    return units > 0 and kernel.shape[1] == columns and columns % units == 0 and columns // units in CLASS_BY_GATES
 
 
 def _kind_from_shapes(weights: Mapping[str, Any]) -> tuple[LayerKind, bool | None]:
     """A weights-only layer's class (and a GRU's reset_after) from its shapes: the bias tells CuDNN layers
     (two biases, [2*G*N]) and reset-before GRUs ([3N]) apart."""
     units, columns = weights["recurrent_kernel"].shape
-    gates = columns // units
+    kind = LAYER_KINDS[CLASS_BY_GATES[columns // units]]
     bias = tuple(weights["bias"].shape) if "bias" in weights else None
-    if gates == 1:
-        return LAYER_KINDS["SimpleRNN"], None
-    if bias == (2 * columns,):
-        return LAYER_KINDS["CuDNNLSTM" if gates == 4 else "CuDNNGRU"], None
-    if gates == 4:
-        return LAYER_KINDS["LSTM"], None
-    return LAYER_KINDS["GRU"], bias != (columns,)
+    if kind.rnn_mode and bias == (2 * columns,):  # Keras 2's CuDNNLSTM / CuDNNGRU
+        return LAYER_KINDS["CuDNN" + kind.class_name], None
+    return kind, (bias != (columns,) if kind.rnn_mode == "gru" else None)
 
 
 WEIGHTS_ONLY = "the file holds weights only"
@@ -52,7 +49,7 @@ def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str
     display = f"Bidirectional({kind.class_name})" if len(directions) == 2 else kind.class_name
     layer = RNNLayer(name, display, kind, [{} for _ in directions], {}, weights=directions, reset_after=reset_after,
                    weights_only=True)
-    assumed = ["activation='tanh'", "recurrent_activation='sigmoid'"] if kind.rnn_mode else []
+    assumed = [f"{key}={value!r}" for key, value in CUDNN_ACTIVATIONS.items()] if kind.rnn_mode else []
     assumed += ["go_backwards=False"] + (["merge_mode='concat'"] if len(directions) == 2 else [])
     layer.notes.append(f"{reason}: {', '.join(assumed)} assumed (Keras's defaults)")
     if kind.class_name == "GRU" and "bias" not in directions[0]:
@@ -71,7 +68,7 @@ def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen
             continue
         seen.add(child.id)
         label = recorded_name(h5, child) or key
-        sides = [h5.child(child, side) for side in ("forward_layer", "backward_layer")]
+        sides = [h5.child(child, side) for side in DIRECTION_LAYERS]
         if all(side is not None for side in sides):
             directions = [store_unit(h5, side) for side in sides]
             if all(_looks_like_rnn(direction) for direction in directions):

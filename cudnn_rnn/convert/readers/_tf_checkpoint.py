@@ -76,12 +76,14 @@ from typing import Any, Iterable
 import numpy as np
 
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
-from .._keras import RESET_BEFORE_NOTE
+from .._keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
+                      RESET_BEFORE_NOTE)
+from .._keras import TENSOR_NAMES as KERAS_NAMES
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
 from ._tf_bundle import BundleEntry, read_index
 
-__all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS", "KERAS_CELLS"]
+__all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS"]
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 VARIABLE_ATTRIBUTE = "VARIABLE_VALUE"
@@ -118,16 +120,9 @@ _CUDNN_NAME = re.compile(
     r"^(?:(?P<scope>.+)/)?(?:rnn/multi_rnn_cell|stack_bidirectional_rnn)/cell_\d+/"
     r"(?:bidirectional_rnn/(?:fw|bw)/)?(?P<cell>" + "|".join(CELL_LEAVES) + r")/(?P<leaf>.+)$")
 
-# ---- Keras layers ------------------------------------------------------------------------------
-#: Keras cell variable scope -> layer class
-KERAS_CELLS: dict[str, str] = {"lstm_cell": "LSTM", "gru_cell": "GRU", "simple_rnn_cell": "SimpleRNN"}
-#: gates per cell -> layer class
-KERAS_CLASS_BY_GATES: dict[int, str] = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
-KERAS_FIELDS: tuple[str, ...] = ("kernel", "recurrent_kernel", "bias")
-DIRECTION_EDGES: dict[str, str] = {"forward": "forward_layer", "backward": "backward_layer"}
-
-_KERAS_NAME = re.compile(r"^(?P<layer>.+)/(?P<cell>" + "|".join(KERAS_CELLS) + r")(?:_\d+)?/(?P<field>"
-                         + "|".join(KERAS_FIELDS) + r")$")
+# ---- Keras layers (their classes, cells and weights: convert/_keras.py) -------------------------
+_KERAS_NAME = re.compile(r"^(?P<layer>.+)/(?P<cell>" + "|".join(CELL_SCOPES) + r")(?:_\d+)?/(?P<field>"
+                         + "|".join(FIELDS) + r")$")
 _DIRECTION_LAYER = re.compile(r"^(?P<outer>.+)/(?P<direction>forward|backward)_(?P<inner>[^/]+)$")
 
 #: object-graph edge names that only Keras 3 / only tf_keras (Keras 2) use
@@ -135,17 +130,14 @@ _KERAS3_EDGES = frozenset({"_operations", "_functional", "_layers", "_tracked"})
 _KERAS2_EDGE = re.compile(r"^layer(?:_with_weights)?-\d+$")
 _KERAS2_MARKER = "state_spec"
 
-#: layer class -> the settings a checkpoint does not keep, assumed at Keras's defaults
-ASSUMED_SETTINGS: dict[str, str] = {
-    "LSTM": "activation tanh, recurrent_activation sigmoid, go_backwards=False",
-    "GRU": "activation tanh, recurrent_activation sigmoid, go_backwards=False",
-    "SimpleRNN": "go_backwards=False",
-}
 NOTE_MERGE = "merge_mode='concat' is assumed (cuDNN concatenates the two directions)"
 
 
 def _settings_note(cls: str) -> str:
-    return f"the checkpoint keeps no layer settings: Keras's defaults are assumed ({ASSUMED_SETTINGS[cls]})"
+    """The settings a checkpoint does not keep, assumed at Keras's defaults (a SimpleRNN's activation is asked)."""
+    activations = [f"{key} {value}" for key, value in CUDNN_ACTIVATIONS.items()] if LAYER_KINDS[cls].rnn_mode else []
+    assumed = ", ".join(activations + ["go_backwards=False"])
+    return f"the checkpoint keeps no layer settings: Keras's defaults are assumed ({assumed})"
 
 
 # ---- paths --------------------------------------------------------------------------------------
@@ -288,8 +280,9 @@ def _opaque_candidates(names: dict[str, str], scopes: set[str | None]) -> list[_
     return result
 
 
-def _keras_layer_keys(fields: dict[str, str], direction: str = "forward") -> dict[str, str]:
-    return {f"layer_0/{direction}/{name}": key for name, key in fields.items()}
+def _keras_layer_keys(fields: dict[str, str], direction: int = 0) -> dict[str, str]:
+    """The checkpoint keys of one direction's weights (field -> key), by their names in the keras format."""
+    return {KERAS_NAMES.name(name, 0, direction): key for name, key in fields.items()}
 
 
 def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidate]:
@@ -301,7 +294,7 @@ def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidat
         match = _KERAS_NAME.match(name)
         if match is not None:
             layers.setdefault(match.group("layer"), {}).setdefault(match.group("field"), key)
-            classes[match.group("layer")] = KERAS_CELLS[match.group("cell")]
+            classes[match.group("layer")] = CELL_SCOPES[match.group("cell")]
     wrappers: dict[str, tuple[str, str, str]] = {}   # each direction's layer -> (wrapper, forward, backward)
     for layer in layers:
         match = _DIRECTION_LAYER.match(layer)
@@ -318,7 +311,7 @@ def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidat
         elif wrappers[layer] not in done:
             done.add(wrappers[layer])
             wrapper, forward, backward = wrappers[layer]
-            keys = {**_keras_layer_keys(layers[forward]), **_keras_layer_keys(layers[backward], "backward")}
+            keys = {**_keras_layer_keys(layers[forward]), **_keras_layer_keys(layers[backward], direction=1)}
             result.append(_Candidate(wrapper, f"Keras Bidirectional({cls}) ({origin})", "keras", keys,
                                      [NOTE_MERGE, _settings_note(cls)]))
     return result
@@ -389,24 +382,25 @@ def _keras_graph_candidates(graph: _ObjectGraph, shapes: dict[str, tuple[int, ..
     parents = graph.parents()
     layers: dict[int, tuple[dict[str, str], str]] = {}   # layer node -> (field -> key, class)
     for cell, edges in enumerate(graph.children):
-        fields = {name: graph.variables[edges[name]] for name in KERAS_FIELDS
+        fields = {name: graph.variables[edges[name]] for name in FIELDS
                   if name in edges and edges[name] in graph.variables}
         if "kernel" not in fields or "recurrent_kernel" not in fields:
             continue
         kernel, recurrent = shapes.get(fields["kernel"], ()), shapes.get(fields["recurrent_kernel"], ())
         if len(kernel) != 2 or len(recurrent) != 2 or not recurrent[0] or recurrent[1] % recurrent[0]:
             continue
-        cls = KERAS_CLASS_BY_GATES.get(recurrent[1] // recurrent[0])
+        cls = CLASS_BY_GATES.get(recurrent[1] // recurrent[0])
         if cls is None:
             continue
         for edge, layer in parents.get(cell, []):
             if edge == "cell" and layer in graph.paths:
                 layers.setdefault(layer, (fields, cls))
     wrappers: dict[int, tuple[int, int]] = {}            # Bidirectional node -> (forward, backward) layer nodes
+    forward_edge, backward_edge = DIRECTION_LAYERS
     for layer in layers:
         for edge, wrapper in parents.get(layer, []):
-            if edge == DIRECTION_EDGES["forward"] and wrapper in graph.paths:
-                backward = graph.children[wrapper].get(DIRECTION_EDGES["backward"])
+            if edge == forward_edge and wrapper in graph.paths:
+                backward = graph.children[wrapper].get(backward_edge)
                 if backward in layers and layers[backward][1] == layers[layer][1]:
                     wrappers[wrapper] = (layer, backward)
     paired = {layer for pair in wrappers.values() for layer in pair}
@@ -417,7 +411,7 @@ def _keras_graph_candidates(graph: _ObjectGraph, shapes: dict[str, tuple[int, ..
             forward, backward = wrappers[node]
             cls = layers[forward][1]
             version = _keras_version(graph, forward, path)
-            keys = {**_keras_layer_keys(layers[forward][0]), **_keras_layer_keys(layers[backward][0], "backward")}
+            keys = {**_keras_layer_keys(layers[forward][0]), **_keras_layer_keys(layers[backward][0], direction=1)}
             source, notes = f"{version} Bidirectional({cls})", [NOTE_MERGE]
         else:
             fields, cls = layers[node]
@@ -519,15 +513,15 @@ def _opaque_found(candidate: _Candidate, params: np.ndarray) -> FoundRNN:
 def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> FoundRNN | None:
     """A Keras GRU whose bias is (3N,) in the ``gru_block_cell`` format (unidirectional), refused
     when bidirectional; None for every other Keras layer."""
-    kernel, recurrent = tensors["layer_0/forward/kernel"], tensors["layer_0/forward/recurrent_kernel"]
-    bias = tensors.get("layer_0/forward/bias")
+    kernel, recurrent = tensors[KERAS_NAMES.name("kernel")], tensors[KERAS_NAMES.name("recurrent_kernel")]
+    bias = tensors.get(KERAS_NAMES.name("bias"))
     units = recurrent.shape[0]
-    if recurrent.shape[1] != 3 * units or bias is None or bias.ndim != 1:
+    if recurrent.shape[1] != LAYER_KINDS["GRU"].gates * units or bias is None or bias.ndim != 1:
         return None
     fields = {"rnn_mode": "gru", "num_layers": 1, "num_units": int(units), "input_size": int(kernel.shape[0]),
               "num_proj": 0, "input_mode": "linear_input", "dtype": str(kernel.dtype)}
     source = candidate.source.replace("GRU", "GRU(reset_after=False)", 1)
-    if "layer_0/backward/kernel" in tensors:
+    if KERAS_NAMES.name("kernel", 0, 1) in tensors:
         return FoundRNN(candidate.name, source, "keras", tensors, {**fields, "direction": "bidirectional"},
                         notes=tuple(candidate.notes), refusal=(
                             "Bidirectional(GRU(reset_after=False)) is a reset-before GRU in both directions, which "
