@@ -71,6 +71,7 @@ from .._gru_block_cell import keras_reset_before_to_gru_block_cell
 from .._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
 from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
 from .._keras import TENSOR_NAMES as KERAS_NAMES
+from .._torch import TENSOR_NAMES as TORCH_NAMES
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated
@@ -123,17 +124,17 @@ def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tupl
         blocks = np.split(stacked, len(keras), axis=1)
         return reorder_gates(np.concatenate([block.reshape(units, -1) for block in blocks]), keras, cudnn, np)
 
-    for suffix, weights in zip(("", "_reverse"), arrays):
+    for direction, weights in enumerate(arrays):
         units = weights["recurrent_kernel"].shape[0]
-
         if weights["bias"].shape != (2 * len(keras) * units,):
             raise ValueError(f"layer {layer.name!r} ({layer.display}): its bias has shape {weights['bias'].shape}; a "
                              f"{layer.kind.class_name} of {units} units keeps {2 * len(keras) * units} biases")
         input_bias, recurrent_bias = np.split(weights["bias"], 2)
-        tensors.update({f"weight_ih_l0{suffix}": matrices(weights["kernel"], units),
-                        f"weight_hh_l0{suffix}": matrices(weights["recurrent_kernel"], units),
-                        f"bias_ih_l0{suffix}": reorder_gates(input_bias, keras, cudnn, np),
-                        f"bias_hh_l0{suffix}": reorder_gates(recurrent_bias, keras, cudnn, np)})
+        for name, value in (("input", matrices(weights["kernel"], units)),
+                            ("recurrent", matrices(weights["recurrent_kernel"], units)),
+                            ("input_bias", reorder_gates(input_bias, keras, cudnn, np)),
+                            ("recurrent_bias", reorder_gates(recurrent_bias, keras, cudnn, np))):
+            tensors[TORCH_NAMES.name(name, 0, direction)] = value
     return "torch", tensors
 
 
