@@ -1,6 +1,6 @@
 """The reference backend at another git revision against the working tree: one training step each.
 
-Loads ``cudnn_rnn/_reference.py`` (and ``_cells.py`` where that revision has one) as it was at REV,
+Loads ``cudnn_rnn/_reference.py`` (and ``_cells.py``, ``_reserve.py`` where that revision has them) as it was at REV,
 beside the working tree's, and times ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3`` through each in
 turns in one process (the bench_cpu configurations, time-major, with their dropout). Both must agree on the
 output, input and weight gradients (relative to their max: 1e-5 in float32, 1e-12 in float64).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import subprocess
 import sys
 import types
@@ -34,9 +35,14 @@ from cudnn_rnn import _reference  # noqa: E402
 ENTRY_POINTS = ("forward", "backward")
 
 
+#: the reference backend's sibling modules taken from the revision too (where it has them): its cell
+#: math, and its reserve header (the working tree's ops still record and check each reserve by identity)
+REVISION_SIBLINGS = ("_cells", "_reserve")
+
+
 def backend_at(revision: str) -> types.ModuleType:
     """``cudnn_rnn._reference`` as it was at ``revision``, as a module of the package (its imports of
-    ``_reserve``, ``config``, ``layout`` ... resolve to the working tree's; ``_cells`` to the revision's)."""
+    ``config``, ``layout`` ... resolve to the working tree's; :data:`REVISION_SIBLINGS` to the revision's)."""
 
     def source(path: str) -> str | None:
         result = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=HERE.parent, capture_output=True, text=True)
@@ -45,13 +51,21 @@ def backend_at(revision: str) -> types.ModuleType:
     reference = source("cudnn_rnn/_reference.py")
     if reference is None:
         raise SystemExit(f"no cudnn_rnn/_reference.py at {revision!r}")
-    cells = source("cudnn_rnn/_cells.py")
     tag = f"at_{abs(hash(revision))}"
-    if cells is not None:  # the revision's own cells, under their own name
-        _load(f"cudnn_rnn._cells_{tag}", cells, "cudnn_rnn")
-        reference = reference.replace("from . import _cells, ", f"from . import _cells_{tag} as _cells\nfrom . import ")
-    name = f"cudnn_rnn._reference_{tag}"
-    return _load(name, reference, "cudnn_rnn")
+    siblings = {name: text for name in REVISION_SIBLINGS if (text := source(f"cudnn_rnn/{name}.py")) is not None}
+    for name, text in siblings.items():  # each under its own name, imported by the revision's modules
+        _load(f"cudnn_rnn.{name}_{tag}", _with_siblings(text, siblings, tag), "cudnn_rnn")
+    return _load(f"cudnn_rnn._reference_{tag}", _with_siblings(reference, siblings, tag), "cudnn_rnn")
+
+
+def _with_siblings(text: str, siblings: dict[str, str], tag: str) -> str:
+    """``text`` with its ``from . import a, b`` lines taking the revision's own copy of each sibling."""
+
+    def rewrite(match: re.Match[str]) -> str:
+        names = [name.strip() for name in match[1].split(",")]
+        return "from . import " + ", ".join(f"{name}_{tag} as {name}" if name in siblings else name for name in names)
+
+    return re.sub(r"^from \. import ([\w, ]+)$", rewrite, text, flags=re.M)
 
 
 def _load(name: str, text: str, package: str) -> types.ModuleType:
