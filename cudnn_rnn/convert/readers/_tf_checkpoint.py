@@ -61,7 +61,8 @@ checkpoint keeps no layer names and no layer settings: RNNs are named by their o
 
 Every index is checked by :func:`._tf_bundle.read_index` before TensorFlow opens it (TF's C++
 reader aborts the process on some malformed entries), and each variable's declared dtype and
-shape is checked before its value is read.
+shape is checked before its value is read. The object graph, and a SavedModel's variable names
+on it, are read by :mod:`._tf_object_graph`.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -82,12 +82,10 @@ from .._keras import TENSOR_NAMES as KERAS_NAMES
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
 from ._tf_bundle import BundleEntry, read_index
+from ._tf_object_graph import OBJECT_GRAPH_KEY, OBJECT_KEY_SUFFIX, ObjectGraph, saved_model_names
 
 __all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS"]
 
-OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
-VARIABLE_ATTRIBUTE = "VARIABLE_VALUE"
-OBJECT_KEY_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 STATE_FILE = "checkpoint"
 SAVED_MODEL_FILE = "saved_model.pb"
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -317,58 +315,7 @@ def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidat
     return result
 
 
-# ---- the object graph of an object-based checkpoint ----------------------------------------------
-@dataclass
-class _ObjectGraph:
-    """Children per node (edge name -> node), the variable key of variable nodes, and each node's
-    first path from the root (breadth first, children in stored order)."""
-
-    children: list[dict[str, int]]
-    variables: dict[int, str]
-    paths: dict[int, str]
-
-    @classmethod
-    def parse(cls, serialized: bytes) -> "_ObjectGraph":
-        from google.protobuf.message import DecodeError
-        from tensorflow.core.protobuf import trackable_object_graph_pb2
-
-        try:
-            graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(serialized)
-        except DecodeError:
-            raise ValueError(f"the checkpoint's object graph ({OBJECT_GRAPH_KEY}) does not parse: the checkpoint is "
-                             "corrupt") from None
-        count = len(graph.nodes)
-        children, variables = [], {}
-        for node_id, node in enumerate(graph.nodes):
-            edges = {}
-            for child in node.children:
-                if not 0 <= child.node_id < count:
-                    raise ValueError(f"the checkpoint's object graph links node {node_id} to node {child.node_id}, "
-                                     f"which does not exist (it has {count}): the checkpoint is corrupt")
-                edges.setdefault(child.local_name, child.node_id)
-            children.append(edges)
-            for attribute in node.attributes:
-                if attribute.name == VARIABLE_ATTRIBUTE:
-                    variables[node_id] = attribute.checkpoint_key
-        paths = {0: ""} if count else {}
-        queue = deque(paths)
-        while queue:
-            node_id = queue.popleft()
-            for edge, child in children[node_id].items():
-                if child not in paths:
-                    paths[child] = f"{paths[node_id]}/{edge}" if paths[node_id] else edge
-                    queue.append(child)
-        return cls(children, variables, paths)
-
-    def parents(self) -> dict[int, list[tuple[str, int]]]:
-        result: dict[int, list[tuple[str, int]]] = {}
-        for node_id, edges in enumerate(self.children):
-            for edge, child in edges.items():
-                result.setdefault(child, []).append((edge, node_id))
-        return result
-
-
-def _keras_version(graph: _ObjectGraph, layer: int, path: str) -> str:
+def _keras_version(graph: ObjectGraph, layer: int, path: str) -> str:
     edges = path.split("/")
     if _KERAS3_EDGES.intersection(edges):
         return "Keras 3"
@@ -377,7 +324,7 @@ def _keras_version(graph: _ObjectGraph, layer: int, path: str) -> str:
     return "Keras"
 
 
-def _keras_graph_candidates(graph: _ObjectGraph, shapes: dict[str, tuple[int, ...]]) -> list[_Candidate]:
+def _keras_graph_candidates(graph: ObjectGraph, shapes: dict[str, tuple[int, ...]]) -> list[_Candidate]:
     """Keras RNN layers in an object graph: nodes whose ``cell`` has kernel and recurrent_kernel."""
     parents = graph.parents()
     layers: dict[int, tuple[dict[str, str], str]] = {}   # layer node -> (field -> key, class)
@@ -537,36 +484,6 @@ def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> 
 
 
 # ---- the reader --------------------------------------------------------------------------------
-def _saved_model_names(location: Location, graph: _ObjectGraph, shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
-    """SavedModel variable name -> checkpoint key (the SavedModel's object graph numbers its nodes
-    as the checkpoint's does); empty when the two graphs do not line up."""
-    from google.protobuf.message import DecodeError
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    try:
-        with open(location.saved_model, "rb") as handle:
-            model = saved_model_pb2.SavedModel.FromString(handle.read())
-    except (OSError, DecodeError) as error:
-        raise ValueError(f"the SavedModel's {SAVED_MODEL_FILE} cannot be read ({one_line(error, 120)}): the model is "
-                         "corrupt; pass its variables/variables prefix to read the weights "
-                         "without layer names") from None
-    if not model.meta_graphs:
-        return {}
-    nodes = model.meta_graphs[0].object_graph_def.nodes
-    if len(nodes) != len(graph.children):
-        return {}
-    names: dict[str, str] = {}
-    for node_id, key in sorted(graph.variables.items()):
-        node = nodes[node_id]
-        if node.WhichOneof("kind") != "variable":
-            return {}
-        declared = tuple(int(d.size) for d in node.variable.shape.dim)
-        if key in shapes and declared != shapes[key]:
-            return {}
-        names.setdefault(node.variable.name, key)
-    return names
-
-
 def _holdings(shapes: dict[str, tuple[int, ...]]) -> str:
     names = sorted(key[:-len(OBJECT_KEY_SUFFIX)] if key.endswith(OBJECT_KEY_SUFFIX) else key
                    for key in shapes if key != OBJECT_GRAPH_KEY)
@@ -595,9 +512,9 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
                              f"{checkpoint.dtypes[OBJECT_GRAPH_KEY]} of shape {shapes[OBJECT_GRAPH_KEY]}, "
                              "not a string scalar: the checkpoint is corrupt")
         serialized = checkpoint.value(OBJECT_GRAPH_KEY)
-        graph = _ObjectGraph.parse(serialized.item() if isinstance(serialized, np.ndarray) else bytes(serialized))
+        graph = ObjectGraph.parse(serialized.item() if isinstance(serialized, np.ndarray) else bytes(serialized))
         if location.saved_model:
-            names = _saved_model_names(location, graph, shapes)
+            names = saved_model_names(location.saved_model, graph, shapes)
             candidates += _cudnn_candidates(names) + _keras_name_candidates(names, "SavedModel")
         used = {key for candidate in candidates for key in candidate.keys.values()}
         candidates += _unused(_keras_graph_candidates(graph, shapes), used)
