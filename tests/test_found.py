@@ -7,8 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, read_file, to_format
+from cudnn_rnn.convert.readers import FileReadError, Question
+from cudnn_rnn.convert.readers._found import MAX_COMPRESSION_RATIO, check_declared_size, one_line
 from cudnn_rnn.layers import GRU, LSTM, RNN, RecurrentLayer
+from reading_testing import found_layer
 
 
 @pytest.mark.parametrize("make", [
@@ -49,3 +53,29 @@ def test_to_layer_asks_for_what_the_file_cannot_tell(tmp_path: Path) -> None:
         found.to_layer()
     layer = found.with_hints(rnn_mode="lstm", num_layers=1, num_units=3, input_size=2).to_layer()
     assert isinstance(layer, RecurrentLayer) and isinstance(layer, LSTM)
+
+
+# ---- hints and the checks every reader shares --------------------------------------------------------
+def test_overrides_are_checked_against_the_file() -> None:
+    rnn = found_layer(RNNConfig("lstm", 1, 4, 3), "lstm")
+    assert rnn.with_hints(num_units=4, rnn_mode="lstm", direction=None).config == rnn.config
+    with pytest.raises(ValueError, match=r"num_units=5 disagrees with the file: lstm \(test layer\) has "
+                                         r"num_units=4; drop the argument or pick another RNN"):
+        rnn.with_hints(num_units=5)
+    with pytest.raises(TypeError, match=r"hints must be among"):
+        rnn.with_hints(dropout=0.5)
+    asked = rnn.replace(fields={k: v for k, v in rnn.fields.items() if k != "rnn_mode"},
+                        questions={"rnn_mode": Question(("lstm",), "test")})
+    with pytest.raises(ValueError, match=r"rnn_mode='gru' is not possible for lstm \(test layer\); it can be lstm"):
+        asked.with_hints(rnn_mode="gru")
+
+
+
+
+def test_check_declared_size_and_one_line() -> None:
+    assert check_declared_size("f", "t", (2, 3), 4, 24, False) == 24
+    assert check_declared_size("f", "t", (1000,), 4, 4000 // MAX_COMPRESSION_RATIO + 1, True) == 4000
+    with pytest.raises(FileReadError, match=r"tensor 't' declares an invalid shape \(-1, 3\)"):
+        check_declared_size("f", "t", (-1, 3), 4, 100, False)
+    assert one_line("a\n  b\x1b[1;31m c\x07") == "a b c"
+    assert one_line("x" * 500, 20) == "x" * 17 + "..."

@@ -16,7 +16,7 @@ from cudnn_rnn.convert import read_file
 from cudnn_rnn.convert.readers import FileReadError
 from cudnn_rnn.params_file import read_params_file, write_params_file
 
-from test_read_npz import CONFIGS, random_params, savez
+from reading_testing import CONFIGS, random_params, savez
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -27,10 +27,10 @@ import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
 from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _hdf5, _hdf5_child, _keras_file, read_file, stack
-from rnn_testing import read_refusal
+from keras_testing import rnn_arrays, run_like_keras, run_reset_before
+from rnn_testing import read_refusal, relative_error
 
 GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
-TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 LSTM_LINE = "num_layers=1, num_units={n}, input_size={i}, direction={d}, num_proj=0, input_mode=linear_input, dtype={t}"
 
 
@@ -106,19 +106,6 @@ HINTS: dict[tuple[str, str], dict[str, str]] = {
     ("keras2_model_weights.h5", "relu_rnn"): {"rnn_mode": "rnn_relu"},
 }
 
-#: merge_mode -> how Keras combines cuDNN's [forward | backward] halves
-MERGES = {"concat": lambda y: y, None: lambda y: y,
-          "sum": lambda y: np.add(*np.split(y, 2, axis=-1)),
-          "ave": lambda y: np.add(*np.split(y, 2, axis=-1)) / 2,
-          "mul": lambda y: np.multiply(*np.split(y, 2, axis=-1))}
-
-
-def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    return float(np.max(np.abs(actual - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
-
-
 def load_expected(stem: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with np.load(GOLDEN / f"{stem}.expected.npz") as data:
         arrays = {name: data[name] for name in data.files if name != "meta"}
@@ -129,45 +116,6 @@ def expected_for(file: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     stem = next(stem for stem in ("keras3_functional", "keras3_bidirectional_stack", "keras3_float64", "keras2_model",
                                   "keras2_cudnn") if file.startswith(stem))
     return load_expected(stem)
-
-
-def rnn_arrays(arrays: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
-    return {key[len(name) + 1:]: value for key, value in arrays.items() if key.startswith(name + "/")}
-
-
-def run_like_keras(found: FoundRNN, arrays: dict[str, np.ndarray], lengths: np.ndarray,
-                   merge_mode: str | None) -> None:
-    """Run ``found`` through cudnn_rnn_v3 on the layer's recorded input; assert Keras's outputs and states."""
-    config = found.config
-    params = found.to_params().value
-    x = arrays["x"]
-    zeros = np.zeros((x.shape[0], config.num_pseudo_layers, config.num_units), x.dtype)
-    h0 = arrays.get("h0", zeros)
-    c0 = arrays.get("c0", zeros) if config.has_cell else None
-    out = cudnn_rnn.cudnn_rnn_v3(x, h0, c0, params, lengths, rnn_mode=config.rnn_mode, direction=config.direction,
-                                 is_training=False, time_major=False)
-    tolerance = TOLERANCE[str(x.dtype)]
-    if "output" in arrays:
-        assert relative_error(MERGES[merge_mode](out.output), arrays["output"]) <= tolerance, f"{found.name}: output"
-    if "h" in arrays:
-        assert relative_error(out.output_h, arrays["h"]) <= tolerance, f"{found.name}: h"
-    if "c" in arrays:
-        assert relative_error(out.output_c, arrays["c"]) <= tolerance, f"{found.name}: c"
-
-
-def run_reset_before(found: FoundRNN, arrays: dict[str, np.ndarray], lengths: np.ndarray) -> None:
-    """A reset-before GRU stepped with cudnn_rnn.gru_block_cell, each sequence stopping at its length."""
-    w = found.tensors
-    x = arrays["x"]
-    h = np.zeros((x.shape[0], found.fields["num_units"]), x.dtype)
-    outputs = []
-    for t in range(x.shape[1]):
-        step = cudnn_rnn.gru_block_cell(x[:, t], h, w["w_ru"], w["w_c"], w["b_ru"], w["b_c"])[3]
-        valid = (t < lengths)[:, None]
-        h = np.where(valid, step, h)
-        outputs.append(np.where(valid, step, 0))
-    assert relative_error(np.stack(outputs, 1), arrays["output"]) <= TOLERANCE[str(x.dtype)], found.name
-    assert relative_error(h[:, None], arrays["h"]) <= TOLERANCE[str(x.dtype)], found.name
 
 
 # ---- what is found ---------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from cudnn_rnn.config import RNNConfig  # noqa: E402
 from cudnn_rnn.convert import from_format, to_format  # noqa: E402
 from cudnn_rnn.convert.readers import read_file, stack  # noqa: E402
 from rnn_testing import load_script, stable_seed  # noqa: E402
-from test_read_keras import rnn_arrays, run_like_keras, run_reset_before  # noqa: E402
+from keras_testing import rnn_arrays, run_like_keras, run_reset_before  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 warnings.filterwarnings("ignore", message=".*HDF5 file.*")
