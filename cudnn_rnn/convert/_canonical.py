@@ -58,5 +58,4 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
 )

@@ -361,7 +361,7 @@ class FormatSpec:
             of ``tensors`` (:class:`TensorShapes`) tell, raising a ValueError where they do not
             form one RNN of the format; None where they cannot tell the sizes (canonical).
         signature: a pattern (``search``) matching names that only this format's tensors have:
-            how a file of named tensors is recognised; None: never guessed.
+            how a file of named tensors is recognised; by default ``names.signature()``.
     """
 
     name: str
@@ -374,6 +374,10 @@ class FormatSpec:
     omitted_biases: OmittedBiases | None = None
     reading: Callable[["FormatSpec", TensorShapes], ConfigRead] | None = None
     signature: re.Pattern[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.signature is None and self.names is not None:
+            object.__setattr__(self, "signature", self.names.signature())
 
 
 def no_refusal(config: RNNConfig) -> None:

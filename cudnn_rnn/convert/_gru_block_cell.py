@@ -142,6 +142,5 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
     reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"),
 )

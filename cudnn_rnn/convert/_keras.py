@@ -193,7 +193,6 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
     omitted_biases=OmittedBiases(
         ("bias",), "the layers have no biases (use_bias=False): zero biases are used, the same function"),
     reading=ShapeReading(

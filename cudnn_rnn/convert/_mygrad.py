@@ -111,6 +111,5 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
     reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"),
 )

@@ -126,7 +126,6 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
     omitted_biases=OmittedBiases(("B",), "layer {layer} has no B: zero biases are used, the same function",
                                  per_layer=True),
     reading=ShapeReading(

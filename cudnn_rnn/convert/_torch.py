@@ -87,7 +87,6 @@ FORMAT = FormatSpec(
     encode=encode,
     decode=decode,
     names=TENSOR_NAMES,
-    signature=TENSOR_NAMES.signature(),
     omitted_biases=OmittedBiases(
         ("input_bias", "recurrent_bias"),
         "the state_dict has no biases (bias=False): zero biases are used, the same function"),
