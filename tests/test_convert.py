@@ -1,8 +1,8 @@
 """cudnn_rnn.convert with NumPy only: layouts from the published facts, round trips, refusals.
 
 * Gate orders and bias rules are checked on a params buffer whose every element is its own
-  index, against each format's published layout (anchors.md section 4, tf_semantics.md
-  section 7), written out by hand here.
+  index, against each format's published layout (PyTorch's nn.LSTM/GRU/RNN weight docs, Keras's
+  layers, ONNX's LSTM/GRU/RNN operators, TF's CudnnRNN canonical order), written out by hand here.
 * Round trips are property-based over random configurations: format -> params -> format is
   bit-exact for every format; params -> format -> params is bit-exact where the format keeps
   both biases, and otherwise computes the same function (checked with the reference op).

@@ -2,7 +2,7 @@
 
 Three oracles: TensorFlow's kernels (golden files from scripts/make_golden_gru_block.py, float32),
 float64 central finite differences of the forward, and the published doc's formulas, which are
-wrong in known places (reference/tf_semantics.md section 9) and must NOT be what we compute.
+wrong in known places (the equations cudnn_rnn/gru_block.py states are the kernel's) and must NOT be what we compute.
 """
 
 from __future__ import annotations
