@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import Array, array_kind
+from ._arrays import Array, array_kind, to_host
 from .config import RNNConfig
 
 __all__ = ["HEADER_BYTES", "ForwardKey", "header_elements", "header", "header_view", "write_header", "header_only",
@@ -121,9 +121,7 @@ def payload(reserve: Array) -> Array:
 
 def read_header(reserve: Array) -> bytes:
     """The tag stored in ``reserve``'s header (on CuPy a device-to-host copy: it waits for the device)."""
-    raw = header_view(reserve)[:_TAG_BYTES]
-    host = raw.get() if array_kind(raw) == "cupy" else raw
-    return bytes(np.asarray(host, dtype=np.uint8).tobytes())
+    return to_host(header_view(reserve)[:_TAG_BYTES]).tobytes()
 
 
 # ==== record and check =======================================================================
@@ -178,7 +176,7 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
         if kind is None:
             raise TypeError("host_reserved must be None or the forward's int8 array; "
                             f"got {type(host_reserved).__name__}")
-        host: Any = host_reserved.get() if kind == "cupy" else host_reserved
+        host = to_host(host_reserved)
         if host.size and (host.dtype != np.int8 or host.ndim != 1 or host.tobytes() != key.fingerprint):
             raise ValueError("host_reserved does not belong to this forward call (expected the int8 fingerprint "
                              f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype {host.dtype}, "

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _reserve
-from ._arrays import Array, array_kind, array_module, device_of, on_device
+from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
 from .config import DIRECTIONS, MODES, RNNConfig, dtype_name
 from .layout import params_layout
 
@@ -172,7 +172,7 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
         raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {lengths.dtype}")
     if tuple(lengths.shape) != (batch,):
         raise ValueError(f"sequence_lengths must have shape ({batch},) (the batch size); got {tuple(lengths.shape)}")
-    host = np.asarray(lengths.get() if kind == "cupy" else lengths)
+    host = to_host(lengths)
     bad = np.flatnonzero((host < 0) | (host > max_time))
     if bad.size:
         i = int(bad[0])
