@@ -93,10 +93,12 @@ def checked_members(path: str, archive: zipfile.ZipFile) -> dict[str, zipfile.Zi
         size = os.fstat(file.fileno()).st_size
         for info in infos:
             _check_member(path, info, file, size)
-    members = {info.filename: info for info in infos}
-    if len(members) != len(infos):
-        twice = next(info.filename for info in infos if sum(i.filename == info.filename for i in infos) > 1)
-        raise FileReadError(path, f"the zip archive holds member {one_line(twice, 80)!r} twice: the file is corrupt")
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in infos:
+        if info.filename in members:  # the first name seen twice, in one pass however many members
+            raise FileReadError(path, f"the zip archive holds member {one_line(info.filename, 80)!r} twice: "
+                                      "the file is corrupt")
+        members[info.filename] = info
     return members
 
 
