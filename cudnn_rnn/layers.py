@@ -360,7 +360,7 @@ class RecurrentLayer:
         if not is_count(step):
             raise ValueError(f"step must be a non-negative int; got {type(step).__name__} {step!r}")
         module = array_module(params=params) if xp is None else _array_module_named(xp)
-        copy = params.copy() if module.__name__ == kind else np.array(to_host(params))
+        copy = params.copy() if module.__name__ == kind else to_host(params)  # crossing kinds copies anyway
         return cls._from_saved(config, copy, int(step), module, "config", "from_params")
 
     def state_dict(self) -> dict[str, Any]:
