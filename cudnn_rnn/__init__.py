@@ -16,7 +16,7 @@ from .ops import RNNGradients, RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
 from . import checkpoint, convert, distributed, files, optim  # noqa: E402  (subpackages of the public API)
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "LSTM",
