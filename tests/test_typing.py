@@ -1,0 +1,40 @@
+"""The package type-checks: `mypy` in strict mode (settings in pyproject.toml) finds nothing.
+
+It checks the package the tests import: the checkout's ``cudnn_rnn/`` in a development install, the
+installed files when CI runs the suite against the built wheel.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import cudnn_rnn
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = Path(cudnn_rnn.__file__).resolve().parent
+
+
+def test_mypy_strict_finds_nothing() -> None:
+    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
+                             "--no-incremental", str(PACKAGE)],
+                            cwd=PACKAGE.parent, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout, result.stdout
+
+
+def test_the_settings_are_strict_with_no_blanket_ignores() -> None:
+    """What the check above means: strict mode on, and no module of the package told to be quiet."""
+    import tomllib
+
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert settings["strict"] is True
+    for override in settings.get("overrides", []):
+        modules = override["module"] if isinstance(override["module"], list) else [override["module"]]
+        assert not [m for m in modules if m.split(".")[0] == "cudnn_rnn"], f"relaxes the package: {override}"
+        assert set(override) <= {"module", "ignore_missing_imports"}, f"an override relaxes more: {override}"
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "# mypy: ignore-errors" not in text and "# type: ignore\n" not in text, \
+            f"{path.relative_to(PACKAGE.parent)} silences the checker wholesale (give the error code on the line)"
