@@ -27,7 +27,7 @@ import functools
 import re
 import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar, cast
 
 from .._arrays import Array, array_module
 from ..config import RNNConfig, dtype_name
@@ -298,6 +298,7 @@ class ShapeReading:
         read = {size: tensors.shape(names.name(field), self.ndim)[axis] for size, (field, axis) in self.sizes.items()
                 if field != self.projection or projected}
         units = read.get("num_units", read.get("state_size"))
+        assert units is not None, f"format {spec.name!r} reads num_units or state_size"
         state = read.get("state_size", units)
         mode = self.mode
         if mode is None:
@@ -541,11 +542,12 @@ def check_config(config: object) -> RNNConfig:
 def check_params(params: object, config: RNNConfig) -> Any:
     """Validate the params buffer; returns its array module."""
     xp = array_module(params=params)
+    array = cast(Array, params)  # array_module refused anything but a NumPy or CuPy array
     size = params_layout(config).size
-    if params.ndim != 1 or params.shape[0] != size:  # type: ignore[union-attr]
+    if array.ndim != 1 or array.shape[0] != size:
         raise ValueError(f"params must be 1-D with {size} elements for this configuration ({describe(config)}); "
-                         f"got shape {tuple(params.shape)}")  # type: ignore[union-attr]
-    dtype_name(params.dtype, "params.dtype")  # type: ignore[union-attr]
+                         f"got shape {tuple(array.shape)}")
+    dtype_name(array.dtype, "params.dtype")
     return xp
 
 

@@ -127,8 +127,10 @@ def convert_between(src: str, dst: str, tensors: Mapping[str, Array], config: RN
     source, target = _spec(src, config, "src"), _spec(dst, config, "dst")
     if src == dst or (src, dst) in DIRECT_CONVERSIONS:
         xp, _ = check_tensors(src, tensors, source.shapes(config), config)
-        convert = DIRECT_CONVERSIONS.get((src, dst), lambda t: {name: xp.array(value) for name, value in t.items()})
-        return Converted(convert(tensors))
+        direct = DIRECT_CONVERSIONS.get((src, dst))
+        if direct is not None:
+            return Converted(direct(tensors))
+        return Converted({name: xp.array(value) for name, value in tensors.items()})
     first = from_format(source.name, tensors, config, allow_approximation=allow_approximation)
     second = to_format(target.name, first.value, config, allow_approximation=allow_approximation)
     return Converted(second.value, first.approximations + second.approximations)

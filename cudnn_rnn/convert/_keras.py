@@ -142,7 +142,7 @@ def reset_before_refusal(tensors: TensorShapes, fields: Mapping[str, Any]) -> st
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
     gn, n = config.num_gates * config.num_units, config.num_units
     bias_shape = (2, gn) if config.rnn_mode in TWO_BIAS_MODES else (gn,)
-    result = {}
+    result: dict[str, tuple[int, ...]] = {}
     for _, layer, direction in pseudo_layers(config):
         result[_key(layer, direction, "kernel")] = (config.layer_input_size(layer), gn)
         result[_key(layer, direction, "recurrent_kernel")] = (n, gn)

@@ -80,7 +80,7 @@ def direction_refusal(tensors: TensorShapes, fields: Mapping[str, Any]) -> str |
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
     d, gn = config.num_directions, config.num_gates * config.num_units
-    result = {}
+    result: dict[str, tuple[int, ...]] = {}
     for layer in range(config.num_layers):
         result[key(layer, "W")] = (d, gn, config.layer_input_size(layer))
         result[key(layer, "R")] = (d, gn, config.num_units)
@@ -92,7 +92,7 @@ def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: An
     cells = with_explicit_skip_input(cells, config, xp)
     cudnn, onnx = config.mode.gates, gate_order(GATE_ORDERS, config)
     d = config.num_directions
-    result = {}
+    result: dict[str, tuple[int, ...]] = {}
     for layer in range(config.num_layers):
         layer_cells = cells[layer * d:(layer + 1) * d]
         result[key(layer, "W")] = xp.stack([reorder_gates(c.input, cudnn, onnx, xp) for c in layer_cells])

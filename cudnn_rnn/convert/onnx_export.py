@@ -23,16 +23,21 @@ refused. Needs the ``onnx`` package (``pip install onnx``); the model is built w
 from __future__ import annotations
 
 import os
+import types
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._arrays import Array
 from ..config import RNNConfig
 from ..files import write_bytes
 from . import _onnx
 from ._formats import to_format
 from ._core import check_config, check_params, describe
+
+if TYPE_CHECKING:  # onnx is imported only when a model is written
+    import onnx
 
 __all__ = ["export_onnx", "DEFAULT_OPSET", "MIN_OPSET"]
 
@@ -44,7 +49,7 @@ MIN_OPSET = 10
 DIRECTIONS: dict[int, str] = {1: "forward", 2: "bidirectional"}
 
 
-def _import_onnx() -> Any:
+def _import_onnx() -> types.ModuleType:
     try:
         import onnx
     except ImportError as error:  # pragma: no cover - exercised only where onnx is absent
@@ -52,8 +57,8 @@ def _import_onnx() -> Any:
     return onnx
 
 
-def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *, time_major: bool = True,
-                opset: int = DEFAULT_OPSET, with_initial_state: bool = True) -> Any:
+def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, time_major: bool = True,
+                opset: int = DEFAULT_OPSET, with_initial_state: bool = True) -> onnx.ModelProto:
     """Write ``params`` of ``config`` as a runnable ONNX model to ``path``.
 
     Args:
@@ -74,7 +79,7 @@ def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *,
         ValueError: a projection (num_proj > 0), bad params, or an unsupported opset.
         ImportError: the onnx package is missing.
     """
-    onnx = _import_onnx()
+    onnx_module = _import_onnx()
     from onnx import helper, numpy_helper
 
     config = check_config(config)
@@ -82,8 +87,9 @@ def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *,
     if refusal:
         raise ValueError(f"export_onnx: {refusal}")
     if (isinstance(opset, bool) or not isinstance(opset, int)
-            or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version()):
-        raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx.defs.onnx_opset_version()}]; got {opset!r}")
+            or not MIN_OPSET <= opset <= onnx_module.defs.onnx_opset_version()):
+        raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx_module.defs.onnx_opset_version()}]; "
+                         f"got {opset!r}")
     check_params(params, config)
     if np.dtype(params.dtype) == np.float64:
         warnings.warn("export_onnx: the model is float64, but ONNX Runtime's CPU LSTM, GRU and RNN kernels take only "
@@ -99,7 +105,7 @@ def export_onnx(params: Any, config: RNNConfig, path: str | os.PathLike[str], *,
     model = helper.make_model(graph, opset_imports=opsets, producer_name="cudnn_rnn",
                               ir_version=helper.find_min_ir_version_for(opsets),  # readable by older runtimes
                               doc_string=f"cudnn_rnn_v3 inference: {describe(config)}, time_major={time_major}")
-    onnx.checker.check_model(model)
+    onnx_module.checker.check_model(model)
     write_bytes(path, model.SerializeToString())  # atomically: a kill leaves no torn model
     return model
 
@@ -116,7 +122,7 @@ class _GraphBuilder:
         self.time_major = time_major
         self.with_initial_state = with_initial_state
         self.elem_type = elem_type
-        self.nodes: list[Any] = []
+        self.nodes: list[onnx.NodeProto] = []
         self.constants: dict[str, np.ndarray] = {}
 
     def constant(self, name: str, values: list[int], dtype: type = np.int64) -> str:
@@ -146,7 +152,7 @@ class _GraphBuilder:
         self.node("Identity" if self.time_major else "Transpose", [name], [output],
                   **({} if self.time_major else {"perm": [1, 0, 2]}))
 
-    def build(self) -> Any:
+    def build(self) -> onnx.GraphProto:
         from onnx import TensorProto, helper
 
         config = self.config
@@ -159,7 +165,7 @@ class _GraphBuilder:
         op, attributes = _onnx.node_attributes(config)
         layer_input = self.to_time_major("X")
         state_inputs = {s: self.to_time_major(s) for s in states} if self.with_initial_state else {}
-        final = {s: [] for s in ("Y_h", "Y_c")[:len(states)]}
+        final: dict[str, list[str]] = {s: [] for s in ("Y_h", "Y_c")[:len(states)]}
         for layer in range(config.num_layers):
             node_states = []
             for state in states:
@@ -171,13 +177,13 @@ class _GraphBuilder:
                                     self.constant(f"layer_{layer}/state_end", [(layer + 1) * d]),
                                     self.constant("state_axis", [0])], [sliced])
                 node_states.append(sliced)
-            outputs = [f"layer_{layer}/Y"] + [f"layer_{layer}/{out}" for out in final]
+            node_outputs = [f"layer_{layer}/Y"] + [f"layer_{layer}/{out}" for out in final]
             self.node(op, [layer_input, _onnx.key(layer, "W"), _onnx.key(layer, "R"), _onnx.key(layer, "B"),
-                           "sequence_lens", *node_states], outputs,
+                           "sequence_lens", *node_states], node_outputs,
                       direction=DIRECTIONS[d], hidden_size=n, **attributes)
-            for out, name in zip(final, outputs[1:]):
+            for out, name in zip(final, node_outputs[1:]):
                 final[out].append(name)
-            self.node("Transpose", [outputs[0]], [f"layer_{layer}/Y_tbdn"], perm=[0, 2, 1, 3])
+            self.node("Transpose", [node_outputs[0]], [f"layer_{layer}/Y_tbdn"], perm=[0, 2, 1, 3])
             self.node("Reshape", [f"layer_{layer}/Y_tbdn", self.constant("sequence_shape", [0, 0, d * n])],
                       [f"layer_{layer}/output"])
             layer_input = f"layer_{layer}/output"
