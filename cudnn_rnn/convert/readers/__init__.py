@@ -226,6 +226,11 @@ def _refusal(option: str, kind: FileKind) -> str:
 _TORCH_LAYER = re.compile(r"_l(\d+)")
 
 
+def _shift_layer(name: str, offset: int) -> str:
+    """A torch tensor name with its layer index moved up by ``offset``: ``weight_ih_l0`` -> ``weight_ih_l2``."""
+    return _TORCH_LAYER.sub(lambda match: f"_l{int(match.group(1)) + offset}", name)
+
+
 def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     """Consecutive RNNs as one multi-layer network (layer i's input is layer i-1's output).
 
@@ -257,7 +262,7 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
         if converted.approximations:  # pragma: no cover - to_params raises before this
             raise ValueError(f"cannot stack {item.name}: it converts only approximately")
         for name, value in to_format("torch", converted.value, config).value.items():
-            tensors[_TORCH_LAYER.sub(lambda m, offset=offset: f"_l{int(m.group(1)) + offset}", name)] = value
+            tensors[_shift_layer(name, offset)] = value
         notes += [f"{item.name}: {note}" for note in item.notes]
         offset += config.num_layers
     fields = {name: getattr(first, name) for name in CONFIG_FIELDS}

@@ -309,7 +309,7 @@ def _same(name: str, a: Any, b: Any) -> bool:
             return False
     if name == "input_mode" and "auto_select" in (a, b):
         return True  # auto_select resolves to what the sizes say; RNNConfig checks the rest
-    return a == b
+    return bool(a == b)
 
 
 #: what the command line assumes for fields no file of a format tells

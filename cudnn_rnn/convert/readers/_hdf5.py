@@ -124,6 +124,7 @@ def open_h5(h5py: Any, path: str, member: bytes | None = None, member_name: str 
     def fail(reason: str) -> FileReadError:
         return FileReadError(path, where + reason)
 
+    source: io.BytesIO | str
     if member is not None:
         check_global_heaps(member, fail)
         source, size = io.BytesIO(member), len(member)

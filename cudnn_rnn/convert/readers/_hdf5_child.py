@@ -37,7 +37,7 @@ import pickle
 import subprocess
 import sys
 from multiprocessing.connection import Connection
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 from ._found import FileReadError, one_line
 
@@ -111,9 +111,11 @@ def run_isolated(path: str, work: Callable[[], Result]) -> Result:
     receiver = Connection(receive, writable=False)
     seconds = READ_SECONDS + READ_SECONDS_PER_GB * os.path.getsize(path) / 2 ** 30
     try:
+        stdin = child.stdin
+        assert stdin is not None  # Popen(stdin=PIPE) made it
         with contextlib.suppress(BrokenPipeError):  # a child that ended at once: its exit code tells
-            child.stdin.write(request)
-            child.stdin.close()
+            stdin.write(request)
+            stdin.close()
         if not receiver.poll(START_SECONDS):
             raise FileReadError(path, f"the process reading it did not start in {START_SECONDS:.0f} s")
         kind, value = receiver.recv()
@@ -135,7 +137,7 @@ def run_isolated(path: str, work: Callable[[], Result]) -> Result:
         if child.stdin is not None:
             child.stdin.close()
     if kind == "value":
-        return value
+        return cast(Result, value)  # what the child's work() returned
     if kind == "FileReadError":
         raise FileReadError(path, value)
     raise {"TypeError": TypeError, "ValueError": ValueError}[kind](value)

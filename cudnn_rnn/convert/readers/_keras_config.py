@@ -81,8 +81,9 @@ def activation_name(value: Any) -> str:
         inner = value.get("config")
         if isinstance(inner, str):
             return inner
-        if isinstance(inner, dict) and isinstance(inner.get("name"), str):
-            return inner["name"]
+        name = inner.get("name") if isinstance(inner, dict) else None
+        if isinstance(name, str):
+            return name
         return str(value.get("registered_name") or value.get("class_name"))
     return str(value)
 
@@ -120,6 +121,8 @@ def layer_of(entry: dict[str, Any], name: str) -> RNNLayer | None:
                                               f"{forward.display}; cuDNN's two directions are one kind of RNN")
         layer.refusal = layer.refusal or _bidirectional_refusal(layer)
         return layer
+    kind: LayerKind | None
+    merged: dict[str, Any]
     if class_name == "RNN":
         cell = config.get("cell")
         cell_class = class_of(cell)
@@ -236,7 +239,9 @@ def link_feeds(model: dict[str, Any], entries: Sequence[dict[str, Any]], layers:
         source = (previous, 0) if sequential else _producer(entry)
         previous = name
         consumer = layers.get(name)
-        producer = layers.get(source[0]) if consumer and source else None
+        if consumer is None or source is None or source[0] is None:
+            continue
+        producer = layers.get(source[0])
         if (producer is not None and source[1] == 0 and producer.returns_sequences
                 and (producer.merge_mode == "concat" if len(producer.configs) == 2
                      else not producer.configs[0].get("go_backwards", False))):

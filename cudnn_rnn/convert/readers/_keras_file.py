@@ -65,6 +65,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..._arrays import Array
 from ...config import DTYPES, MODES
 from .._core import reorder_gates
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
@@ -117,10 +118,11 @@ def _reset_before_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) 
 def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
     """CuDNNLSTM / CuDNNGRU: the ``torch`` format (cuDNN's gate order, both biases), see the module docstring."""
     mode = layer.kind.rnn_mode
+    assert mode is not None, f"{layer.kind.class_name} names its mode"
     keras, cudnn = KERAS_GATE_ORDERS[mode], MODES[mode].gates
     tensors = {}
 
-    def matrices(stacked: np.ndarray, units: int) -> np.ndarray:  # [width, G*N] -> [G*N, width], blocks reshaped
+    def matrices(stacked: np.ndarray, units: int) -> Array:  # [width, G*N] -> [G*N, width], blocks reshaped
         blocks = np.split(stacked, len(keras), axis=1)
         return reorder_gates(np.concatenate([block.reshape(units, -1) for block in blocks]), keras, cudnn, np)
 

@@ -75,7 +75,8 @@ def _store_children(h5: H5File, group: Any, entries: Sequence[dict[str, Any]]) -
         recorded = recorded_name(h5, child)
         if recorded is not None:
             by_name[recorded] = child
-    located, counts = {}, {}
+    located: dict[int, Any] = {}
+    counts: dict[str, int] = {}
     for index, entry in enumerate(entries):
         if by_name:
             located[index] = by_name.get(name_of(entry))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+from typing import IO
 
 import numpy as np
 
@@ -42,8 +43,11 @@ GUESSES: dict[str, re.Pattern[str]] = {
 #: a torch name under a parent module's prefix ("encoder.rnn.weight_ih_l0")
 _PREFIXED_TORCH = re.compile(rf".\.{re.escape(_torch.TENSOR_NAMES.first())}$")
 
+#: what reading a damaged archive raises (ValueError: a malformed zip or .npy header)
+_DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
-def _header(member: object, path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
+
+def _header(member: IO[bytes], path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
     version = np.lib.format.read_magic(member)
     if version == (1, 0):
         shape, _, dtype = np.lib.format.read_array_header_1_0(member)
@@ -82,7 +86,7 @@ def read_npz_safely(path: str) -> dict[str, np.ndarray]:
                     arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except FileReadError:
         raise
-    except (*READ_ERRORS, ValueError) as error:
+    except _DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged .npz archive ({type(error).__name__}: {error})") from None
     return arrays
 

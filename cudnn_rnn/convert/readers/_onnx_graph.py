@@ -35,7 +35,11 @@ MAX_DEPTH = 64
 
 
 # ---- the evaluation -------------------------------------------------------------------------------
-_IN_PROGRESS = object()
+class _InProgress:
+    """The memo's mark on a name whose value is being computed (met again: a cycle)."""
+
+
+_IN_PROGRESS = _InProgress()
 
 
 class GraphValues:
@@ -64,7 +68,7 @@ class GraphValues:
         self._budget = budget
         self._spent = 0
         self._rnn_outputs = dict(rnn_outputs or {})
-        self._memo: dict[str, Any] = {}
+        self._memo: dict[str, Value | Exception | _InProgress] = {}
 
     def value(self, name: str, depth: int = 0) -> Value:
         """The value of ``name``.
@@ -74,7 +78,7 @@ class GraphValues:
             ValueError: a malformed node, a cycle, a chain too deep, or the budget exceeded.
         """
         known = self._memo.get(name)
-        if known is _IN_PROGRESS:
+        if isinstance(known, _InProgress):
             raise MalformedGraph(f"the graph has a cycle through {name!r}")
         if isinstance(known, Exception):
             raise known

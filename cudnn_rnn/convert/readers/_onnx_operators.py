@@ -173,9 +173,9 @@ def _cast(call: OperatorCall) -> Value:
 
 def _transpose(call: OperatorCall) -> Value:
     value = call.input(0)
-    rank = len(value.axes) if isinstance(value, Sequence) else np.ndim(value)
     if isinstance(value, Dims):
         raise NotFolded(f"Transpose node {call.node.name!r} of a shape vector")
+    rank = len(value.axes) if isinstance(value, Sequence) else value.ndim
     perm = call.ints("perm") or list(range(rank))[::-1]
     if sorted(perm) != list(range(rank)):
         raise call.malformed(f"perm {perm} is not a permutation of the {rank} axes")
@@ -200,10 +200,10 @@ def _squeeze(call: OperatorCall) -> Value:
         return replace(value, axes=tuple(atoms for i, atoms in enumerate(value.axes) if i not in chosen))
     if axes is None:
         return np.squeeze(value)
-    chosen = tuple(sorted({call.axis(a, value.ndim) for a in axes}))
-    if any(value.shape[i] != 1 for i in chosen):
-        raise call.malformed(f"squeezes axes {list(chosen)} of a tensor of shape {value.shape}")
-    return np.squeeze(value, axis=chosen)
+    squeezed = tuple(sorted({call.axis(a, value.ndim) for a in axes}))
+    if any(value.shape[i] != 1 for i in squeezed):
+        raise call.malformed(f"squeezes axes {list(squeezed)} of a tensor of shape {value.shape}")
+    return np.squeeze(value, axis=squeezed)
 
 
 def _unsqueeze(call: OperatorCall) -> Value:
@@ -245,11 +245,13 @@ def _concat(call: OperatorCall) -> Value:
     axis = call.attribute("axis")
     if not isinstance(axis, int):
         raise call.malformed("attribute axis is missing")
-    if all(isinstance(part, np.ndarray) for part in parts):
-        call.values.afford(sum(part.nbytes for part in parts), call.node)
-        return np.concatenate(parts, axis=call.axis(axis, parts[0].ndim))
-    if all(isinstance(part, Sequence) for part in parts):
-        return _concat_directions(call, parts, axis)
+    arrays = [part for part in parts if isinstance(part, np.ndarray)]
+    if len(arrays) == len(parts):
+        call.values.afford(sum(array.nbytes for array in arrays), call.node)
+        return np.concatenate(arrays, axis=call.axis(axis, arrays[0].ndim))
+    sequences = [part for part in parts if isinstance(part, Sequence)]
+    if len(sequences) == len(parts):
+        return _concat_directions(call, sequences, axis)
     dims = [_dims_of(part, call) for part in parts]
     if any(d.scalar for d in dims):
         raise call.malformed("concatenates scalars")
@@ -319,10 +321,8 @@ def _slice_sequence(call: OperatorCall, value: Sequence) -> Sequence:
 def _reshape(call: OperatorCall) -> Value:
     value = call.input(0)
     allow_zero = bool(call.attribute("allowzero", 0))
-    if "shape" in call.attributes:
-        target = Dims(tuple((v, ()) for v in call.ints("shape")))
-    else:
-        target = _dims_of(call.input(1), call)
+    shape = call.ints("shape")  # the attribute (opset < 5), else None: the shape is input 1
+    target = Dims(tuple((v, ()) for v in shape)) if shape is not None else _dims_of(call.input(1), call)
     if isinstance(value, Sequence):
         return _regroup(call, value, target.dims, allow_zero)
     if isinstance(value, Dims):

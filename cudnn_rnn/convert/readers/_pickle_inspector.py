@@ -35,6 +35,9 @@ class Pickled:
 
     module = ""
     name = ""
+    args: tuple[Any, ...]
+    state: Any
+    items: list[Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Pickled":
         self = object.__new__(cls)
@@ -101,10 +104,10 @@ def _check_opcodes(path: str, stream: Any, end: int, what: str) -> None:
     ops = 0
     for opcode, arg, position in pickletools.genops(stream):
         ops += 1
-        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > 2 * ops + 1024:
+        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(arg, int) and arg > 2 * ops + 1024:
             raise FileReadError(path, f"{what}: memo index {arg} at byte {position} is out of all proportion: "
                                       "the file is corrupt")
-        if opcode.name == "FRAME" and int(arg) > end - (position or 0):
+        if opcode.name == "FRAME" and isinstance(arg, int) and arg > end - (position or 0):
             raise FileReadError(path, f"{what}: a frame of {arg} bytes at byte {position} runs past the end of the "
                                       "file: the file is truncated or corrupt")
 

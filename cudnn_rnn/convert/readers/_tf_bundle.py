@@ -25,6 +25,7 @@ import math
 import os
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from ._found import FileReadError
 
@@ -127,8 +128,9 @@ def _table(data: bytes) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-def _check_entry(path: str, key: str, entry: object, num_shards: int, shard_sizes: dict[int, int | None],
+def _check_entry(path: str, key: str, entry: Any, num_shards: int, shard_sizes: dict[int, int | None],
                  prefix: str, stored_total: int) -> BundleEntry:
+    """``entry`` (a ``BundleEntryProto``, which TensorFlow ships untyped) checked against the data files."""
     import tensorflow as tf
 
     try:

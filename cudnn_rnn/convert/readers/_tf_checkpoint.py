@@ -160,7 +160,7 @@ def _latest(folder: str) -> str:
     if state is None or not state.model_checkpoint_path:
         raise ValueError(f"the state file {STATE_FILE!r} in the folder names no checkpoint (it is empty or does not "
                          "parse): pass a checkpoint prefix such as FOLDER/ckpt-1")
-    named = state.model_checkpoint_path
+    named: str = state.model_checkpoint_path
     if _inside(folder, named) and os.path.isfile(named + ".index"):
         return named
     moved = os.path.join(folder, os.path.basename(named))

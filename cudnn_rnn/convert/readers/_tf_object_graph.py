@@ -55,7 +55,7 @@ class ObjectGraph:
         count = len(graph.nodes)
         children, variables = [], {}
         for node_id, node in enumerate(graph.nodes):
-            edges = {}
+            edges: dict[str, int] = {}
             for child in node.children:
                 if not 0 <= child.node_id < count:
                     raise ValueError(f"the checkpoint's object graph links node {node_id} to node {child.node_id}, "

@@ -36,7 +36,7 @@ import re
 import warnings
 import zipfile
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Mapping, NoReturn
 
 import numpy as np
 
@@ -72,6 +72,8 @@ ZIP_MAGIC = b"PK\x03\x04"  # how torch.load tells a zip archive from a legacy fi
 MAX_COPY_FACTOR = 4
 #: how deep a checkpoint dict is searched for state_dicts
 SEARCH_DEPTH = 3
+#: what opening and reading a damaged zip archive raises (zipfile raises ValueError for some malformed headers)
+_DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 #: names a pickle of plain tensors and containers refers to (left out when naming what a file holds)
@@ -110,7 +112,7 @@ def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
     """Check a torch.save zip archive: every member (:mod:`._zip`), then every storage record of data.pkl."""
     try:
         archive = zipfile.ZipFile(handle)
-    except (*READ_ERRORS, ValueError) as error:
+    except _DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
     members = checked_members(path, archive)
     if not members:
@@ -125,7 +127,7 @@ def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
         data = read_member(path, archive, members[pickle_name])
     except FileReadError:
         raise
-    except (*READ_ERRORS, ValueError) as error:
+    except _DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
     inspected = inspect_pickle(path, io.BytesIO(data), len(data), "data.pkl")
     for record in inspected.records:
@@ -329,10 +331,10 @@ def _pick(path: str, loaded: Any, options: ReadOptions) -> tuple[Any, str | None
         listed = ", ".join(repr(where) for where, _ in candidates)
         raise FileReadError(path, f"the checkpoint holds {len(candidates)} state_dicts with RNN weights ({listed}): "
                                   "pick one with key=KEY")
-    return _not_a_state_dict(path, loaded)
+    _not_a_state_dict(path, loaded)
 
 
-def _not_a_state_dict(path: str, mapping: Mapping[Any, Any]) -> Any:
+def _not_a_state_dict(path: str, mapping: Mapping[Any, Any]) -> NoReturn:
     if any(_is_state_dict(value) for value in mapping.values()):
         raise FileReadError(path, f"a checkpoint dict whose state_dicts hold no LSTM, GRU or RNN weights (no key ends "
                                   f"in 'weight_ih_l0'); it holds {_entries(mapping)}")
