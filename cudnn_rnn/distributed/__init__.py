@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ._devices import check_one_gpu_per_process, device_for_local_rank
 from ._packing import fuse_arrays
-from .communicator import BACKENDS, Communicator, init
+from .communicator import BACKENDS, Communicator, Transport, init
 
-__all__ = ["init", "Communicator", "BACKENDS", "fuse_arrays", "device_for_local_rank", "check_one_gpu_per_process"]
+__all__ = ["init", "Communicator", "Transport", "BACKENDS", "fuse_arrays", "device_for_local_rank",
+           "check_one_gpu_per_process"]

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import types
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -30,11 +31,11 @@ INSTALL_HINT = ("pip install 'cudnn_rnn[distributed]' installs mpi4py; it needs 
                 "(mpicc on PATH, then: pip install --no-binary=mpi4py mpi4py)")
 
 
-def launcher_size(environ: dict[str, str] | None = None) -> int:
-    """The number of processes a launcher says it started (1 when none says so)."""
-    environ = os.environ if environ is None else environ
+def launcher_size(environ: Mapping[str, str] | None = None) -> int:
+    """The number of processes a launcher says it started (1 when none says so); ``environ``: os.environ if None."""
+    variables: Mapping[str, str] = os.environ if environ is None else environ
     for variable in LAUNCHER_SIZE_VARIABLES:
-        value = environ.get(variable, "")
+        value = variables.get(variable, "")
         if value.isdigit() and int(value) > 1:
             return int(value)
     return 1
@@ -134,4 +135,5 @@ class MpiTransport:
         return self._host[:nbytes]
 
     def close(self) -> None:
+        """Drop the host staging buffer."""
         self._host = None

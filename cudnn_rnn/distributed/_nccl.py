@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .._arrays import Array
 from ._devices import device_for_local_rank
@@ -26,7 +27,7 @@ NCCL_DATA_TYPES: dict[str, str] = {
 }
 
 
-def nccl_data_type(nccl: Any, dtype: object) -> int:
+def nccl_data_type(nccl: Any, dtype: DTypeLike) -> int:
     """The ``cupy.cuda.nccl`` constant for ``dtype`` (TypeError for a dtype NCCL is not given here)."""
     name = NCCL_DATA_TYPES.get(np.dtype(dtype).name)
     if name is None:
@@ -93,6 +94,7 @@ class NcclTransport:
         comm.bcast(flat_bytes.data.ptr, flat_bytes.size, nccl.NCCL_UINT8, root, cupy.cuda.get_current_stream().ptr)
 
     def close(self) -> None:
+        """Destroy the NCCL communicator, if one was made (idempotent)."""
         if self._comm is not None:
             self._comm.destroy()
             self._comm = None

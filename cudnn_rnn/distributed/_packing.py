@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import types
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence, TypeAlias
 
 import numpy as np
 
@@ -29,8 +29,9 @@ from .._arrays import Array, array_kind, array_module
 __all__ = ["Signature", "PackLayout", "Slot", "Group", "signature_of", "describe_signature", "mismatch_message",
            "contiguous_span", "fuse_arrays", "address"]
 
-#: (kind "numpy" / "cupy" / None for a non-array, shape, dtype) per array; hashable and picklable
-Signature = tuple[tuple[str | None, tuple[int, ...], np.dtype], ...]
+#: (kind "numpy" / "cupy" / None for a non-array, shape, dtype / None for a non-array) per array;
+#: hashable and picklable
+Signature: TypeAlias = tuple[tuple[str | None, tuple[int, ...], np.dtype[Any] | None], ...]
 
 #: every group starts on this byte boundary (a CUDA allocation's own alignment)
 GROUP_ALIGNMENT = 256

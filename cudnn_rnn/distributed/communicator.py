@@ -17,7 +17,7 @@ from __future__ import annotations
 import types
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, TypeAlias
 
 import numpy as np
 
@@ -25,10 +25,10 @@ from .._arrays import Array, array_kind, array_module, device_of
 from ._devices import check_one_gpu_per_process
 from ._mpi import MpiTransport, install_abort_hook, load_mpi
 from ._nccl import NcclTransport, probe_gpu
-from ._packing import PackLayout, contiguous_span, mismatch_message, signature_of
+from ._packing import PackLayout, Signature, contiguous_span, mismatch_message, signature_of
 from ._threads import share_host_threads
 
-__all__ = ["init", "Communicator", "BACKENDS"]
+__all__ = ["init", "Communicator", "Transport", "BACKENDS"]
 
 #: the values of ``init(backend=...)``
 BACKENDS = ("auto", "mpi", "nccl")
@@ -48,17 +48,43 @@ CALL_CACHE_SIZE = 16
 #: exception types a rank's refused call is raised as on every rank
 _ERRORS: dict[str, type[Exception]] = {"TypeError": TypeError, "ValueError": ValueError}
 
+#: a recent call, found by (operation, root, the id of each array)
+_CallKey: TypeAlias = tuple[str | int | None, ...]
+
+#: a plan, found by (operation, root, the arrays' signature)
+_PlanKey: TypeAlias = tuple[str, int | None, Signature]
+
 
 class Transport(Protocol):
-    """What moves the bytes: :class:`~._mpi.MpiTransport` or :class:`~._nccl.NcclTransport`."""
+    """What moves a collective's bytes between the ranks of a :class:`Communicator`; :func:`init` makes them.
+
+    Two kinds exist: ``MpiTransport`` (NumPy buffers as they are, CuPy buffers staged through host
+    memory) and ``NcclTransport`` (CuPy buffers on this process's GPU, queued on CuPy's current
+    stream). Every method is collective: all ranks call it, with buffers of one size and dtype.
+
+    Attributes:
+        name: ``"mpi"`` or ``"nccl"``.
+    """
 
     name: str
 
-    def allreduce_sum(self, flat: Array) -> None: ...
+    def allreduce_sum(self, flat: Array) -> None:
+        """Replace ``flat`` by the element-wise sum of every rank's ``flat``, in place.
 
-    def broadcast(self, flat_bytes: Array, root: int) -> None: ...
+        Args:
+            flat: a 1-D C-contiguous buffer ``[n]`` of float16, float32 or float64 (NumPy or CuPy).
+        """
 
-    def close(self) -> None: ...
+    def broadcast(self, flat_bytes: Array, root: int) -> None:
+        """Overwrite ``flat_bytes`` with rank ``root``'s, in place.
+
+        Args:
+            flat_bytes: a 1-D C-contiguous uint8 buffer ``[nbytes]`` (NumPy or CuPy).
+            root: the rank whose bytes every rank gets, in ``[0, size)``.
+        """
+
+    def close(self) -> None:
+        """Release what the transport holds (a NCCL communicator, a staging buffer); idempotent."""
 
 
 @dataclass
@@ -69,8 +95,8 @@ class _PackPlan:
     xp: types.ModuleType
     transport: Transport
     buffer: Array | None = None
-    views: list = field(default_factory=list)
-    groups: list = field(default_factory=list)
+    views: list[Array] = field(default_factory=list)
+    groups: list[Array] = field(default_factory=list)
 
     def packed(self, device: int | None) -> tuple[Array, list[Array], list[Array]]:
         """(buffer, per-array views, per-group views), allocated at first use on ``device``."""
@@ -89,7 +115,7 @@ class _PackPlan:
 class _RecentCall:
     """A recent call: its arrays (held, so their ids stay theirs), its plan, and their one-buffer span."""
 
-    arrays: tuple
+    arrays: tuple[Array, ...]
     plan: _PackPlan
     span: Array | None
 
@@ -115,9 +141,11 @@ class Communicator:
         self.backend = backend
         self.device = device
         self._mpi_comm, self._node_comm = mpi_comm, node_comm
-        self._transports: dict[str, Transport | None] = {"numpy": host_transport, "cupy": device_transport}
-        self._plans: OrderedDict[tuple, _PackPlan] = OrderedDict()
-        self._calls: OrderedDict[tuple, _RecentCall] = OrderedDict()
+        self._transports: dict[str, Transport] = {
+            kind: transport for kind, transport in (("numpy", host_transport), ("cupy", device_transport))
+            if transport is not None}
+        self._plans: OrderedDict[_PlanKey, _PackPlan] = OrderedDict()
+        self._calls: OrderedDict[_CallKey, _RecentCall] = OrderedDict()
         self._closed = False
 
     # -- collectives ------------------------------------------------------------------------------
@@ -214,8 +242,7 @@ class Communicator:
         self._plans.clear()
         self._calls.clear()
         for transport in self._transports.values():
-            if transport is not None:
-                transport.close()
+            transport.close()
         for comm in (self._node_comm, self._mpi_comm):
             if comm is not None:
                 comm.Free()
@@ -247,7 +274,7 @@ class Communicator:
         refusal is raised on every rank instead of leaving some waiting.
         """
         self._check_open()
-        key = None
+        key: _CallKey | None = None
         if isinstance(arrays, (list, tuple)) and (root is None or type(root) is int):
             key = (operation, root, *map(id, arrays))
             call = self._calls.get(key)
@@ -266,7 +293,7 @@ class Communicator:
 
     def _plan(self, operation: str, arrays: Sequence[Array], root: int | None) -> _PackPlan | None:
         """The cached plan for these shapes and dtypes, made (after the exchange between ranks) on first use."""
-        key = None
+        key: _PlanKey | None = None
         if isinstance(arrays, (list, tuple)):
             key = (operation, root, signature_of(arrays))
             plan = self._plans.get(key)
@@ -275,7 +302,7 @@ class Communicator:
                 return plan
         error = _refusal(operation, arrays, root, self.size, self._nccl_device())
         if self._mpi_comm is not None:
-            gathered = self._mpi_comm.allgather((key[2] if error is None else None, root, error))
+            gathered = self._mpi_comm.allgather((key[2] if key is not None and error is None else None, root, error))
             _raise_refusals(gathered, self.rank)
             message = mismatch_message(operation, [(signature, r) for signature, r, _ in gathered])
             if message is not None:
@@ -284,6 +311,7 @@ class Communicator:
             raise _ERRORS[error[0]](error[1])
         if self._mpi_comm is None:
             return None
+        assert key is not None  # a call that passed no list or tuple of arrays was refused above, on every rank
         xp = array_module(**{f"arrays[{i}]": a for i, a in enumerate(arrays)})
         plan = _PackPlan(PackLayout.of(key[2]), xp, self._transports[xp.__name__])
         self._plans[key] = plan
@@ -292,7 +320,7 @@ class Communicator:
         return plan
 
     def _nccl_device(self) -> int | None:
-        transport = self._transports["cupy"]
+        transport = self._transports.get("cupy")
         return transport.device if isinstance(transport, NcclTransport) else None
 
     @staticmethod
@@ -428,6 +456,7 @@ def _gpu_transport(backend: str, comm: Any, node: Any) -> tuple[NcclTransport | 
     problems = comm.allgather(problem)
     failing = [f"rank {rank}: {reason}" for rank, reason in enumerate(problems) if reason is not None]
     if not failing:
+        assert device is not None  # no rank failed, this one included: probe_gpu found its GPU
         import cupy
 
         cupy.cuda.Device(device).use()
