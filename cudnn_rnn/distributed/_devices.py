@@ -20,7 +20,17 @@ __all__ = ["device_for_local_rank", "check_one_gpu_per_process"]
 def device_for_local_rank(local_rank: int, local_size: int, device_count: int) -> int:
     """The CUDA device id for the process of local rank ``local_rank`` of ``local_size`` on its node.
 
+    Args:
+        local_rank: the process's rank among the processes on its node, in ``[0, local_size)``.
+        local_size: the number of processes on the node.
+        device_count: the number of CUDA devices the process sees.
+
+    Returns:
+        ``local_rank`` when the node has a GPU for every process; 0 when the process sees one
+        GPU (the launcher gave each process its own).
+
     Raises:
+        TypeError: an argument that is not an int.
         ValueError: counts out of range, or more processes on the node than visible GPUs
             (and more than one GPU visible, so the launcher did not pin one per process).
     """
@@ -41,7 +51,15 @@ def device_for_local_rank(local_rank: int, local_size: int, device_count: int) -
 
 
 def check_one_gpu_per_process(bus_ids: Sequence[str]) -> None:
-    """Raise ValueError when two processes of a node chose the same GPU (``bus_ids[local_rank]``)."""
+    """Check that no two processes of a node chose the same GPU.
+
+    Args:
+        bus_ids: the PCI bus id of each process's GPU, ``bus_ids[local_rank]`` (compared
+            case-insensitively).
+
+    Raises:
+        ValueError: two local ranks chose the GPU of one bus id (both ranks and the id named).
+    """
     seen: dict[str, int] = {}
     for local_rank, bus_id in enumerate(bus_ids):
         key = bus_id.lower()

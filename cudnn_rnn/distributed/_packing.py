@@ -208,9 +208,20 @@ def contiguous_span(arrays: Sequence[Array]) -> Array | None:
 def fuse_arrays(arrays: Sequence[Array]) -> list[Array]:
     """Copies of ``arrays`` placed back to back in one new buffer: views of it, same shapes and values.
 
-    All arrays must be of one kind (NumPy or CuPy) and one dtype. Give the views to your model
-    in place of the originals (``layer.grad = views[0]``, ...): a collective over the views
-    then works on their one buffer directly, with no copy in or out.
+    Give the views to your model in place of the originals (``layer.grad = views[0]``, ...): a
+    collective over the views then works on their one buffer directly, with no copy in or out.
+
+    Args:
+        arrays: NumPy or CuPy arrays of any shapes, all of one kind and one dtype (CuPy: on the
+            current device, where the buffer is allocated).
+
+    Returns:
+        One view per array, ``views[i]`` shaped like ``arrays[i]`` and holding its values; the
+        views lie back to back, in order, in one new 1-D buffer of ``sum(a.size)`` elements.
+
+    Raises:
+        ValueError: no arrays.
+        TypeError: a non-array, a mix of NumPy and CuPy arrays, or more than one dtype.
     """
     arrays = list(arrays)
     if not arrays:

@@ -123,6 +123,22 @@ class _RecentCall:
 class Communicator:
     """A group of processes that average gradients and share parameters; made by :func:`init`.
 
+    ``Communicator()`` with no arguments is one process alone, whose collectives only validate
+    their arguments (what :func:`init` returns without ``mpiexec``); :func:`init` passes the rest.
+    The communicator owns the MPI communicators it is given: :meth:`close` frees them.
+
+    Args:
+        rank: this process's rank in ``[0, size)``.
+        size: the number of processes.
+        local_rank: its rank among the processes on its node.
+        local_size: the number of processes on its node.
+        backend: ``"nccl"``, ``"mpi"`` or ``"single"`` (see the attribute below).
+        device: the GPU this process took under NCCL, else None.
+        mpi_comm: the job's ``mpi4py`` communicator (a duplicate of ``COMM_WORLD``); None for one process.
+        node_comm: the ``mpi4py`` communicator of this node's processes; None for one process.
+        host_transport: what carries NumPy arrays (MPI); None for one process.
+        device_transport: what carries CuPy arrays (NCCL, or MPI through host memory); None for one process.
+
     Attributes:
         rank: this process's rank in [0, size).
         size: the number of processes.
@@ -160,7 +176,9 @@ class Communicator:
 
         Raises:
             TypeError: not a list of arrays, mixed NumPy and CuPy, or a non-float dtype.
-            ValueError: ranks passed different shapes or dtypes (raised on every rank).
+            ValueError: ranks passed different shapes or dtypes (raised on every rank), a read-only
+                NumPy array, or arrays on another GPU than this process's NCCL device.
+            RuntimeError: the communicator is closed.
         """
         call = self._prepare("allreduce_mean", arrays, None)
         if call is None:
@@ -183,12 +201,17 @@ class Communicator:
         """Copy rank ``root``'s arrays into every rank's, in place (bit for bit), as one message.
 
         Args:
-            arrays: a list of NumPy or CuPy arrays (bool, integer, float or complex), all of one
-                kind; every rank passes the same shapes and dtypes in the same order.
-            root: the rank whose values every rank gets.
+            arrays: a list of NumPy or CuPy arrays of any shapes (bool, integer, float or complex),
+                all of one kind; every rank passes the same shapes and dtypes in the same order.
+            root: the rank whose values every rank gets, in ``[0, size)``; the same on every rank.
 
         Raises:
-            TypeError / ValueError: as :meth:`allreduce_mean`, and for a root outside [0, size).
+            TypeError: not a list of arrays, mixed NumPy and CuPy, another dtype kind, or a root
+                that is not an int.
+            ValueError: ranks passed different shapes, dtypes or roots (raised on every rank), a
+                root outside ``[0, size)``, a read-only NumPy array, or arrays on another GPU than
+                this process's NCCL device.
+            RuntimeError: the communicator is closed.
         """
         call = self._prepare("broadcast", arrays, root)
         if call is None or not call.plan.layout.nbytes:
@@ -207,7 +230,11 @@ class Communicator:
                 array[...] = view
 
     def barrier(self) -> None:
-        """Wait until every rank has called barrier (host-side; queued GPU work is not waited for)."""
+        """Wait until every rank has called barrier (host-side; queued GPU work is not waited for).
+
+        Raises:
+            RuntimeError: the communicator is closed.
+        """
         self._check_open()
         if self._mpi_comm is not None:
             self._mpi_comm.Barrier()
@@ -217,6 +244,15 @@ class Communicator:
 
         With every rank drawing the same global batch and each training on its shard, the mean
         of the shard gradients (:meth:`allreduce_mean`) is the gradient of the global batch.
+
+        Args:
+            batch: an array ``[..., n, ...]`` (NumPy, CuPy, or anything with ``shape`` that takes
+                a tuple of slices as index) with ``n`` along ``axis``, or a sequence of ``n`` items
+                (a list: ``axis`` is then not used).
+            axis: the batch axis of an array.
+
+        Returns:
+            The shard, ``[..., n / size, ...]`` (a view for an array, a new list for a list).
 
         Raises:
             ValueError: the batch's length along ``axis`` is not a multiple of ``size``.
@@ -391,22 +427,26 @@ def _divide_into(xp: types.ModuleType, total: Array, size: int, out: Array) -> N
 def init(backend: str = "auto") -> Communicator:
     """Join the job this process was started in, and return its :class:`Communicator`.
 
-    Args:
-        backend: what carries CuPy arrays. ``"nccl"``: NCCL, each process on the GPU of its
-            local rank (raises RuntimeError on every rank when some process cannot). ``"mpi"``:
-            MPI, through host memory; the current GPU is left as it is. ``"auto"``: NCCL when
-            every process can use it, else MPI; with one process, nothing at all. NumPy
-            arrays always go over MPI.
-
     Without ``mpiexec`` (or without mpi4py, under ``"auto"``) the communicator has size 1 and
     its collectives only validate their arguments. The processes on one node share its cores:
-    each runs BLAS on its share of them, unless a thread variable such as ``OMP_NUM_THREADS`` is
-    set (:func:`~cudnn_rnn.distributed._threads.share_host_threads`). With several processes, an uncaught
-    exception on any rank prints its traceback and aborts the whole job (exit status 1)
-    instead of leaving the other ranks waiting.
+    each runs BLAS on its share of them (``max(1, cores // local_size)`` threads, through
+    threadpoolctl), unless a thread variable such as ``OMP_NUM_THREADS`` is set. With several
+    processes, an uncaught exception on any rank prints its traceback and aborts the whole job
+    (exit status 1) instead of leaving the other ranks waiting.
+
+    Args:
+        backend: what carries CuPy arrays, one of ``BACKENDS``. ``"nccl"``: NCCL, each process
+            on the GPU of its local rank (raises RuntimeError on every rank when some process
+            cannot). ``"mpi"``: MPI, through host memory; the current GPU is left as it is.
+            ``"auto"``: NCCL when every process can use it, else MPI; with one process, nothing
+            at all. NumPy arrays always go over MPI.
+
+    Returns:
+        This process's communicator: size 1 and backend ``"single"`` when it runs alone.
 
     Raises:
-        TypeError / ValueError: an unknown backend.
+        TypeError: a backend that is not a str.
+        ValueError: an unknown backend.
         ImportError: mpi4py is unusable but an explicit backend, or a launcher, needs it.
         RuntimeError: backend="nccl" and some process cannot run NCCL (the reasons, per rank).
     """
