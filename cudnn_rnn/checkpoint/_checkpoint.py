@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from .._arrays import Array, array_kind, copy_into
 from ..config import is_count
+from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes
 from ..layers import RecurrentLayer
@@ -34,7 +36,7 @@ __all__ = ["Checkpoint", "save", "load", "from_bytes", "share_from_root"]
 CONTENTS_KEYS: tuple[str, ...] = ("step", "layers", "optimizers", "arrays", "state")
 
 #: optimiser kind -> class (what a checkpoint's optimiser entries may be)
-OPTIMIZERS: dict[str, type] = {cls.__name__: cls for cls in (SGD, Adam)}
+OPTIMIZERS: dict[str, type[SGD | Adam]] = {cls.__name__: cls for cls in (SGD, Adam)}
 
 #: group -> (whether a value belongs in it, what it must be): checked by save and by restore
 GROUP_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -50,6 +52,9 @@ PathLike = str | os.PathLike[str]
 @dataclass(frozen=True)
 class Checkpoint:
     """What a checkpoint file holds, checked, on the host.
+
+    Made by :func:`load` and :meth:`CheckpointManager.latest`; the constructor takes the attributes
+    below, in their order.
 
     Attributes:
         path: the file it was read from.
@@ -68,7 +73,7 @@ class Checkpoint:
     state: dict[str, Any]
 
     def restore(self, *, layers: Mapping[str, RecurrentLayer] | None = None,
-                optimizers: Mapping[str, Any] | None = None, arrays: Mapping[str, Array] | None = None,
+                optimizers: Mapping[str, SGD | Adam] | None = None, arrays: Mapping[str, Array] | None = None,
                 keep_seeds: bool = False) -> None:
         """Copy the saved values into existing objects, in place (NumPy or CuPy, any device).
 
@@ -77,15 +82,20 @@ class Checkpoint:
         leaves every object as it was.
 
         Args:
-            layers: name -> layer: params (in place), step and seed (see ``keep_seeds``).
-            optimizers: name -> optimiser: step count, hyperparameters and state (in place).
-            arrays: name -> array of the saved shape and dtype, overwritten in place.
+            layers: name -> layer (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`,
+                :class:`cudnn_rnn.RNN`): params (in place), step and seed (see ``keep_seeds``).
+            optimizers: name -> optimiser (:class:`cudnn_rnn.optim.SGD`, :class:`cudnn_rnn.optim.Adam`):
+                step count, hyperparameters and state (in place).
+            arrays: name -> NumPy or CuPy array of the saved shape and dtype, overwritten in place.
             keep_seeds: keep each layer's own dropout seed (data-parallel ranks that draw
                 their own masks); by default the saved seed is restored too.
 
         Raises:
-            ValueError / TypeError: other names, another configuration (each differing field
-                named), another kind of optimiser, or arrays of another shape or dtype.
+            ValueError: a group names other entries than the checkpoint holds, a layer of another
+                configuration (each differing field named), the state of another kind of
+                optimiser, or an array of another shape.
+            TypeError: a group that is not a dict with str keys, an entry of the wrong kind (not a
+                layer, optimiser or array), or an array of another dtype.
         """
         where = repr(self.path)
         loaders: list[Callable[[], None]] = []
@@ -100,28 +110,48 @@ class Checkpoint:
         for load in loaders:
             load()
 
-    def layer(self, name: str, *, xp: Any = None) -> RecurrentLayer:
-        """A new layer holding the saved layer ``name`` (on ``xp``: numpy by default, or cupy)."""
+    def layer(self, name: str, *, xp: types.ModuleType | None = None) -> RecurrentLayer:
+        """A new layer holding the saved layer ``name``: its configuration, step and params.
+
+        Args:
+            name: the layer's name in :attr:`layers`.
+            xp: the module the params live on: ``numpy`` (None, the default) or ``cupy``.
+
+        Returns:
+            A new :class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU` or :class:`cudnn_rnn.RNN`, as
+            the saved configuration says, with a copy of the saved params.
+
+        Raises:
+            KeyError: the checkpoint holds no layer ``name``.
+            TypeError: ``xp`` is neither the numpy nor the cupy module.
+        """
         if name not in self.layers:
             raise KeyError(f"checkpoint {self.path!r} holds no layer {name!r}; it holds {sorted(self.layers)}")
         return RecurrentLayer.from_state_dict(self.layers[name], xp=xp)
 
 
 def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
-         optimizers: Mapping[str, Any] | None = None, arrays: Mapping[str, Array] | None = None,
+         optimizers: Mapping[str, SGD | Adam] | None = None, arrays: Mapping[str, Array] | None = None,
          state: Mapping[str, Any] | None = None, step: int | None = None) -> None:
     """Write a checkpoint to ``path`` atomically (a kill leaves the previous file whole).
 
     Args:
-        layers: name -> cudnn_rnn layer (its configuration, step and params).
-        optimizers: name -> cudnn_rnn.optim optimiser (its state dict).
-        arrays: name -> NumPy or CuPy array (any other model arrays).
+        path: the file to write; an existing file is replaced.
+        layers: name -> layer (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`,
+            :class:`cudnn_rnn.RNN`): its configuration, step and params.
+        optimizers: name -> optimiser (:class:`cudnn_rnn.optim.SGD`, :class:`cudnn_rnn.optim.Adam`):
+            its state dict.
+        arrays: name -> NumPy or CuPy array of any shape (any other model arrays), stored on the host.
         state: the caller's own values: None, bool, int, float, str, lists, dicts with str keys,
             NumPy or CuPy arrays (a NumPy ``Generator``'s ``bit_generator.state`` is such a dict).
-        step: a step number to store with it (the manager's).
+        step: a step number to store with it (the manager's), a non-negative integer.
 
     Raises:
-        TypeError / ValueError: something that cannot be stored, named by its place.
+        TypeError: a value of a kind that cannot be stored (not a layer, optimiser or array where
+            one is expected, a dict key that is not a str, an array of another dtype than bool,
+            integer or float16/32/64), named by its place.
+        ValueError: a value that cannot be stored as it is (a negative step, the reserved key
+            ``"$array"``, an integer of more than 4000 digits), named by its place.
     """
     contents = {"step": _checked_step(step),
                 "layers": {name: layer.state_dict() for name, layer in _of_kind("layers", layers).items()},
@@ -133,11 +163,17 @@ def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
     write_bytes(path, _container.encode(tensors, text))
 
 
-def load(path: PathLike, *, comm: Any = None) -> Checkpoint:
+def load(path: PathLike, *, comm: Communicator | None = None) -> Checkpoint:
     """Read and check the checkpoint at ``path``.
 
-    With ``comm`` (a :class:`cudnn_rnn.distributed.Communicator`), rank 0 reads the file and
-    broadcasts its bytes, and every rank returns the same checkpoint (or raises the same error).
+    Args:
+        path: the checkpoint file.
+        comm: a :class:`cudnn_rnn.distributed.Communicator`: rank 0 reads the file and broadcasts
+            its bytes, and every rank returns the same checkpoint (or raises the same error).
+            None: this process reads the file itself.
+
+    Returns:
+        The checkpoint, checked, its arrays NumPy arrays on the host.
 
     Raises:
         FileNotFoundError: no such file.
@@ -193,7 +229,8 @@ def from_bytes(where: str, blob: bytes | bytearray) -> Checkpoint:
     return Checkpoint(where, step, contents["layers"], contents["optimizers"], contents["arrays"], contents["state"])
 
 
-def share_from_root(comm: Any, read: Callable[[], tuple[str, bytes] | None]) -> tuple[str, bytes] | None:
+def share_from_root(comm: Communicator | None,
+                    read: Callable[[], tuple[str, bytes] | None]) -> tuple[str, bytes] | None:
     """``read()`` on rank 0, its (name, bytes) or None sent to every rank of ``comm``.
 
     Without a communicator (or with one process) it is just ``read()``. If ``read`` raises on
@@ -267,7 +304,7 @@ def _checked_step(step: Any) -> int | None:
     return int(step)
 
 
-def _array_loader(target: Any, saved: np.ndarray, what: str, where: str) -> Callable[[], None]:
+def _array_loader(target: Array, saved: np.ndarray, what: str, where: str) -> Callable[[], None]:
     if tuple(target.shape) != saved.shape:
         raise ValueError(f"checkpoint {where} {what} has shape {saved.shape}; the array given has "
                          f"{tuple(target.shape)}")

@@ -70,7 +70,7 @@ _MAGICS: dict[bytes, str] = {
 }
 
 
-def encode(arrays: dict[str, np.ndarray], contents: str) -> list[Any]:
+def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryview]:
     """The file's bytes as a list of chunks to write back to back: the header, then each array's buffer.
 
     ``arrays`` are host NumPy arrays of a dtype in :data:`DTYPES`; ``contents`` is a JSON text.
@@ -83,7 +83,7 @@ def encode(arrays: dict[str, np.ndarray], contents: str) -> list[Any]:
         if code is None:
             raise TypeError(f"array {name!r} has dtype {array.dtype}; a checkpoint holds {sorted(_CODES)}")
         data = np.asarray(array, dtype=DTYPES[code], order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
-        buffers.append(memoryview(data.reshape(-1)).cast("B"))
+        buffers.append(data.reshape(-1).data.cast("B"))
         entries[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
         offset += data.nbytes
     metadata = {"format": FORMAT, "version": VERSION, "checksum": _CHECKSUM_PREFIX + _ZERO_DIGEST,

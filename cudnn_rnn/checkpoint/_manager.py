@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import is_count
+from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import PARTIAL_SUFFIX
 from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
@@ -46,6 +47,9 @@ class CheckpointManager:
         comm: a :class:`cudnn_rnn.distributed.Communicator`: rank 0 writes and reads, every
             rank gets what it read. None: this process alone.
 
+    Raises:
+        ValueError: ``keep`` is not an integer >= 1, or ``prefix`` holds other characters.
+
     ::
 
         manager = CheckpointManager("runs/lm/checkpoints", keep=3)
@@ -57,7 +61,7 @@ class CheckpointManager:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, prefix: str = "ckpt",
-                 comm: Any = None) -> None:
+                 comm: Communicator | None = None) -> None:
         if not is_count(keep) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1; got {keep!r}")
         if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
@@ -75,23 +79,44 @@ class CheckpointManager:
         return self.comm is None or self.comm.rank == 0
 
     def path_for(self, step: int) -> Path:
-        """The file of the checkpoint of ``step``."""
+        """The file of the checkpoint of ``step``: ``<directory>/<prefix>-<step, 9 digits or more>.safetensors``.
+
+        Args:
+            step: the step number, a non-negative integer.
+
+        Returns:
+            The path, whether or not the file exists.
+        """
         return self.directory / f"{self.prefix}-{step:09d}{EXTENSION}"
 
     def steps(self) -> list[int]:
-        """The steps of the checkpoint files in the folder, oldest first (damaged ones included)."""
+        """The steps of the checkpoint files in the folder, oldest first (damaged ones included).
+
+        Returns:
+            The step numbers, ascending; empty when the folder does not exist yet.
+        """
         if not self.directory.is_dir():
             return []
         found = (self._name.fullmatch(entry.name) for entry in self.directory.iterdir())
         return sorted(int(match.group(1)) for match in found if match)
 
     def save(self, step: int, **parts: Any) -> Path | None:
-        """Write the checkpoint of ``step`` (``parts``: :func:`cudnn_rnn.checkpoint.save`'s layers,
-        optimizers, arrays and state), then remove the oldest so that ``keep`` remain.
+        """Write the checkpoint of ``step``, then remove the oldest so that ``keep`` remain.
 
-        Returns the file written, or None on a rank that does not write. A file of the same
-        step is replaced. Files of later steps (a run resumed from an earlier checkpoint) are
-        left alone until this run replaces them.
+        A file of the same step is replaced. Files of later steps (a run resumed from an earlier
+        checkpoint) are left alone until this run replaces them.
+
+        Args:
+            step: the step number, a non-negative integer; stored in the file and its name.
+            **parts: :func:`cudnn_rnn.checkpoint.save`'s ``layers``, ``optimizers``, ``arrays``
+                and ``state``.
+
+        Returns:
+            The file written, or None on a rank that does not write.
+
+        Raises:
+            ValueError: ``step`` is not a non-negative integer, or as :func:`cudnn_rnn.checkpoint.save`.
+            TypeError: as :func:`cudnn_rnn.checkpoint.save`.
         """
         if not is_count(step):
             raise ValueError(f"step must be a non-negative integer; got {step!r}")
@@ -112,6 +137,10 @@ class CheckpointManager:
 
         Damaged files are skipped with a :class:`CheckpointWarning` naming each. With a
         communicator every rank returns the checkpoint rank 0 found.
+
+        Returns:
+            The checkpoint (see :func:`cudnn_rnn.checkpoint.load`), or None when the folder holds
+            no checkpoint that verifies.
         """
         found: dict[str, Checkpoint] = {}
 
