@@ -27,8 +27,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {name: (module.__name__, help_text) fo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``cudnn-rnn`` parser: one subparser per entry of :data:`COMMANDS`, its description the
-    first line of the module's docstring."""
+    """The ``cudnn-rnn`` parser: one subparser per entry of :data:`COMMANDS`.
+
+    Returns:
+        The parser. Each subparser's description is the first line of its module's docstring, and
+        its ``run`` default is the module's ``run``.
+    """
     parser = argparse.ArgumentParser(prog="cudnn-rnn", description="cuDNN fused RNNs for CuPy and NumPy.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
@@ -41,8 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``cudnn-rnn`` with ``argv`` (``sys.argv[1:]`` when None); returns the exit status
-    (2, after the help, when no subcommand is given)."""
+    """Run ``cudnn-rnn`` (the console script's entry point).
+
+    Args:
+        argv: the arguments after the command's name, e.g. ``["convert", "IN", "OUT"]``;
+            ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit status: the subcommand's (0 on success, 2 for refused input), or 2, after the
+        help, when no subcommand is given. argparse itself exits with status 2 on unknown flags.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

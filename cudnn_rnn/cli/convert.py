@@ -83,8 +83,8 @@ def _import(module: str, purpose: str) -> Any:
 
 
 def _write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
-    with open(path, "wb") as handle:
-        np.savez(handle, **tensors)
+    with open(path, "wb") as handle:  # numeric tensors: nothing to pickle, and no name taken for savez's flag
+        np.savez(handle, allow_pickle=False, **tensors)
 
 
 def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
@@ -118,7 +118,19 @@ def _check_paths(source: str, target: str, force: bool) -> None:
 
 # ---- reading -------------------------------------------------------------------------------------
 def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
-    """The one RNN of ``args.input`` the command works on, with the overrides applied, and its config."""
+    """The one RNN of ``args.input`` the command works on, with the overrides applied, and its config.
+
+    Args:
+        args: the parsed command line (``input``, the reading options, ``name``, ``stack`` and
+            the configuration overrides).
+
+    Returns:
+        ``(found, config)``: the chosen (or stacked) RNN and its complete configuration.
+
+    Raises:
+        CommandError: the file cannot be read, names no such RNN, holds several without a
+            choice, or does not tell a field that no flag gives (one message line).
+    """
     found = read_found(args)
     try:
         chosen = choose(found, args.name or (), stack_all=args.stack, hints=hints_from(args))
@@ -129,7 +141,11 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
 
 # ---- the command ----------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``."""
+    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``.
+
+    Args:
+        parser: the ``convert`` subparser, or a parser of its own (see :func:`main`).
+    """
     parser.epilog = _epilog()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--to", dest="target_format", default=PARAMS_FORMAT, choices=CLI_FORMATS, metavar="FORMAT",
@@ -163,7 +179,15 @@ def _convert(found: FoundRNN, config: RNNConfig, target: str, allow: bool) -> Co
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``cudnn-rnn convert``; returns the exit status (2 for any refused input)."""
+    """Run ``cudnn-rnn convert``: read, convert, write, and print what was done.
+
+    Args:
+        args: the command line parsed by a parser that :func:`add_arguments` set up.
+
+    Returns:
+        The exit status: 0 once OUT is written, 2 for any refused input (the one-line message
+        on stderr, naming flags; nothing written).
+    """
     try:
         _run(args)
     except CommandError as error:
@@ -183,8 +207,12 @@ def _run(args: argparse.Namespace) -> None:
         if out_extension == ".onnx":
             params = _convert(found, config, PARAMS_FORMAT, args.allow_approximation)
             result = Converted(None, params.approximations)
-            write_through_path(args.output, lambda path: export_onnx(
-                params.value[PARAMS_FORMAT], config, path, time_major=not args.batch_major, opset=args.opset))
+
+            def write_model(path: str) -> None:  # (export_onnx returns the model too: not wanted here)
+                export_onnx(params.value[PARAMS_FORMAT], config, path, time_major=not args.batch_major,
+                            opset=args.opset)
+
+            write_through_path(args.output, write_model)
             written = f"an ONNX model ({config.num_layers} {_onnx_node(config)} node(s), opset {args.opset})"
         elif target == PARAMS_FORMAT and out_extension == ".npz":
             result = _convert(found, config, target, args.allow_approximation)
@@ -193,7 +221,9 @@ def _run(args: argparse.Namespace) -> None:
             written = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
         else:
             result = _convert(found, config, target, args.allow_approximation)
-            write_through_path(args.output, lambda path: WRITERS[out_extension](path, result.value))
+            writer = WRITERS[out_extension]
+            assert writer is not None  # only .onnx has no writer, and it is written above
+            write_through_path(args.output, lambda path: writer(path, result.value))
             written = f"{len(result.value)} tensor(s)"
     except (ValueError, TypeError, ImportError) as error:
         raise CommandError(one_line(error)) from None
@@ -218,7 +248,14 @@ def _onnx_node(config: RNNConfig) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT``."""
+    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT``.
+
+    Args:
+        argv: the arguments after ``convert``; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit status, as :func:`run`.
+    """
     parser = argparse.ArgumentParser(prog="cudnn-rnn convert", description=(__doc__ or "").splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -19,7 +19,11 @@ __all__ = ["add_arguments", "run", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``cudnn-rnn info``."""
+    """Add the options of ``cudnn-rnn info`` (``--json``) to ``parser``.
+
+    Args:
+        parser: the ``info`` subparser, or a parser of its own (see :func:`main`).
+    """
     parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
 
 
@@ -49,14 +53,28 @@ def _text(facts: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the facts (text, or JSON with ``--json``); always 0."""
+    """Print the facts :func:`cudnn_rnn.info.collect` gathers (text, or JSON with ``--json``).
+
+    Args:
+        args: the parsed command line (``json``: print one JSON object).
+
+    Returns:
+        0, always: a missing piece is a fact to report, not an error.
+    """
     facts = collect()
     print(json.dumps(facts, indent=2) if getattr(args, "json", False) else _text(facts))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json``."""
+    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json``.
+
+    Args:
+        argv: the arguments after ``info``; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit status, 0.
+    """
     parser = argparse.ArgumentParser(prog="cudnn-rnn info", description=(__doc__ or "").splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

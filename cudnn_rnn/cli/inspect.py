@@ -30,14 +30,30 @@ __all__ = ["add_arguments", "run", "describe_found"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``inspect``'s arguments to ``parser``."""
+    """Add ``inspect``'s arguments to ``parser``.
+
+    Args:
+        parser: the ``inspect`` subparser.
+    """
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     add_reading_arguments(parser)
     parser.add_argument("input", metavar="FILE", help="the model file to read")
 
 
 def describe_found(found: FoundRNN) -> dict[str, Any]:
-    """What ``inspect`` reports for one RNN, as JSON-ready data."""
+    """What ``inspect`` reports for one RNN, as JSON-ready data.
+
+    Args:
+        found: one RNN that :func:`cudnn_rnn.convert.read_file` found, with the overrides applied.
+
+    Returns:
+        ``{"name", "source", "format", "configuration", "unknown", "params_size", "conversion",
+        "notes", "stacks_on"}``: ``configuration`` the fields the file tells, ``unknown`` the
+        question for each field it does not (in flags), ``params_size`` the number of elements
+        of the cuDNN params buffer (None when the configuration is incomplete or refused),
+        ``conversion`` how the RNN converts to cuDNN params, ``stacks_on`` the RNN it feeds
+        from (None for none).
+    """
     try:
         size = params_layout(found.config).size if found.complete and not found.refusal else None
     except ValueError:  # the fields do not form a valid configuration: conversion() says why
@@ -67,7 +83,14 @@ def _text(index: int, report: dict[str, Any], found: FoundRNN) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``cudnn-rnn inspect``; returns the exit status."""
+    """Run ``cudnn-rnn inspect``: print every RNN of the file (text, or a JSON list with ``--json``).
+
+    Args:
+        args: the command line parsed by a parser that :func:`add_arguments` set up.
+
+    Returns:
+        The exit status: 0, or 2 when the file cannot be read (the one-line message on stderr).
+    """
     try:
         found = [item.with_hints(**hints_from(args)) for item in read_found(args)]
     except (CommandError, ValueError, TypeError) as error:
