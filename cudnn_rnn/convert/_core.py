@@ -73,8 +73,9 @@ class Converted:
     """The result of a conversion.
 
     Attributes:
-        value: ``dict[str, array]`` of named tensors (to a format), or the 1-D params array
-            (from a format).
+        value: ``dict[str, array]`` of named tensors (to a format, shaped as
+            :func:`cudnn_rnn.convert.expected_shapes` says), or the 1-D ``[params_size]`` params
+            array (from a format).
         approximations: empty when the result computes exactly the same function; otherwise
             one sentence per thing that changed.
     """
@@ -84,6 +85,7 @@ class Converted:
 
     @property
     def exact(self) -> bool:
+        """Whether the result computes exactly the same function (no approximations)."""
         return not self.approximations
 
 

@@ -35,6 +35,7 @@ FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in (
     _canonical.FORMAT, _torch.FORMAT, _keras.FORMAT, _tf_cell.FORMAT, _onnx.FORMAT,
     _gru_block_cell.FORMAT, _mygrad.FORMAT)}
 
+#: the format names, in the order formats are listed
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
 
 #: (source, target) -> an exact conversion between two formats that are not cuDNN layouts
@@ -56,7 +57,20 @@ def _spec(fmt: object, config: RNNConfig, argument: str = "fmt") -> FormatSpec:
 
 
 def expected_shapes(fmt: str, config: RNNConfig) -> dict[str, tuple[int, ...]]:
-    """``{tensor name: shape}`` that format ``fmt`` uses for ``config``, in the format's order."""
+    """The names and shapes of format ``fmt``'s tensors for ``config``.
+
+    Args:
+        fmt: one of :data:`FORMATS`.
+        config: the configuration.
+
+    Returns:
+        ``{tensor name: shape}``, in the format's order: what :func:`to_format` returns and
+        :func:`from_format` takes (e.g. torch's ``weight_ih_l0`` ``(G*N, I)``).
+
+    Raises:
+        ValueError: ``fmt`` is not a format name, or the format cannot hold ``config``.
+        TypeError: ``config`` is not an :class:`~cudnn_rnn.RNNConfig`.
+    """
     config = check_config(config)
     return _spec(fmt, config).shapes(config)
 
@@ -66,7 +80,8 @@ def to_format(fmt: str, params: Array, config: RNNConfig, *, allow_approximation
 
     Args:
         fmt: one of :data:`FORMATS`.
-        params: 1-D array (NumPy or CuPy) of ``cudnn_rnn_params_size(...)`` elements.
+        params: ``[params_size]`` array (NumPy or CuPy, float16/32/64), ``params_size`` being
+            :func:`cudnn_rnn.cudnn_rnn_params_size` of ``config``.
         config: the configuration ``params`` belongs to.
         allow_approximation: accept a conversion that changes the function (reported).
 
@@ -75,9 +90,12 @@ def to_format(fmt: str, params: Array, config: RNNConfig, *, allow_approximation
         and dtype, shaped as :func:`expected_shapes` says.
 
     Raises:
-        InexactConversionError: the result would compute a different function.
-        ValueError: the format cannot hold ``config`` at all; bad params.
-        TypeError: params is not a float array; config is not an RNNConfig.
+        InexactConversionError: the result would compute a different function (and
+            ``allow_approximation`` is False).
+        ValueError: ``fmt`` is not a format name, the format cannot hold ``config`` at all, or
+            ``params`` has the wrong shape.
+        TypeError: ``params`` is not a NumPy or CuPy float array, ``config`` is not an
+            :class:`~cudnn_rnn.RNNConfig`, or ``allow_approximation`` is not a bool.
     """
     config = check_config(config)
     spec = _spec(fmt, config)
@@ -99,13 +117,16 @@ def from_format(fmt: str, tensors: Mapping[str, Array], config: RNNConfig, *,
         allow_approximation: accept a conversion that changes the function (reported).
 
     Returns:
-        ``Converted(value=params, approximations)``: a fresh 1-D array of the tensors' dtype.
+        ``Converted(value=params, approximations)``: a fresh ``[params_size]`` array of the
+        tensors' kind and dtype.
 
     Raises:
-        InexactConversionError: the result would compute a different function.
-        ValueError: missing or unexpected names (e.g. another layer count), wrong shapes, or
-            a configuration the format cannot hold.
-        TypeError: non-array values, mixed array kinds or dtypes.
+        InexactConversionError: the result would compute a different function (and
+            ``allow_approximation`` is False).
+        ValueError: ``fmt`` is not a format name, names are missing or unexpected (e.g.
+            another layer count), shapes are wrong, or the format cannot hold ``config``.
+        TypeError: ``tensors`` is not a mapping, holds non-arrays, mixed array kinds or
+            dtypes, or ``config`` is not an :class:`~cudnn_rnn.RNNConfig`.
     """
     config = check_config(config)
     spec = _spec(fmt, config)
@@ -122,6 +143,26 @@ def convert_between(src: str, dst: str, tensors: Mapping[str, Array], config: RN
     gru_block_cell <-> mygrad convert directly (exact); every other pair goes through the
     params buffer, and its approximations are those of both steps. ``src == dst`` checks the
     tensors and returns copies.
+
+    Args:
+        src: the format of ``tensors``, one of :data:`FORMATS`.
+        dst: the format to convert into, one of :data:`FORMATS`.
+        tensors: ``{name: array}`` with exactly the names and shapes that
+            ``expected_shapes(src, config)`` gives (NumPy or CuPy, one float dtype).
+        config: the configuration both sets of tensors describe.
+        allow_approximation: accept a conversion that changes the function (reported).
+
+    Returns:
+        ``Converted(value={name: array}, approximations)``: fresh arrays of the tensors' kind
+        and dtype, shaped as ``expected_shapes(dst, config)`` says.
+
+    Raises:
+        InexactConversionError: the result would compute a different function (and
+            ``allow_approximation`` is False).
+        ValueError: ``src`` or ``dst`` is not a format name, one of them cannot hold
+            ``config``, or the tensors' names or shapes do not match ``src``.
+        TypeError: non-array values, mixed array kinds or dtypes, or ``config`` is not an
+            :class:`~cudnn_rnn.RNNConfig`.
     """
     config = check_config(config)
     source, target = _spec(src, config, "src"), _spec(dst, config, "dst")

@@ -67,7 +67,21 @@ def _row_slices(config: RNNConfig) -> dict[str | None, slice]:
 
 
 def gru_block_cell_to_mygrad(tensors: Mapping[str, Array]) -> dict[str, Array]:
-    """TF GRUBlockCell weights (w_ru, w_c, b_ru, b_c) -> mygrad's gru weights (Uz, Wz, bz, ...): exact."""
+    """TF GRUBlockCell weights (w_ru, w_c, b_ru, b_c) -> mygrad's gru weights (Uz, Wz, bz, ...): exact.
+
+    Args:
+        tensors: the ``gru_block_cell`` format of one GRU layer: ``w_ru`` [I+N, 2N], ``w_c``
+            [I+N, N], ``b_ru`` [2N], ``b_c`` [N] (NumPy or CuPy, one float dtype); I and N are
+            read off the shapes.
+
+    Returns:
+        The ``mygrad`` format: ``Uz``, ``Ur``, ``Uh`` [I, N]; ``Wz``, ``Wr``, ``Wh`` [N, N];
+        ``bz``, ``br``, ``bh`` [N]; fresh contiguous arrays of the tensors' kind and dtype.
+
+    Raises:
+        ValueError: a tensor is missing, or the names and shapes do not form one GRU layer.
+        TypeError: ``tensors`` is not a mapping, or holds non-arrays, mixed array kinds or dtypes.
+    """
     config = _implied_config(tensors, "gru_block_cell")
     xp, _ = check_tensors("gru_block_cell", tensors, block.shapes(config), config)
     rows = _row_slices(config)
@@ -79,7 +93,21 @@ def gru_block_cell_to_mygrad(tensors: Mapping[str, Array]) -> dict[str, Array]:
 
 
 def mygrad_to_gru_block_cell(tensors: Mapping[str, Array]) -> dict[str, Array]:
-    """mygrad's gru weights (Uz, Wz, bz, ...) -> TF GRUBlockCell weights (w_ru, w_c, b_ru, b_c): exact."""
+    """mygrad's gru weights (Uz, Wz, bz, ...) -> TF GRUBlockCell weights (w_ru, w_c, b_ru, b_c): exact.
+
+    Args:
+        tensors: the ``mygrad`` format of one GRU layer: ``Uz``, ``Ur``, ``Uh`` [I, N];
+            ``Wz``, ``Wr``, ``Wh`` [N, N]; ``bz``, ``br``, ``bh`` [N] (NumPy or CuPy, one float
+            dtype); I and N are read off the shapes.
+
+    Returns:
+        The ``gru_block_cell`` format: ``w_ru`` [I+N, 2N], ``w_c`` [I+N, N], ``b_ru`` [2N],
+        ``b_c`` [N]; fresh contiguous arrays of the tensors' kind and dtype.
+
+    Raises:
+        ValueError: a tensor is missing, or the names and shapes do not form one GRU layer.
+        TypeError: ``tensors`` is not a mapping, or holds non-arrays, mixed array kinds or dtypes.
+    """
     config = _implied_config(tensors, "mygrad")
     xp, _ = check_tensors("mygrad", tensors, shapes(config), config)
     pieces: dict[str, dict[tuple[str | None, str], Array]] = {name: {} for name in block.BLOCK_COLUMNS}

@@ -58,16 +58,21 @@ def _import_onnx() -> types.ModuleType:
 
 
 def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, time_major: bool = True,
-                opset: int = DEFAULT_OPSET, with_initial_state: bool = True) -> onnx.ModelProto:
+                opset: int = DEFAULT_OPSET, with_initial_state: bool = True) -> Any:
     """Write ``params`` of ``config`` as a runnable ONNX model to ``path``.
 
     Args:
-        params: 1-D params buffer (NumPy or CuPy) of ``config``; its dtype is the model's.
+        params: the ``[params_size]`` params buffer (NumPy or CuPy) of ``config``; its dtype is
+            the model's.
         config: the configuration (dropout and seeds are ignored: the model is inference).
-        path: where to write the ``.onnx`` file.
-        time_major: the layout of X, Y and the states, as in ``cudnn_rnn_v3``.
-        opset: the ONNX opset to write (>= 10).
-        with_initial_state: whether the graph takes initial_h (and initial_c); else zeros.
+        path: where to write the ``.onnx`` file (written atomically).
+        time_major: the layout of X, Y and the states, as in :func:`cudnn_rnn.cudnn_rnn_v3`:
+            X ``[T, B, I]`` and Y ``[T, B, D*N]`` when True, ``[B, T, I]`` and ``[B, T, D*N]``
+            when False.
+        opset: the ONNX opset to write, from ``MIN_OPSET`` (10) to the newest the installed
+            onnx knows.
+        with_initial_state: whether the graph takes initial_h (and initial_c) ``[L*D, B, N]``;
+            else they are zeros.
 
     Returns:
         The ``onnx.ModelProto`` written (already checked with ``onnx.checker``).
@@ -76,7 +81,10 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
         UserWarning: params are float64 (ONNX Runtime's CPU RNN kernels do not run float64).
 
     Raises:
-        ValueError: a projection (num_proj > 0), bad params, or an unsupported opset.
+        ValueError: a projection (num_proj > 0), params of the wrong shape, or an opset out of
+            range.
+        TypeError: ``params`` is not a NumPy or CuPy float array, or ``config`` is not an
+            :class:`~cudnn_rnn.RNNConfig`.
         ImportError: the onnx package is missing.
     """
     onnx_module = _import_onnx()
