@@ -75,6 +75,7 @@ class FileKind:
     naming: str
 
 
+#: kind name -> the kind, in the order of the table above
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
     FileKind("npz", "a NumPy .npz archive", _npz_file.read, None, ("prefix",),
              "an .npz archive names its RNNs by file, or by key prefix for a parent module's torch tensors"),
@@ -112,6 +113,12 @@ def _tf_checkpoint_path(path: str) -> bool:
 
 def file_kind(path: str) -> FileKind:
     """What kind of model file ``path`` is, from its content (and, for ONNX, its extension).
+
+    Args:
+        path: the file, a TensorFlow checkpoint prefix, or a folder holding a checkpoint.
+
+    Returns:
+        Its :class:`FileKind`, one of :data:`FILE_KINDS`.
 
     Raises:
         FileReadError: missing, empty, unreadable, or of no kind that can be read.
@@ -164,7 +171,8 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
 
     Args:
         path: a Keras .keras/.weights.h5/.h5, PyTorch .pt/.pth/.bin, ONNX, TensorFlow checkpoint
-            or .npz file (see :data:`FILE_KINDS`).
+            or .npz file, told apart by its content (a checkpoint by its prefix, ``.index``
+            or folder).
         key: the entry of a PyTorch checkpoint dict holding the state_dict (found by itself
             when exactly one entry is a state_dict).
         prefix: the key prefix of the RNN in a parent module's state_dict (e.g. ``"rnn."``).
@@ -172,11 +180,13 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
         fmt: the format of the named tensors in an .npz (guessed from the names otherwise).
 
     Returns:
-        ``[FoundRNN, ...]``; fields a file cannot tell are questions, answered with
-        :meth:`FoundRNN.with_hints`.
+        ``[FoundRNN, ...]``, one per RNN in file order, its tensors host arrays; fields a file
+        cannot tell are questions, answered with :meth:`FoundRNN.with_hints`.
 
     Raises:
-        FileReadError: the file cannot be read, is of no known kind, or holds no RNN.
+        FileReadError: the file cannot be read, is of no known kind, holds no RNN, or takes
+            no such option (``key``, ``prefix``, ``trust_pickle`` or ``fmt``).
+        ValueError: ``fmt`` is not a format name.
         TypeError: bad arguments, or tensors of mixed dtypes (naming the odd tensor).
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -235,11 +245,19 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     """Consecutive RNNs as one multi-layer network (layer i's input is layer i-1's output).
 
     Each must convert to cuDNN params exactly and share mode, units, projection, direction and
-    dtype; layer i's input size must be layer i-1's output size. Returns a :class:`FoundRNN` in
-    the ``torch`` format with the layers' counts summed. One RNN is returned as it is.
+    dtype; layer i's input size must be layer i-1's output size.
+
+    Args:
+        found: the RNNs, first layer first (each with every question answered).
+
+    Returns:
+        A :class:`FoundRNN` in the ``torch`` format with the layers' counts summed, its name
+        the names joined by ``+``. One RNN is returned as it is.
 
     Raises:
-        ValueError: the RNNs do not chain, or one of them converts only approximately.
+        ValueError: no RNN is given, the RNNs do not chain, a question is unanswered, or one of
+            them cannot become cuDNN params.
+        InexactConversionError: one of them converts only approximately.
     """
     found = list(found)
     if not found:
@@ -276,11 +294,19 @@ def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: b
            hints: Mapping[str, Any] | None = None) -> FoundRNN:
     """The one RNN a conversion should take from a file's ``found`` list, with ``hints`` applied.
 
-    ``names`` picks RNNs by name (several are stacked, in the order given); ``stack_all``
-    stacks every RNN found, in file order; otherwise the file must hold exactly one RNN.
-    ``hints`` (config fields, None meaning not given) answer what the file cannot tell and are
-    checked against the rest (:meth:`FoundRNN.with_hints`); RNNs to be stacked get their
-    questions answered first, and the stacked network is checked as a whole.
+    RNNs to be stacked get their questions answered first, and the stacked network is checked
+    as a whole.
+
+    Args:
+        found: what :func:`read_file` returned.
+        names: RNNs picked by name; several are stacked, in the order given.
+        stack_all: stack every RNN found, in file order (when no ``names`` are given);
+            otherwise the file must hold exactly one RNN.
+        hints: configuration fields (None meaning not given) that answer what the file cannot
+            tell, checked against the rest (:meth:`FoundRNN.with_hints`).
+
+    Returns:
+        The chosen :class:`FoundRNN` (stacked, see :func:`stack`), with the hints applied.
 
     Raises:
         ValueError: an unknown name, several RNNs and no choice (listing them), or a hint

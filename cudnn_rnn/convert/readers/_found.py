@@ -65,7 +65,18 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 class FileReadError(ValueError):
-    """A file that cannot be read as asked: the message is one line, naming the file and what to do."""
+    """A file that cannot be read as asked: the message is one line, naming the file and what to do.
+
+    The message is ``cannot read 'PATH': REASON``.
+
+    Args:
+        path: the file (or checkpoint prefix, or folder) that was read.
+        reason: what is wrong and what to do (made one line, control characters removed).
+
+    Attributes:
+        path: the file, as given.
+        reason: the one-line reason.
+    """
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -74,8 +85,16 @@ class FileReadError(ValueError):
 
 
 def one_line(text: object, limit: int = 400) -> str:
-    """``text`` as one printable line: terminal escape codes and control characters removed,
-    whitespace collapsed, cut to ``limit`` characters."""
+    """``text`` as one printable line, for messages that quote what a file holds.
+
+    Args:
+        text: anything; its ``str()`` is taken.
+        limit: the most characters returned (a longer text is cut and ends in ``...``).
+
+    Returns:
+        The text with terminal escape codes and control characters removed and whitespace
+        collapsed, at most ``limit`` characters.
+    """
     flat = _CONTROLS.sub(" ", _ESCAPES.sub("", str(text)))
     flat = " ".join(flat.split())
     return flat if len(flat) <= limit else flat[:limit - 3].rstrip() + "..."
@@ -85,9 +104,12 @@ def one_line(text: object, limit: int = 400) -> str:
 class Question:
     """A configuration field the file cannot tell: the values it may take and why it is unknown.
 
-    ``choices`` is empty when any valid value may do (e.g. num_units of a bare params buffer);
-    ``default`` (when not None) is taken if the question is not answered, as ``direction`` is
-    ``'unidirectional'`` unless told otherwise.
+    Attributes:
+        choices: the values the field may take; empty when any valid value may do (e.g.
+            num_units of a bare params buffer).
+        reason: why the file cannot tell it, one clause (the start of the message asking for it).
+        default: taken if the question is not answered (as ``direction`` is
+            ``'unidirectional'`` unless told otherwise); None: it must be answered.
     """
 
     choices: tuple[Any, ...]
@@ -95,7 +117,15 @@ class Question:
     default: Any = None
 
     def options(self, field_name: str) -> str:
-        """What to pass: ``rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'``, or ``num_units=NUM_UNITS``."""
+        """What to pass to answer the question, as a call spells it.
+
+        Args:
+            field_name: the configuration field this question is about.
+
+        Returns:
+            ``"rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"`` (the choices), or
+            ``"num_units=NUM_UNITS"`` when any value may do.
+        """
         if self.choices:
             return " or ".join(_argument(field_name, choice) for choice in self.choices)
         return f"{field_name}={field_name.upper()}"
@@ -145,10 +175,13 @@ class FoundRNN:
         name: where it sits in the file (a layer name, a key prefix, an ONNX node name).
         source: what it is, in the file's own terms ("Keras 3 LSTM", "PyTorch nn.GRU state_dict").
         fmt: the format ``tensors`` are in: a name in :data:`cudnn_rnn.convert.FORMATS`, or
-            ``"params"`` for ``{"params": buffer}``.
-        tensors: ``{name: numpy array}`` in that format (host arrays, one dtype).
-        fields: the :data:`CONFIG_FIELDS` the file tells.
-        questions: field -> :class:`Question`, for the fields it cannot tell.
+            ``"params"`` for ``{"params": buffer}`` (a ``[params_size]`` buffer).
+        tensors: ``{name: numpy array}`` in that format (host arrays, one dtype), shaped as
+            :func:`cudnn_rnn.convert.expected_shapes` says for :attr:`config`.
+        fields: the configuration fields the file tells: ``{field: value}`` for fields among
+            rnn_mode, num_layers, num_units, input_size, direction, num_proj, input_mode and
+            dtype.
+        questions: field -> :class:`~cudnn_rnn.convert.Question`, for the fields it cannot tell.
         notes: facts worth knowing, one sentence each (e.g. "bias=False: zero biases").
         refusal: why these weights can never become a cuDNN params buffer (e.g. peepholes), or
             None. Other formats may still hold them (see ``fmt``).
@@ -178,11 +211,31 @@ class FoundRNN:
         object.__setattr__(self, "notes", tuple(self.notes))
 
     def replace(self, **changes: Any) -> "FoundRNN":
+        """A copy with some attributes changed.
+
+        Args:
+            **changes: new values of attributes (``name=``, ``notes=``, ...).
+
+        Returns:
+            The new :class:`~cudnn_rnn.convert.FoundRNN`, checked as a new one is.
+
+        Raises:
+            ValueError: ``fmt``, ``fields`` or ``questions`` are not valid.
+            TypeError: a keyword is not an attribute.
+        """
         return dataclasses.replace(self, **changes)
 
     # -- configuration ---------------------------------------------------------------------------
     def with_hints(self, **hints: Any) -> "FoundRNN":
         """Answer questions with ``hints`` (config fields; None means not given) and check the rest.
+
+        Args:
+            **hints: configuration fields (``rnn_mode="rnn_relu"``, ``num_units=64``, ...); a
+                hint of None is not given.
+
+        Returns:
+            A copy in which the questions the hints answer have become fields; ``self`` when
+            no hint is given.
 
         Raises:
             ValueError: a hint disagrees with what the file says, or is not a choice the file allows.
@@ -212,7 +265,7 @@ class FoundRNN:
 
     @property
     def config(self) -> RNNConfig:
-        """The complete configuration.
+        """The complete configuration, from the fields and the defaults of unanswered questions.
 
         Raises:
             ValueError: a field the file cannot tell was not given (naming the argument to pass), or
@@ -239,7 +292,15 @@ class FoundRNN:
 
     # -- conversion ------------------------------------------------------------------------------
     def to_params(self, *, allow_approximation: bool = False) -> Converted:
-        """The cuDNN params buffer of these weights (a fresh NumPy array of the tensors' dtype).
+        """The cuDNN params buffer of these weights.
+
+        Args:
+            allow_approximation: accept a conversion that changes the function (the result
+                says what changed).
+
+        Returns:
+            ``Converted(value=params, approximations)``: ``params`` a fresh ``[params_size]``
+            NumPy array of the tensors' dtype, in the layout of :attr:`config`.
 
         Raises:
             ValueError: a question is unanswered, or the weights cannot become cuDNN params
@@ -257,23 +318,33 @@ class FoundRNN:
         return from_format(self.fmt, self.tensors, config, allow_approximation=allow_approximation)
 
     def to_layer(self, *, xp: types.ModuleType | None = None, allow_approximation: bool = False) -> RecurrentLayer:
-        """A trainable layer (:class:`cudnn_rnn.LSTM`, ``GRU`` or ``RNN``, as the mode says)
-        holding these weights: ``RecurrentLayer.from_params(self.to_params().value, self.config)``.
+        """A trainable layer holding these weights.
+
+        The layer is ``RecurrentLayer.from_params(self.to_params().value, self.config)``.
 
         Args:
             xp: the layer's array module (numpy, the default, or cupy).
             allow_approximation: accept a conversion that changes the function (see
                 :meth:`to_params`; :meth:`conversion` says what would change).
 
+        Returns:
+            A :class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU` or :class:`cudnn_rnn.RNN`, as the
+            mode says, whose ``params`` are a fresh ``[params_size]`` buffer on ``xp``.
+
         Raises:
-            ValueError / InexactConversionError: as :meth:`to_params`.
+            ValueError: as :meth:`to_params`.
+            InexactConversionError: as :meth:`to_params`.
         """
         params = self.to_params(allow_approximation=allow_approximation).value
         return RecurrentLayer.from_params(params, self.config, xp=xp)
 
     def conversion(self) -> str:
-        """How these weights become cuDNN params: ``"exact"``, ``"approximate: ..."``,
-        ``"refused: ..."`` or ``"needs: ..."`` (the arguments to pass)."""
+        """How these weights become cuDNN params, in a word and a reason.
+
+        Returns:
+            ``"exact"``, ``"approximate: ..."`` (what would change), ``"refused: ..."`` (why
+            not) or ``"needs: ..."`` (the arguments to pass).
+        """
         if self.refusal:
             return f"refused: {self.refusal}"
         if not self.complete:
@@ -290,7 +361,12 @@ class FoundRNN:
         return "exact"
 
     def describe(self) -> str:
-        """One line: the configuration as far as the file tells it ("?" marks what it does not tell)."""
+        """The configuration as far as the file tells it, in one line.
+
+        Returns:
+            ``"rnn_mode=lstm, num_layers=1, ..."``: every configuration field, ``?`` marking what
+            the file does not tell (after a default: assumed, as ``direction=unidirectional?``).
+        """
         parts = []
         for name in CONFIG_FIELDS:
             if name in self.fields:
