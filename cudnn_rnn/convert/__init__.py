@@ -41,7 +41,7 @@ params is bit-exact for formats that keep both biases (canonical, torch, onnx, k
 and the same function (the bias sums unchanged) for the others. Values keep their dtype.
 
 **Model files.** :func:`read_file` finds every RNN in a Keras, PyTorch, ONNX, TensorFlow or
-.npz file, with the configuration read from the file (:mod:`cudnn_rnn.convert.readers`)::
+.npz file, with the configuration read from the file (``cudnn_rnn.convert.readers``)::
 
     [rnn] = read_file("model.keras")       # FoundRNN: name, source, fmt, tensors, fields
     params = rnn.to_params().value           # exact, or refused (InexactConversionError)
@@ -50,11 +50,12 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
 
 from __future__ import annotations
 
+from . import _formats
 from ._core import Converted, InexactConversionError
-from ._formats import FORMAT_SPECS, FORMATS, convert_between, expected_shapes, from_format, to_format
+from ._formats import convert_between, expected_shapes, from_format, to_format
 from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 from .onnx_export import export_onnx
-from .readers import FoundRNN, read_file, stack
+from .readers import FileReadError, FoundRNN, Question, read_file, stack
 
 __all__ = [
     "FORMATS",
@@ -69,6 +70,20 @@ __all__ = [
     "gru_block_cell_to_mygrad",
     "mygrad_to_gru_block_cell",
     "FoundRNN",
+    "Question",
+    "FileReadError",
     "read_file",
     "stack",
 ]
+
+#: The format names, in the order of the table above (``"canonical"``, ``"torch"``, ...).
+FORMATS: tuple[str, ...] = _formats.FORMATS
+
+#: Format name -> its spec, in the order of :data:`FORMATS`.
+#:
+#: A spec (a ``FormatSpec``) is the one record of a format's facts: its tensor names and
+#: shapes (:func:`expected_shapes`), the configurations it cannot hold, both directions of
+#: conversion, and how a reader recognises its files.
+#:
+#: :meta hide-value:
+FORMAT_SPECS = _formats.FORMAT_SPECS
