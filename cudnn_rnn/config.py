@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import Mapping, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "ModeSpec",
@@ -27,6 +29,7 @@ __all__ = [
     "INPUT_MODES",
     "DTYPES",
     "RNNConfig",
+    "LayoutKey",
     "tf_seed64",
     "resolve_input_mode",
     "is_count",
@@ -37,7 +40,9 @@ __all__ = [
 class ModeSpec:
     """Facts about one cell type.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         name: TF's ``rnn_mode`` string.
         gates: gate names in cuDNN's linLayerID order (input matrices 0..G-1,
             recurrent matrices G..2G-1).
@@ -52,9 +57,11 @@ class ModeSpec:
 
     @property
     def num_gates(self) -> int:
+        """The number of gates G (1, 3 or 4)."""
         return len(self.gates)
 
 
+#: rnn_mode string -> the facts of that cell type
 MODES: dict[str, ModeSpec] = {
     "rnn_relu": ModeSpec("rnn_relu", ("h",), False, 0),
     "rnn_tanh": ModeSpec("rnn_tanh", ("h",), False, 1),
@@ -71,10 +78,14 @@ INPUT_MODES: tuple[str, ...] = ("linear_input", "skip_input", "auto_select")
 #: supported element types (float16 computes in float32).
 DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
 
+#: the type of ``RNNConfig.layout_key``, (rnn_mode, input_mode, direction, num_layers, num_units, input_size,
+#: num_proj)
+LayoutKey: TypeAlias = tuple[str, str, str, int, int, int, int]
+
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-def _choice(name: str, value: object, allowed: tuple[str, ...] | dict) -> str:
+def _choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
     options = tuple(allowed)
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, one of {options}; got {type(value).__name__} {value!r}")
@@ -84,8 +95,15 @@ def _choice(name: str, value: object, allowed: tuple[str, ...] | dict) -> str:
 
 
 def is_count(value: object) -> bool:
-    """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts)."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and value >= 0
+    """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts).
+
+    Args:
+        value: anything.
+
+    Returns:
+        True for an integral, non-bool value >= 0.
+    """
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and int(value) >= 0
 
 
 def _int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -101,8 +119,8 @@ def _int(name: str, value: object, *, minimum: int | None = None, maximum: int |
 
 def dtype_name(dtype: object, argument: str = "dtype") -> str:
     """Return the canonical name ("float32", ...) of a supported dtype, else TypeError."""
-    try:
-        name = np.dtype(dtype).name
+    try:  # anything np.dtype does not take raises the TypeError handled here
+        name: str = np.dtype(cast(DTypeLike, dtype)).name
     except TypeError:
         name = str(getattr(dtype, "name", dtype))
     if name not in DTYPES:
@@ -111,7 +129,20 @@ def dtype_name(dtype: object, argument: str = "dtype") -> str:
 
 
 def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
-    """Resolve ``auto_select`` as TF's params ops do: skip_input iff input_size == num_units."""
+    """Resolve ``auto_select`` as TF's params ops do: skip_input iff input_size == num_units.
+
+    Args:
+        input_mode: ``"linear_input"``, ``"skip_input"`` or ``"auto_select"``.
+        input_size: I.
+        num_units: N.
+
+    Returns:
+        ``"linear_input"`` or ``"skip_input"``.
+
+    Raises:
+        TypeError: ``input_mode`` is not a string.
+        ValueError: ``input_mode`` is not one of the three.
+    """
     _choice("input_mode", input_mode, INPUT_MODES)
     if input_mode == "auto_select":
         return "skip_input" if input_size == num_units else "linear_input"
@@ -119,10 +150,17 @@ def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
 
 
 def tf_seed64(seed: int, seed2: int) -> int:
-    """TF's 64-bit dropout seed: ``(uint64(seed) << 32) | uint64(seed2)``.
+    """TF's 64-bit dropout seed, ``(uint64(seed) << 32) | uint64(seed2)``.
 
     Both attrs are C ``int`` and are sign-extended on promotion, so a negative seed2
     sets the whole upper half and hides ``seed`` (seed=7, seed2=-3 equals seed=8, seed2=-3).
+
+    Args:
+        seed: TF's op-level seed (a C ``int``).
+        seed2: TF's second seed (a C ``int``).
+
+    Returns:
+        The seed as an unsigned 64-bit value, a Python int in [0, 2**64).
     """
     mask64 = (1 << 64) - 1
     return (((seed & mask64) << 32) | (seed2 & mask64)) & mask64
@@ -134,10 +172,31 @@ class RNNConfig:
 
     Construct it with the TF attribute strings; ``input_mode="auto_select"`` is
     resolved on construction (skip_input iff ``input_size == num_units``), so the
-    stored ``input_mode`` is always ``"linear_input"`` or ``"skip_input"``.
+    stored ``input_mode`` is always ``"linear_input"`` or ``"skip_input"``. Every field
+    keeps the name and meaning of the argument it was built from.
+
+    Args:
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        num_layers: L >= 1, the number of stacked layers.
+        num_units: N >= 1, the width of each cell's state.
+        input_size: I >= 1, the width of each step of the input.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs ``input_size == num_units``) or
+            ``"auto_select"``.
+        direction: ``"unidirectional"`` (D = 1) or ``"bidirectional"`` (D = 2).
+        num_proj: P < N, the width of an LSTM's projected state; 0 for no projection.
+        dropout: the probability in [0, 1) of dropping each output of every layer but the last
+            while training.
+        seed: TF's op-level dropout seed (a C ``int``).
+        seed2: TF's second dropout seed (a C ``int``).
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"``, or a NumPy dtype of one of them;
+            stored as its name.
+
+    Attributes:
+        mode: the :data:`cudnn_rnn.config.MODES` entry of ``rnn_mode`` (gate names, cell state, cuDNN's number).
 
     Raises:
-        TypeError: a field has the wrong type (a float size, a non-string mode).
+        TypeError: a field has the wrong type (a float size, a non-string mode, an
+            unsupported dtype).
         ValueError: an unknown string, a non-positive size, ``num_proj`` with a
             non-LSTM mode or ``num_proj >= num_units``, ``skip_input`` with
             ``input_size != num_units``, or ``dropout`` outside [0, 1).
@@ -192,63 +251,88 @@ class RNNConfig:
     # -- derived facts -------------------------------------------------------------------
     @property
     def num_gates(self) -> int:
-        """G: gates per cell."""
+        """The number of gates per cell, G (4 for LSTM, 3 for GRU, 1 for the plain RNNs)."""
         return self.mode.num_gates
 
     @property
     def has_cell(self) -> bool:
-        """True for LSTM, the only mode with a ``c`` state."""
+        """Whether the cell carries a ``c`` state (LSTM is the only mode that does)."""
         return self.mode.has_cell
 
     @property
     def num_directions(self) -> int:
-        """D: 1 or 2."""
+        """The number of directions, D (1 or 2)."""
         return DIRECTIONS[self.direction]
 
     @property
     def num_pseudo_layers(self) -> int:
-        """L * D."""
+        """The number of pseudo-layers, L * D (one per layer and direction)."""
         return self.num_layers * self.num_directions
 
     @property
     def state_size(self) -> int:
-        """P: width of h and of each direction's output (num_proj, or num_units without projection)."""
+        """The width P of h and of each direction's output (num_proj, or num_units without projection)."""
         return self.num_proj or self.num_units
 
     @property
     def output_size(self) -> int:
-        """D * P: width of the output sequence."""
+        """The width of the output sequence, D * P."""
         return self.num_directions * self.state_size
 
     @property
     def skip_input(self) -> bool:
+        """Whether the input feeds layer 0's gates directly (``input_mode == "skip_input"``)."""
         return self.input_mode == "skip_input"
 
     @property
     def inter_layer_dropout(self) -> float:
-        """The dropout probability that acts in training: on every layer's output but the last,
-        so 0.0 for a one-layer network."""
+        """The dropout probability that acts in training.
+
+        Dropout applies to every layer's output but the last, so this is 0.0 for a one-layer
+        network whatever ``dropout`` says.
+        """
         return self.dropout if self.num_layers > 1 else 0.0
 
     @property
     def seed64(self) -> int:
-        """TF's 64-bit dropout seed, see :func:`tf_seed64`."""
+        """TF's 64-bit dropout seed (see :func:`cudnn_rnn.config.tf_seed64`)."""
         return tf_seed64(self.seed, self.seed2)
 
     def layer_input_size(self, layer: int) -> int:
-        """Width of the input of physical layer ``layer``: I for layer 0, D*P above."""
+        """The width of the input of one physical layer.
+
+        Args:
+            layer: the layer index, 0 .. L-1.
+
+        Returns:
+            I for layer 0, D * P for the layers above.
+        """
         return self.input_size if layer == 0 else self.output_size
 
     @property
-    def layout_key(self) -> tuple:
-        """The fields that determine the params layout (dropout, seeds and dtype do not)."""
+    def layout_key(self) -> LayoutKey:
+        """The fields that determine the params layout (dropout, seeds and dtype do not).
+
+        ``(rnn_mode, input_mode, direction, num_layers, num_units, input_size, num_proj)``.
+        """
         return (self.rnn_mode, self.input_mode, self.direction, self.num_layers, self.num_units,
                 self.input_size, self.num_proj)
 
     def replace(self, **changes: object) -> "RNNConfig":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed, validated again.
+
+        Args:
+            **changes: new values of constructor fields, by name.
+
+        Returns:
+            The new configuration.
+
+        Raises:
+            TypeError: an unknown field name, or a value of the wrong type.
+            ValueError: a value the constructor refuses.
+        """
         fields = {name: getattr(self, name) for name in (
             "rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction",
             "num_proj", "dropout", "seed", "seed2", "dtype")}
         fields.update(changes)
-        return RNNConfig(**fields)  # type: ignore[arg-type]
+        return RNNConfig(**fields)

@@ -8,7 +8,9 @@ __all__ = ["CudnnError", "CudnnNotAvailableError", "CheckpointError"]
 class CudnnError(RuntimeError):
     """A cuDNN call returned a status other than CUDNN_STATUS_SUCCESS.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         status_name: the status enum name, e.g. ``"CUDNN_STATUS_BAD_PARAM"``.
         status: the numeric status.
         function: the C function that failed, e.g. ``"cudnnRNNForward"``.
@@ -23,7 +25,7 @@ class CudnnError(RuntimeError):
         message = f"{function} failed with {status_name} ({status})"
         super().__init__(f"{message}: {detail}" if detail else message)
 
-    def __reduce__(self):  # keep it picklable across processes
+    def __reduce__(self) -> tuple[type[CudnnError], tuple[str, int, str, str]]:  # picklable across processes
         return (type(self), (self.status_name, self.status, self.function, self.detail))
 
 
@@ -34,7 +36,9 @@ class CudnnNotAvailableError(ImportError):
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: damaged, truncated, of another kind or version, or inconsistent.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         path: the file, as given.
         reason: what is wrong with it.
     """
@@ -44,5 +48,5 @@ class CheckpointError(ValueError):
         self.reason = reason
         super().__init__(f"checkpoint {path!r}: {reason}")
 
-    def __reduce__(self):  # keep it picklable across processes
+    def __reduce__(self) -> tuple[type[CheckpointError], tuple[str, str]]:  # picklable across processes
         return (type(self), (self.path, self.reason))
