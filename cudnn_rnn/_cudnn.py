@@ -88,7 +88,7 @@ def _pointer(array: Any) -> int:
     return 0 if array is None or array.size == 0 else array.data.ptr
 
 
-def _rows(rows: Any, time_major: bool) -> tuple:
+def _rows(rows: Any, time_major: bool) -> tuple[Any, ...]:
     """Index of batch rows ``rows`` at every step of a [T, B, F] (time-major) or [B, T, F] array."""
     return (slice(None), rows) if time_major else (rows,)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,10 +42,10 @@ from . import _lib, _reserve
 from ._cudnn_settings import DATA_LAYOUTS, PRECISIONS, current_math_type, rnn_fields
 from ._cudnn_streams import DeviceBuffers, copy, device_scope, import_cupy, use
 from ._cudnn_weight_space import layout_differences
-from ._descriptors import (DropoutDescriptor, Handle, LRUCache, RNNDataDescriptor, RNNDescriptor, TensorDescriptor,
-                           live_counts)
+from ._descriptors import (DropoutDescriptor, Handle, LRUCache, Resource, RNNDataDescriptor, RNNDescriptor,
+                           TensorDescriptor, live_counts)
 from ._lib import ForwardMode, MathType
-from .config import RNNConfig
+from .config import LayoutKey, RNNConfig
 from .layout import params_layout
 
 __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
@@ -53,6 +53,11 @@ __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "Ba
 
 NETWORK_CACHE_SIZE = 32  # per (device, thread)
 PLAN_CACHE_SIZE = 32     # per network
+
+_D = TypeVar("_D", bound=Resource)
+
+#: where :meth:`_HostBlock.add` placed an array: (byte offset, dtype, shape)
+_Place = tuple[int, np.dtype, tuple[int, ...]]
 
 
 class _HostBlock:
@@ -64,7 +69,7 @@ class _HostBlock:
         self._parts: list[tuple[int, np.ndarray]] = []
         self._size = 0
 
-    def add(self, array: np.ndarray) -> tuple[int, np.dtype, tuple[int, ...]]:
+    def add(self, array: np.ndarray) -> _Place:
         """Append ``array``; returns where it sits (for :meth:`view`)."""
         array = np.ascontiguousarray(array)
         offset = self._size
@@ -79,7 +84,7 @@ class _HostBlock:
         return packed
 
     @staticmethod
-    def view(block: Any, where: tuple[int, np.dtype, tuple[int, ...]]) -> Any:
+    def view(block: Any, where: _Place) -> Any:
         """The part of the uploaded ``block`` that :meth:`add` placed at ``where``."""
         offset, dtype, shape = where
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -148,19 +153,18 @@ class BatchPlan:
         run_lengths = np.maximum(lengths, 1).astype(np.int32)
         seq_lengths = tuple(int(n) for n in run_lengths)
         layout = DATA_LAYOUTS[time_major]
-        self.x_desc = self.y_desc = self.h_desc = self.c_desc = None
+        self._descriptors: list[Resource] = []  # every descriptor made so far: close() closes them
         try:
-            self.x_desc = RNNDataDescriptor(_lib.RNNDataFields(
+            self.x_desc = self._own(RNNDataDescriptor(_lib.RNNDataFields(
                 data_type, layout, max_time, batch, config.input_size, seq_lengths, 0.0),
-                device=device)
-            self.y_desc = RNNDataDescriptor(_lib.RNNDataFields(
+                device=device))
+            self.y_desc = self._own(RNNDataDescriptor(_lib.RNNDataFields(
                 data_type, layout, max_time, batch, config.output_size, seq_lengths, 0.0),
-                device=device)
-            self.h_desc = TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.state_size),
-                                           device=device)
-            if config.has_cell:
-                self.c_desc = TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.num_units),
-                                               device=device)
+                device=device))
+            self.h_desc = self._own(TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.state_size),
+                                                     device=device))
+            self.c_desc = self._own(TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.num_units),
+                                                     device=device)) if config.has_cell else None
             rnn = network.rnn.pointer
             self.inference_workspace, _ = _lib.rnn_temp_space_sizes(
                 handle, rnn, ForwardMode.INFERENCE, self.x_desc.pointer)
@@ -173,6 +177,11 @@ class BatchPlan:
             self.close()
             raise
 
+    def _own(self, descriptor: _D) -> _D:
+        """Keep ``descriptor`` for :meth:`close` and return it."""
+        self._descriptors.append(descriptor)
+        return descriptor
+
     def _upload(self, device_id: int, config: RNNConfig, max_time: int, batch: int, time_major: bool,
                 lengths: np.ndarray, run_lengths: np.ndarray, stream: Any) -> None:
         """Build the device block (one asynchronous host-to-device copy on ``stream``) and its views."""
@@ -180,25 +189,27 @@ class BatchPlan:
         valid = np.arange(max_time)[:, None] < lengths[None, :]  # [T, B]
         reserve_key = _reserve.ForwardKey("cudnn", config, max_time, batch, time_major, lengths)
         host = _HostBlock()
-        places = {"dev_lengths": host.add(run_lengths),
-                  "zero_rows": host.add(zero_rows) if zero_rows.size else None,
-                  "header": host.add(_reserve.header(reserve_key)),
-                  "valid": host.add((valid if time_major else valid.T)[:, :, None]) if self.padded else None,
-                  "zero": host.add(np.zeros((), dtype=config.dtype))}
+        lengths_at = host.add(run_lengths)
+        zero_rows_at = host.add(zero_rows) if zero_rows.size else None
+        header_at = host.add(_reserve.header(reserve_key))
+        valid_at = host.add((valid if time_major else valid.T)[:, :, None]) if self.padded else None
+        zero_at = host.add(np.zeros((), dtype=config.dtype))
         block = import_cupy().asarray(host.bytes())
-        views = {name: None if where is None else host.view(block, where) for name, where in places.items()}
-        self.dev_lengths, self.zero_rows, self.header = views["dev_lengths"], views["zero_rows"], views["header"]
-        self.valid, self.zero = views["valid"], views["zero"]
+        self.dev_lengths: Any = host.view(block, lengths_at)
+        self.zero_rows: Any = None if zero_rows_at is None else host.view(block, zero_rows_at)
+        self.header: Any = host.view(block, header_at)
+        self.valid: Any = None if valid_at is None else host.view(block, valid_at)
+        self.zero: Any = host.view(block, zero_at)
         self.buffers = DeviceBuffers(device_id, stream, block)
 
     def close(self) -> None:
-        for descriptor in (self.x_desc, self.y_desc, self.h_desc, self.c_desc):
-            if descriptor is not None:
-                descriptor.close()
-        buffers = getattr(self, "buffers", None)
+        """Close the descriptors and release the device block (idempotent)."""
+        for descriptor in self._descriptors:
+            descriptor.close()
+        buffers: DeviceBuffers | None = getattr(self, "buffers", None)  # absent when the constructor failed
         if buffers is not None:
             buffers.close()
-        self.buffers = self.dev_lengths = self.zero_rows = self.header = self.valid = self.zero = None
+        self.dev_lengths = self.zero_rows = self.header = self.valid = self.zero = None
 
 
 class Network:
@@ -208,7 +219,7 @@ class Network:
                  seed: int, stream: Any) -> None:
         self.device_id = device_id
         self.config = config
-        self.plans: LRUCache[tuple, BatchPlan] = LRUCache(PLAN_CACHE_SIZE)
+        self.plans: LRUCache[tuple[int, int, bool, bytes], BatchPlan] = LRUCache(PLAN_CACHE_SIZE)
         self.dropout = _DropoutState(device_id, handle, dropout, seed, stream)
         try:
             self.rnn = RNNDescriptor(rnn_fields(config, math_type, self.dropout.descriptor.pointer),
@@ -240,7 +251,7 @@ class Network:
 class NetworkKey:
     """What one cached network is built for: calls that agree on all of it share the network."""
 
-    layout: tuple         # config.layout_key: the fields that shape the params
+    layout: LayoutKey     # config.layout_key: the fields that shape the params
     dtype: str
     math_type: MathType   # the dtype's, with TF32 allowed or not when the network was asked for
     dropout: float        # the probability that acts: the inter-layer dropout in training, else 0.0

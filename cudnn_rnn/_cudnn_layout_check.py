@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator
+from typing import Iterator, Literal
 
 import numpy as np
 
@@ -42,14 +42,22 @@ def _standalone_rnn(config: RNNConfig) -> Iterator[tuple[int, RNNDescriptor]]:
 
 
 def check_layout_against_cudnn(config: RNNConfig) -> list[str]:
-    """Compare ``layout.params_layout(config)`` with cuDNN's own answer, on the current GPU.
+    """Compare the params layout table of ``config`` with cuDNN's own answer, on the current GPU.
 
     Asks cudnnGetRNNWeightSpaceSize and, for every pseudo-layer and linLayerID (0..2G-1, and 8
     for the LSTM projection), cudnnGetRNNWeightParams for the matrix and the bias; compares
-    presence, offset, shape and data type.
+    presence, offset, shape and data type with the layout that
+    :func:`cudnn_rnn.cudnn_rnn_params_to_canonical` and the backends use.
+
+    Args:
+        config: the configuration to check (its dtype picks cuDNN's data type).
 
     Returns:
         The differences in words; an empty list when the layout table is right.
+
+    Raises:
+        CudnnNotAvailableError: CuPy or cuDNN 9 cannot be loaded.
+        CudnnError: a cuDNN call fails (cuDNN refuses the configuration, say).
     """
     with _standalone_rnn(config) as (handle, rnn):
         return layout_differences(handle, rnn, config)
@@ -83,7 +91,8 @@ def cudnn_layout_facts() -> LayoutAssumptions:
     last_recurrent = reported[0, 2 * g - 1, "matrix"][0] // itemsize + lstmp.num_units * lstmp.state_size
     matrices = [(offset // itemsize + int(np.prod(dims))) for (_, lin_id, kind), (offset, _, dims) in reported.items()
                 if kind == "matrix" and lin_id != PROJECTION_ID]
-    positions = {last_recurrent: "after_pseudo_layer", max(matrices): "after_all_matrices"}
+    positions: dict[int, Literal["after_pseudo_layer", "after_all_matrices"]] = {
+        last_recurrent: "after_pseudo_layer", max(matrices): "after_all_matrices"}
     if projection not in positions:
         raise RuntimeError(f"cuDNN puts pseudo-layer 0's projection at element {projection}: neither right after "
                            f"its recurrent matrices ({last_recurrent}) nor after all matrices ({max(matrices)})")
@@ -92,6 +101,6 @@ def cudnn_layout_facts() -> LayoutAssumptions:
         _, reported = cudnn_weights(handle, rnn, skip)
     device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     device = device.decode() if isinstance(device, bytes) else str(device)
-    return LayoutAssumptions(projection_position=positions[projection],  # type: ignore[arg-type]
+    return LayoutAssumptions(projection_position=positions[projection],
                              skip_input_keeps_input_biases=(0, 0, "bias") in reported,
                              verified_on=f"cuDNN {_lib.version_string(_lib.library().version)} on {device}")

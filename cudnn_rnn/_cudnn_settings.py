@@ -53,6 +53,12 @@ def allow_tf32(enabled: bool = True) -> None:
     Off by default, so float32 results stay comparable with the reference backend (about 1e-5
     relative); TF32 is faster on Ampere and later but keeps only 10 mantissa bits in the GEMMs.
     The default can also be set with ``CUDNN_RNN_ALLOW_TF32=1``. Applies to calls made after it.
+
+    Args:
+        enabled: True to allow TF32, False to return to true float32.
+
+    Raises:
+        TypeError: ``enabled`` is not a bool.
     """
     global _tf32
     if not isinstance(enabled, bool):
@@ -61,7 +67,12 @@ def allow_tf32(enabled: bool = True) -> None:
 
 
 def tf32_allowed() -> bool:
-    """Whether float32 RNNs may use TF32 (see :func:`allow_tf32`)."""
+    """Whether float32 RNNs may use TF32 (see :func:`allow_tf32`).
+
+    Returns:
+        The current setting: from ``CUDNN_RNN_ALLOW_TF32`` at import, then from the last
+        :func:`allow_tf32` call.
+    """
     return _tf32
 
 

@@ -23,21 +23,22 @@ from ._descriptors import RNNDescriptor, TensorDescriptor
 from ._lib import DataType
 from .config import RNNConfig
 from .errors import CudnnError
-from .layout import PROJECTION_ID, params_layout
+from .layout import PROJECTION_ID, ParamEntry, params_layout
 
 __all__ = ["Reported", "cudnn_weights", "layout_differences"]
 
 Reported = tuple[int, DataType, tuple[int, ...]]  # (byte offset, data type, dims)
+_Key = tuple[int, int, str]  # (pseudo-layer, linLayerID, kind)
 
 
-def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> tuple[int, dict[tuple, Reported]]:
+def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> tuple[int, dict[_Key, Reported]]:
     """Ask cuDNN: weight-space bytes and, per (pseudo-layer, linLayerID, kind), what it reports."""
     cupy = import_cupy()
     size = _lib.rnn_weight_space_size(handle, rnn.pointer)
     scratch = cupy.empty(max(size, 1), dtype=cupy.uint8)  # cuDNN only computes addresses inside it
     base = scratch.data.ptr
     lin_ids = list(range(2 * config.num_gates)) + ([PROJECTION_ID] if config.num_proj else [])
-    reported: dict[tuple, Reported] = {}
+    reported: dict[_Key, Reported] = {}
     with TensorDescriptor(None) as matrix, TensorDescriptor(None) as bias:
         for pseudo_layer, lin_id in itertools.product(range(config.num_pseudo_layers), lin_ids):
             for kind, desc in (("matrix", matrix), ("bias", bias)):
@@ -70,18 +71,19 @@ def layout_differences(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> li
     if size != layout.size * itemsize:
         differences.append(f"weight space: cuDNN has {size} bytes ({size / itemsize:g} elements), "
                            f"the layout table {layout.size} elements")
-    ours = {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in layout.weights + layout.biases}
+    ours: dict[_Key, ParamEntry] = {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in layout.weights + layout.biases}
     for key in sorted(set(ours) | set(reported)):
-        entry, found = ours.get(key), reported.get(key)
-        name = entry.describe() if entry else f"pseudo-layer {key[0]} {key[2]} with linLayerID {key[1]}"
+        entry = ours.get(key)
+        if entry is None:  # then cuDNN reported it
+            offset, _, dims = reported[key]
+            differences.append(f"pseudo-layer {key[0]} {key[2]} with linLayerID {key[1]}: cuDNN has it at offset "
+                               f"{offset / itemsize:g} with dims {dims}, the layout table has none")
+            continue
+        name, found = entry.describe(), reported.get(key)
         if found is None:
             differences.append(f"{name}: the layout table has it at offset {entry.offset}, cuDNN has none")
             continue
         offset, found_type, dims = found
-        if entry is None:
-            differences.append(f"{name}: cuDNN has it at offset {offset / itemsize:g} with dims {dims}, "
-                               "the layout table has none")
-            continue
         if offset != entry.offset * itemsize:
             differences.append(f"{name}: offset {entry.offset} in the layout table, {offset / itemsize:g} in cuDNN")
         if _squeezed(dims) != _squeezed(entry.shape):

@@ -32,6 +32,8 @@ __all__ = [
 #: Makes an object's GPU current while used as ``with device(): ...``.
 DeviceScope = Callable[[], ContextManager[Any]]
 
+_R = TypeVar("_R", bound="Resource")
+
 _live_lock = threading.Lock()
 _live: collections.Counter[str] = collections.Counter()
 
@@ -97,7 +99,7 @@ class Resource:
         """Free the object now (idempotent)."""
         self._finalizer()
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

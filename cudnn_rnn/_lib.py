@@ -588,7 +588,8 @@ def get_cudart_version() -> int:
 
 def get_error_string(status: int) -> str:
     """See ``cudnnGetErrorString``."""
-    return _fn("cudnnGetErrorString")(status).decode()
+    text: bytes = _fn("cudnnGetErrorString")(status)
+    return text.decode()
 
 
 def _create(name: str) -> int:
@@ -685,9 +686,6 @@ class RNNDescriptorFields:
     aux_flags: int
 
 
-_RNN_ENUM_FIELDS = (RNNAlgo, RNNMode, RNNBiasMode, DirectionMode, RNNInputMode, DataType, DataType, MathType)
-
-
 def set_rnn_descriptor(desc: int, fields: RNNDescriptorFields) -> None:
     """See ``cudnnSetRNNDescriptor_v8``."""
     f = fields
@@ -698,13 +696,17 @@ def set_rnn_descriptor(desc: int, fields: RNNDescriptorFields) -> None:
 
 def get_rnn_descriptor(desc: int) -> RNNDescriptorFields:
     """See ``cudnnGetRNNDescriptor_v8``."""
-    enums = [c_int() for _ in _RNN_ENUM_FIELDS]
+    enums = [c_int() for _ in range(8)]  # algo, cell, bias, direction, input mode, data type, math prec, math type
     sizes = [c_int32() for _ in range(4)]
     dropout_desc, aux_flags = c_void_p(), c_uint32()
     _call("cudnnGetRNNDescriptor_v8", desc, *map(ctypes.byref, enums), *map(ctypes.byref, sizes),
           ctypes.byref(dropout_desc), ctypes.byref(aux_flags))
-    values = [kind(v.value) for kind, v in zip(_RNN_ENUM_FIELDS, enums)] + [s.value for s in sizes]
-    return RNNDescriptorFields(*values, int(dropout_desc.value or 0), int(aux_flags.value))
+    algo, cell, bias, direction, input_mode, data_type, math_prec, math_type = (v.value for v in enums)
+    input_size, hidden_size, proj_size, num_layers = (v.value for v in sizes)
+    return RNNDescriptorFields(RNNAlgo(algo), RNNMode(cell), RNNBiasMode(bias), DirectionMode(direction),
+                               RNNInputMode(input_mode), DataType(data_type), DataType(math_prec),
+                               MathType(math_type), input_size, hidden_size, proj_size, num_layers,
+                               int(dropout_desc.value or 0), int(aux_flags.value))
 
 
 @dataclass(frozen=True)
