@@ -35,12 +35,12 @@ How this runs fast on NumPy (every value is the one the equations give; only the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ._arrays import Array
 
-__all__ = ["FORWARD_ORDER", "SCALES", "ForwardWeights", "forward_weights", "Workspace", "step_forward", "tanh",
-           "lstm_hidden", "Factors", "factors", "step_backward"]
+__all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "Workspace",
+           "step_forward", "tanh", "lstm_hidden", "Factors", "factors", "step_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -49,6 +49,19 @@ FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1,
 #: -2 for a tanh (both then come from exp, see ``_activate_``), 1 for relu
 SCALES: dict[str, tuple[float, ...]] = {"lstm": (-1.0, -1.0, -1.0, -2.0), "gru": (-1.0, -1.0, -2.0),
                                         "rnn_tanh": (-2.0,), "rnn_relu": (1.0,)}
+
+
+class LayerWeights(TypedDict):
+    """One pseudo-layer's matrices and biases in cuDNN's gate order, each side's gates stacked (views of
+    a params buffer, or of its gradient): ``W`` [G*N, width] (None for layer 0 under skip_input), ``R``
+    [G*N, P], ``bW`` [G*N] (None where the layout has no input biases), ``bR`` [G*N], ``Proj`` [P, N]
+    (None without projection)."""
+
+    W: Array | None
+    R: Array
+    bW: Array | None
+    bR: Array
+    Proj: Array | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ class ForwardWeights:
     Proj: Array | None
 
 
-def forward_weights(mode: str, num_units: int, weights: dict[str, Array | None], xp: Any) -> ForwardWeights:
+def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
     """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_reference``) for the forward."""
     order, n, scale = FORWARD_ORDER[mode], num_units, SCALES[mode]
 
@@ -208,6 +221,7 @@ def factors(mode: str, n: int, gates: Array, cell: Array | None, cell_prev: Arra
         else:
             xp.greater(gates, 0, out=dg)
     elif mode == "lstm":
+        assert k is not None and carry is not None, "an LSTM's factors have k and carry"
         i, f, o, g = (_gate(gates, j, n) for j in range(4))
         da_i, da_f, da_g, da_o = (_gate(dg, j, n) for j in range(4))
         tanh(cell, k, xp)  # tanh(c) for now
@@ -230,6 +244,7 @@ def factors(mode: str, n: int, gates: Array, cell: Array | None, cell_prev: Arra
         da_g *= i
         carry[...] = f
     else:  # gru
+        assert carry is not None, "a GRU's factors have carry"
         r, u, new = (_gate(gates, j, n) for j in range(3))
         da_r, da_u, da_n = (_gate(dg, j, n) for j in range(3))
         xp.multiply(new, new, out=da_n)
@@ -266,8 +281,10 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
     xp.add(dh, dy, out=dh_total)
     dg = f.dg[j]
     if mode == "lstm":
+        assert f.k is not None and f.carry is not None and dc is not None, "an LSTM step has k, carry and dc"
         dm = dh_total
         if Proj is not None:
+            assert d_projected is not None, "a projecting LSTM step has d_projected"
             d_projected[...] = dh_total
             if invalid is not None:
                 xp.copyto(d_projected, 0, where=invalid)
@@ -281,6 +298,7 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
         dc *= f.carry[j]
         xp.matmul(dg, R, out=dh)
     elif mode == "gru":
+        assert f.carry is not None, "a GRU step has carry"
         dr = f.dr[j]
         da_r, da_u, dn = (_gate(dg, g, n) for g in range(3))
         dn *= dh_total

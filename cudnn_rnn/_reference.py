@@ -32,16 +32,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from . import _cells, _reserve
 from ._arrays import Array, array_module
+from ._cells import LayerWeights
 from .config import RNNConfig
-from .layout import params_layout
+from .layout import ParamsLayout, params_layout
 
 __all__ = ["forward", "backward", "dropout_mask", "ReserveLayout"]
 
 
-def _compute_dtype(dtype: object) -> np.dtype:
+def _compute_dtype(dtype: DTypeLike) -> np.dtype:
     """float16 computes in float32; the others in themselves."""
     return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
 
@@ -98,7 +100,7 @@ def _span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:
     return xp.asarray(index)
 
 
-def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: object, xp: Any) -> Array:
+def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: DTypeLike, xp: Any) -> Array:
     """The inverted-dropout mask applied to layer ``layer``'s output (0 or 1/(1-p)).
 
     Drawn from NumPy's PCG64 seeded with (TF's 64-bit seed, layer), so equal (seed, seed2)
@@ -185,13 +187,16 @@ class _Track:
     dtypes agree, else into a chunk buffer copied to the slot after each chunk (or kept nowhere:
     inference, or a quantity that is not saved)."""
 
-    def __init__(self, slot: Array | None, chunk: int, batch: int, width: int, dtype: object, xp: Any) -> None:
+    def __init__(self, slot: Array | None, chunk: int, batch: int, width: int, dtype: DTypeLike, xp: Any) -> None:
         self.slot = slot
         in_place = slot is not None and slot.dtype == dtype
         self.buffer = None if in_place else xp.empty((chunk, batch, width), dtype=dtype)
 
     def rows(self, start: int, stop: int) -> Array:
-        return self.slot[start:stop] if self.buffer is None else self.buffer[:stop - start]
+        if self.buffer is not None:
+            return self.buffer[:stop - start]
+        assert self.slot is not None, "a track without a buffer writes into its slot"
+        return self.slot[start:stop]
 
     def flush(self, start: int, stop: int) -> None:
         if self.buffer is not None and self.slot is not None:
@@ -200,8 +205,8 @@ class _Track:
 
 # ---- forward ----------------------------------------------------------------------------------
 def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Array, c: Array | None,
-                   weights: dict, valid: Array | None, invalid: Array | None, saved: dict, out: Array, xp: Any
-                   ) -> tuple[Array, Array | None]:
+                   weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
+                   out: Array, xp: Any) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
 
     Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
@@ -243,6 +248,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
         order.put_valid(out, start, stop, h_rows, valid, xp)
         h_carry[...] = h_rows[stop - start - 1]
         if c_rows is not None:
+            assert c_carry is not None, "an LSTM direction carries c"
             c_carry[...] = c_rows[stop - start - 1]
         for saved_track in (gates, cell, rec_n) if rnn else (gates, hidden, cell, rec_n):
             if saved_track is not None:
@@ -250,18 +256,15 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
     return h_carry, c_carry
 
 
-def _layer_weights(config: RNNConfig, layout, params: Array, k: int) -> dict[str, Array]:
-    """The matrices and biases of pseudo-layer k, gates stacked ([G*N, width] and [G*N])."""
-    weights = {
+def _layer_weights(layout: ParamsLayout, params: Array, k: int) -> LayerWeights:
+    """Views into ``params`` of pseudo-layer k's stacked matrices ([G*N, width]), biases ([G*N]) and projection."""
+    return {
         "W": layout.gate_block(params, k, "input"),
         "R": layout.gate_block(params, k, "recurrent"),
         "bW": layout.bias_block(params, k, "input"),
         "bR": layout.bias_block(params, k, "recurrent"),
         "Proj": layout.projection(params, k),
     }
-    if config.rnn_mode == "gru":
-        weights["bR_n"] = weights["bR"][2 * config.num_units:]
-    return weights
 
 
 def _input_preactivations(fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int, xp: Any) -> None:
@@ -296,7 +299,8 @@ def _without_padding(values: Array, valid: Array | None, xp: Any) -> Array:
     return values if valid is None else xp.where(valid, values, xp.zeros((), dtype=values.dtype))
 
 
-def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, time_major: bool) -> tuple:
+def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, time_major: bool
+             ) -> tuple[Any, np.dtype, np.dtype, ParamsLayout, Array, Array, int, int, Array | None]:
     """What forward and backward both start from: (xp, io dtype, compute dtype, layout, params in the
     compute dtype, x as time-major [T, B, I] in the compute dtype with its padding zeroed, T, B, the
     [T, B, 1] valid mask or None)."""
@@ -349,7 +353,7 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
         for direction in range(d):
             k = layer * d + direction
             order = _TimeOrder(direction == 1, lengths, max_time, xp)
-            weights = _layer_weights(config, layout, params_c, k)
+            weights = _layer_weights(layout, params_c, k)
             h_last, c_last = _run_direction(config, seq, order, h0[k], None if c0 is None else c0[k], weights,
                                             valid, invalid, _slots_for(saved_all, k),
                                             out[:, :, direction * p:(direction + 1) * p], xp)
@@ -367,7 +371,7 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
     return y, hy.astype(io_dtype, copy=False), None if cy is None else cy.astype(io_dtype, copy=False), reserve
 
 
-def _slots_for(saved_all: dict | None, k: int) -> dict[str, Array]:
+def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int) -> dict[str, Array]:
     """The reserve views of pseudo-layer k (empty in inference: nothing is saved)."""
     if saved_all is None:
         return {}
@@ -407,7 +411,7 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
             c_init = None if c0 is None else c0[k].astype(dtype, copy=False)
             dh, dc = _backprop_direction(
                 config, layer_in, _TimeOrder(direction == 1, lengths, max_time, xp),
-                _layer_weights(config, layout, params_c, k), _layer_weight_grads(layout, dparams, k),
+                _layer_weights(layout, params_c, k), _layer_weights(layout, dparams, k),
                 _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k],
                 None if dcy is None else dcy[k], h0[k].astype(dtype, copy=False), c_init, invalid, d_in,
                 direction == 0, xp)
@@ -422,19 +426,9 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
     return dx, dh0.astype(io_dtype, copy=False), dc0_out, dparams.astype(io_dtype, copy=False)
 
 
-def _layer_weight_grads(layout, dparams: Array, k: int) -> dict[str, Array | None]:
-    """Views into ``dparams`` for pseudo-layer k's stacked matrices, biases and projection."""
-    return {
-        "W": layout.gate_block(dparams, k, "input"),
-        "R": layout.gate_block(dparams, k, "recurrent"),
-        "bW": layout.bias_block(dparams, k, "input"),
-        "bR": layout.bias_block(dparams, k, "recurrent"),
-        "Proj": layout.projection(dparams, k),
-    }
-
-
-def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, weights: dict, grads: dict,
-                        saved: dict, d_out: Array, dh: Array, dc: Array | None, h_init: Array,
+def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, weights: LayerWeights,
+                        grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array, dc: Array | None,
+                        h_init: Array,
                         c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, xp: Any
                         ) -> tuple[Array, Array | None]:
     """Backprop through one pseudo-layer, a chunk of steps at a time, latest chunk first.
@@ -513,11 +507,13 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
             if skip:
                 products.append((dr[0].T, h_init))
         else:  # the chunk's h_t are o*tanh(c) (computed with the factors); before it, h_init or one more row
+            assert c_seq is not None and unprojected is not None, "an LSTM without saved h has c and unprojected"
             h_before = h_init if start == 0 else _cells.lstm_hidden(gates[start - 1], c_seq[start - 1], ws.n2, xp)
             products = [(flat_dr[batch:].T, unprojected[:steps - 1].reshape((steps - 1) * batch, n)),
                         (dr[0].T, h_before)]
         _add_products(grads["R"], products, first, xp)
         if projecting:
+            assert d_projected is not None and unprojected is not None, "a projecting LSTM has both"
             _add_products(grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
                                            unprojected[:steps].reshape(steps * batch, n))], first, xp)
     return dh, dc

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ._arrays import Array, array_kind, to_host
 from .config import RNNConfig
@@ -53,7 +54,7 @@ _TAG_BYTES = 8
 _MASKS_IN_RESERVE = frozenset({"cudnn"})
 
 #: id(reserve array) -> (weak reference to it, the fingerprint of the forward that returned it)
-_records: dict[int, tuple[weakref.ref, bytes]] = {}
+_records: dict[int, tuple[weakref.ref[Array], bytes]] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +88,7 @@ class ForwardKey:
 
 
 # ==== the header, written by the forward =====================================================
-def header_elements(dtype: object) -> int:
+def header_elements(dtype: DTypeLike) -> int:
     """Number of elements of ``dtype`` the header occupies."""
     return HEADER_BYTES // np.dtype(dtype).itemsize
 
@@ -109,7 +110,7 @@ def write_header(reserve: Array, key: ForwardKey) -> None:
     header_view(reserve)[...] = header(key)
 
 
-def header_only(xp: Any, dtype: object, key: ForwardKey) -> Array:
+def header_only(xp: Any, dtype: DTypeLike, key: ForwardKey) -> Array:
     """A reserve that is only ``key``'s header (a training forward with T == 0 or B == 0)."""
     return xp.asarray(header(key)).view(dtype)
 
@@ -135,12 +136,12 @@ def record(reserve: Array, key: ForwardKey) -> np.ndarray:
     if reserve.size:
         address = id(reserve)
 
-        def forget(ref: weakref.ref) -> None:  # runs as the array dies, before its id can be reused
+        def forget(ref: weakref.ref[Array]) -> None:  # runs as the array dies, before its id can be reused
             if _records.get(address, (None,))[0] is ref:
                 _records.pop(address, None)
 
         _records[address] = (weakref.ref(reserve, forget), fingerprint)
-    return np.frombuffer(fingerprint, dtype=np.int8).copy()
+    return np.array(np.frombuffer(fingerprint, dtype=np.int8))  # a writable copy of its own
 
 
 def recorded_fingerprint(reserve: Array) -> bytes | None:
