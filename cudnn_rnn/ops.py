@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -48,21 +48,36 @@ __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"
 
 
 class RNNOutputs(NamedTuple):
-    """Outputs of :func:`cudnn_rnn_v3` (see the module docstring for shapes)."""
+    """Outputs of :func:`cudnn_rnn_v3`, arrays of the input's kind and dtype (``host_reserved`` aside).
 
+    Shapes as for time_major=True; with time_major=False the first two axes are swapped.
+    """
+
+    #: The last layer's output sequence, [T, B, D*P]; rows past a sequence's length are 0.
     output: Array
+    #: Each sequence's hidden state after its own last step, [L*D, B, P] (the initial state for length 0).
     output_h: Array
+    #: Likewise the cell state, [L*D, B, N] (LSTM); shape (0,) for the other modes.
     output_c: Array
+    #: What backprop needs from this forward, 1-D of the input's dtype; empty when not training.
     reserve_space: Array
+    #: The fingerprint of the call, int8 [8] on the host, checked by :func:`cudnn_rnn_backprop_v3`.
     host_reserved: np.ndarray
 
 
 class RNNGradients(NamedTuple):
-    """Outputs of :func:`cudnn_rnn_backprop_v3`: gradients shaped like the forward's inputs."""
+    """Outputs of :func:`cudnn_rnn_backprop_v3`: gradients shaped like the forward's inputs.
 
+    Shapes as for time_major=True; with time_major=False the first two axes are swapped.
+    """
+
+    #: The gradient d loss / d input, [T, B, I]; 0 at rows past a sequence's length.
     input_backprop: Array
+    #: The gradient d loss / d input_h, [L*D, B, P].
     input_h_backprop: Array
+    #: The gradient d loss / d input_c, [L*D, B, N] (LSTM); shape (0,) for the other modes.
     input_c_backprop: Array
+    #: The gradient d loss / d params, [params_size], a fresh array in the params layout.
     params_backprop: Array
 
 
@@ -138,7 +153,7 @@ def _flag(name: str, value: object) -> bool:
     return bool(value)
 
 
-def _choice(name: str, value: object, allowed: dict) -> str:
+def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
     return value
@@ -194,9 +209,10 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
         raise TypeError(f"{', '.join(missing)} must be an array; got None")
     if has_cell and input_c is None:
         raise TypeError("input_c must be an array for rnn_mode='lstm'; got None")
+    cell = input_c if has_cell else None  # the c state of the call: LSTM only
     arrays = {"input": input, "input_h": input_h, "params": params}
-    if has_cell:
-        arrays["input_c"] = input_c
+    if cell is not None:
+        arrays["input_c"] = cell
     arrays.update({name: value for name, value in (extra or {}).items() if value is not None})
     xp = array_module(**arrays)
     device = device_of(**arrays)
@@ -224,18 +240,18 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     if state_size < 1:
         raise ValueError(f"input_h.shape[2] (num_units or num_proj) must be >= 1; got {state_size}")
     num_units = state_size
-    if has_cell:
-        if input_c.shape[:2] != input_h.shape[:2]:
+    if cell is not None:
+        if cell.shape[:2] != input_h.shape[:2]:
             raise ValueError(f"input_c.shape[:2] must equal input_h.shape[:2] = {tuple(input_h.shape[:2])}; "
-                             f"got {tuple(input_c.shape[:2])}")
-        num_units = input_c.shape[2]
+                             f"got {tuple(cell.shape[:2])}")
+        num_units = cell.shape[2]
         if not isinstance(num_proj, (int, np.integer)) or isinstance(num_proj, (bool, np.bool_)):
             raise TypeError(f"num_proj must be an integer; got {type(num_proj).__name__} {num_proj!r}")
         if num_proj and state_size != num_proj:
             raise ValueError(f"input_h.shape[2] must equal num_proj={num_proj} under projection; got {state_size}")
         if not num_proj and state_size != num_units:
             raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
-                             f"{tuple(input_h.shape)} and input_c {tuple(input_c.shape)}")
+                             f"{tuple(input_h.shape)} and input_c {tuple(cell.shape)}")
     config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
                        direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
                        dtype=dtype.name)
@@ -246,8 +262,7 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     if array_kind(sequence_lengths) == "cupy":
         device_of(**arrays, sequence_lengths=sequence_lengths)
     lengths = _host_lengths(sequence_lengths, batch, max_time)
-    return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h,
-                          input_c if has_cell else None, params)
+    return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h, cell, params)
 
 
 def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,
@@ -256,22 +271,41 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
                  num_proj: int = 0, is_training: bool = True, time_major: bool = True) -> RNNOutputs:
     """Run a multi-layer RNN: TensorFlow's ``CudnnRNNV3`` on NumPy (reference) or CuPy (cuDNN) arrays.
 
+    The sizes L, D, N, I and P are read from the shapes of ``input``, ``input_h`` and ``input_c``
+    (see the module docstring); every array must be of one kind, on one GPU for CuPy.
+
     Args:
-        input: [T, B, I] (time_major) or [B, T, I].
-        input_h: [L*D, B, P] or [B, L*D, P]: initial hidden states.
-        input_c: [L*D, B, N] or [B, L*D, N] for LSTM; ignored (None accepted) otherwise.
-        params: the 1-D params buffer (``cudnn_rnn_params_size`` elements, input's dtype).
+        input: [T, B, I] (time_major) or [B, T, I], float16, float32 or float64.
+        input_h: [L*D, B, P] or [B, L*D, P]: initial hidden states, input's dtype.
+        input_c: [L*D, B, N] or [B, L*D, N]: initial cell states for LSTM; ignored (None accepted)
+            otherwise.
+        params: [params_size]: the params buffer (:func:`cudnn_rnn.cudnn_rnn_params_size` elements,
+            input's dtype).
         sequence_lengths: None (all T) or int32/int64 [B] with values in [0, T], any order. NumPy
             lengths cost no synchronisation; CuPy lengths are read back to the host (one wait).
-        rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj: TF's attributes.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        direction: ``"unidirectional"`` (D = 1) or ``"bidirectional"`` (D = 2).
+        dropout: probability in [0, 1) of dropping each output of every layer but the last,
+            applied only with ``is_training``.
+        seed: TF's op-level dropout seed (a C ``int``).
+        seed2: TF's second dropout seed (a C ``int``).
+        num_proj: P < N for an LSTM with projection; 0 for none.
         is_training: keep a reserve space for backprop and apply dropout.
         time_major: the layout of input, output and the states.
 
     Returns:
-        RNNOutputs(output [T, B, D*P], output_h, output_c (LSTM; else shape (0,)), reserve_space
-        (1-D, input's dtype; empty when not training), host_reserved (int8 fingerprint)).
-        Output rows past a sequence's length are 0; output_h/output_c hold each sequence's state
-        after its own last step (the initial state for length 0).
+        :class:`cudnn_rnn.RNNOutputs` ``(output [T, B, D*P], output_h [L*D, B, P], output_c
+        [L*D, B, N] (LSTM; else shape (0,)), reserve_space (1-D, input's dtype; empty when not
+        training), host_reserved (int8 [8]))``, in the layout ``time_major`` names. Output rows
+        past a sequence's length are 0; output_h/output_c hold each sequence's state after its
+        own last step (the initial state for length 0).
+
+    Raises:
+        TypeError: an argument that is not an array (or None where allowed), arrays of mixed
+            kinds or dtypes, an unsupported dtype, or a flag that is not a bool.
+        ValueError: a shape that does not fit the others, params of the wrong size, lengths
+            outside [0, T], arrays on different GPUs, or an attribute TF would refuse.
     """
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
                     direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj,
@@ -305,11 +339,45 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     """Gradients of :func:`cudnn_rnn_v3`: TensorFlow's ``CudnnRNNBackpropV3``.
 
     Takes the forward's inputs, outputs and reserve_space (from a call with is_training=True and
-    the same attributes) plus the upstream gradients (None means zeros). Returns
-    RNNGradients(input_backprop, input_h_backprop, input_c_backprop (LSTM; else shape (0,)),
-    params_backprop (a fresh gradient in the params layout)). Upstream gradients at output rows
-    past a sequence's length are ignored and input_backprop there is 0; for a length-0
-    sequence the h/c gradients pass straight through to input_h/input_c_backprop.
+    the same attributes) plus the upstream gradients (None means zeros). Upstream gradients at
+    output rows past a sequence's length are ignored and input_backprop there is 0; for a
+    length-0 sequence the h/c gradients pass straight through to input_h/input_c_backprop.
+    Shapes as for :func:`cudnn_rnn_v3` with time_major=True; with time_major=False the first two
+    axes of every sequence and state are swapped.
+
+    Args:
+        input: [T, B, I]: the forward's input.
+        input_h: [L*D, B, P]: the forward's input_h.
+        input_c: [L*D, B, N]: the forward's input_c (LSTM); ignored (None accepted) otherwise.
+        params: [params_size]: the forward's params.
+        sequence_lengths: the forward's sequence_lengths (None, or int32/int64 [B]).
+        output: [T, B, D*P]: the forward's output.
+        output_h: [L*D, B, P]: the forward's output_h.
+        output_c: [L*D, B, N]: the forward's output_c (LSTM); ignored otherwise.
+        output_backprop: [T, B, D*P]: d loss / d output, or None for zeros.
+        output_h_backprop: [L*D, B, P]: d loss / d output_h, or None for zeros.
+        output_c_backprop: [L*D, B, N]: d loss / d output_c (LSTM), or None for zeros.
+        reserve_space: the forward's reserve_space (1-D, input's dtype).
+        host_reserved: the forward's host_reserved (int8 [8]), or None to skip that check.
+        rnn_mode: the forward's rnn_mode.
+        input_mode: the forward's input_mode.
+        direction: the forward's direction.
+        dropout: the forward's dropout.
+        seed: the forward's seed.
+        seed2: the forward's seed2.
+        num_proj: the forward's num_proj.
+        time_major: the forward's time_major.
+
+    Returns:
+        :class:`cudnn_rnn.RNNGradients` ``(input_backprop [T, B, I], input_h_backprop [L*D, B, P],
+        input_c_backprop [L*D, B, N] (LSTM; else shape (0,)), params_backprop [params_size]
+        (a fresh gradient in the params layout))``.
+
+    Raises:
+        TypeError: as for :func:`cudnn_rnn_v3`, and for a missing output, output_h or (LSTM)
+            output_c, or a reserve_space of another dtype.
+        ValueError: as for :func:`cudnn_rnn_v3`, for gradients shaped unlike the outputs, and for
+            a reserve_space or host_reserved that does not come from the matching training forward.
     """
     has_cell = rnn_mode == "lstm"
     extra: dict[str, Array | None] = {"output": output, "output_h": output_h, "output_backprop": output_backprop,
@@ -322,8 +390,8 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     config, dtype = call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), tuple(input_h.shape)
     expected = {"output": y_shape, "output_h": h_shape, "output_backprop": y_shape, "output_h_backprop": h_shape}
-    if has_cell:
-        expected.update(output_c=tuple(input_c.shape), output_c_backprop=tuple(input_c.shape))
+    if call.c0 is not None:  # LSTM
+        expected.update(output_c=tuple(call.c0.shape), output_c_backprop=tuple(call.c0.shape))
     for name, shape in expected.items():
         value = extra[name]
         if value is None:
