@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
-from ._arrays import array_module
-from .config import RNNConfig, dtype_name
+from ._arrays import Array, array_module
+from .config import LayoutKey, RNNConfig, dtype_name
 
 __all__ = [
     "LayoutAssumptions",
@@ -57,7 +57,9 @@ PROJECTION_ID = 8
 class LayoutAssumptions:
     """Open questions about cuDNN's weight space, answered as data.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         projection_position: where the LSTM projection matrix of pseudo-layer k sits:
             ``"after_pseudo_layer"`` (right after R[k, 2G-1]) or ``"after_all_matrices"``
             (all projections after every pseudo-layer's matrices, before the biases).
@@ -71,6 +73,7 @@ class LayoutAssumptions:
     verified_on: str = ""
 
 
+#: The layout facts in use, the defaults of :class:`LayoutAssumptions` until a GPU run confirms or corrects them.
 UNCONFIRMED = LayoutAssumptions()
 # ==============================================================================================
 
@@ -79,7 +82,9 @@ UNCONFIRMED = LayoutAssumptions()
 class ParamEntry:
     """One matrix or bias of the params buffer.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         kind: ``"matrix"`` or ``"bias"``.
         pseudo_layer: k = layer * D + dir.
         lin_layer_id: cuDNN's linLayerID (0..G-1 input, G..2G-1 recurrent, 8 projection).
@@ -99,13 +104,16 @@ class ParamEntry:
 
     @property
     def size(self) -> int:
+        """The number of elements, the product of ``shape``."""
         return int(np.prod(self.shape))
 
     @property
     def stop(self) -> int:
+        """The element offset just past the entry, ``offset + size``."""
         return self.offset + self.size
 
     def describe(self) -> str:
+        """The entry in words for messages, e.g. ``"pseudo-layer 1 input matrix of gate 'f' (linLayerID 1)"``."""
         where = f"pseudo-layer {self.pseudo_layer}"
         if self.side == "projection":
             return f"{where} projection matrix (linLayerID {PROJECTION_ID})"
@@ -116,7 +124,9 @@ class ParamEntry:
 class ParamsLayout:
     """Every entry of one configuration's params buffer.
 
-    Attributes:
+    Each argument is kept as the attribute of the same name.
+
+    Args:
         config: the configuration (only its ``layout_key`` fields matter).
         weights: matrices in canonical order.
         biases: biases in canonical order.
@@ -129,22 +139,48 @@ class ParamsLayout:
     size: int
 
     def entry(self, pseudo_layer: int, lin_layer_id: int, kind: str = "matrix") -> ParamEntry | None:
-        """The entry for (pseudo_layer, lin_layer_id, kind), or None when it is absent."""
+        """Look an entry up by its cuDNN coordinates.
+
+        Args:
+            pseudo_layer: k = layer * D + dir.
+            lin_layer_id: cuDNN's linLayerID (0..2G-1, or :data:`PROJECTION_ID`).
+            kind: ``"matrix"`` or ``"bias"``.
+
+        Returns:
+            The entry, or None when the buffer has none there (layer 0's input matrices under
+            skip_input, a projection's bias, an ID out of range).
+        """
         return self._index.get((pseudo_layer, lin_layer_id, kind))
 
     @functools.cached_property
     def _index(self) -> dict[tuple[int, int, str], ParamEntry]:
         return {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in self.weights + self.biases}
 
-    def view(self, params: Any, entry: ParamEntry) -> Any:
-        """A view of ``entry`` inside the 1-D ``params`` array (writes go through)."""
+    def view(self, params: Array, entry: ParamEntry) -> Array:
+        """A view of one entry inside a params buffer (writes go through).
+
+        Args:
+            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
+            entry: one of this layout's ``weights`` or ``biases``.
+
+        Returns:
+            The view, shaped ``entry.shape``.
+        """
         return params[entry.offset:entry.stop].reshape(entry.shape)
 
-    def gate_block(self, params: Any, pseudo_layer: int, side: str) -> Any:
-        """The G stacked input or recurrent matrices of one pseudo-layer as a [G*N, width] view.
+    def gate_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
+        """The G stacked input or recurrent matrices of one pseudo-layer as one view.
 
         Gates of one side are contiguous in the buffer, so this is a view, not a copy.
-        Returns None for layer 0's input side under skip_input.
+
+        Args:
+            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
+            pseudo_layer: k = layer * D + dir.
+            side: ``"input"`` or ``"recurrent"``.
+
+        Returns:
+            The [G*N, width] view (width = the layer's input width, or P for the recurrent
+            side); None for layer 0's input side under skip_input.
         """
         g = self.config.num_gates
         first = 0 if side == "input" else g
@@ -154,8 +190,17 @@ class ParamsLayout:
         rows = g * head.shape[0]
         return params[head.offset:head.offset + rows * head.shape[1]].reshape(rows, head.shape[1])
 
-    def bias_block(self, params: Any, pseudo_layer: int, side: str) -> Any:
-        """The G stacked input or recurrent biases of one pseudo-layer as a [G*N] view (or None)."""
+    def bias_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
+        """The G stacked input or recurrent biases of one pseudo-layer as one view.
+
+        Args:
+            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
+            pseudo_layer: k = layer * D + dir.
+            side: ``"input"`` or ``"recurrent"``.
+
+        Returns:
+            The [G*N] view, or None where the layout has no such biases.
+        """
         g = self.config.num_gates
         first = 0 if side == "input" else g
         head = self.entry(pseudo_layer, first, "bias")
@@ -163,26 +208,35 @@ class ParamsLayout:
             return None
         return params[head.offset:head.offset + g * head.shape[0]]
 
-    def projection(self, params: Any, pseudo_layer: int) -> Any:
-        """The [P, N] projection matrix view of one pseudo-layer (None without projection)."""
+    def projection(self, params: Array, pseudo_layer: int) -> Array:
+        """The projection matrix of one pseudo-layer as a view.
+
+        Args:
+            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
+            pseudo_layer: k = layer * D + dir.
+
+        Returns:
+            The [P, N] view, or None without projection.
+        """
         entry = self.entry(pseudo_layer, PROJECTION_ID, "matrix")
         return None if entry is None else self.view(params, entry)
 
 
-def _entries(config: RNNConfig, facts: LayoutAssumptions) -> tuple[list, list, int]:
+def _entries(config: RNNConfig, facts: LayoutAssumptions) -> tuple[list[ParamEntry], list[ParamEntry], int]:
     """Walk cuDNN's buffer order and return (canonical weights, canonical biases, size)."""
     g, n, p = config.num_gates, config.num_units, config.state_size
     d = config.num_directions
     gates = config.mode.gates
     offset = 0
 
-    def make(kind: str, k: int, lin_id: int, shape: tuple[int, ...]) -> ParamEntry:
+    def make(kind: Literal["matrix", "bias"], k: int, lin_id: int, shape: tuple[int, ...]) -> ParamEntry:
         nonlocal offset
+        side: Literal["input", "recurrent", "projection"]
         if lin_id == PROJECTION_ID:
             side, gate = "projection", "proj"
         else:
             side, gate = ("input" if lin_id < g else "recurrent"), gates[lin_id % g]
-        entry = ParamEntry(kind, k, lin_id, side, gate, shape, offset)  # type: ignore[arg-type]
+        entry = ParamEntry(kind, k, lin_id, side, gate, shape, offset)
         offset += entry.size
         return entry
 
@@ -223,7 +277,7 @@ def _entries(config: RNNConfig, facts: LayoutAssumptions) -> tuple[list, list, i
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_layout(key: tuple, facts: LayoutAssumptions) -> ParamsLayout:
+def _cached_layout(key: LayoutKey, facts: LayoutAssumptions) -> ParamsLayout:
     mode, input_mode, direction, layers, units, input_size, proj = key
     config = RNNConfig(mode, layers, units, input_size, input_mode=input_mode, direction=direction, num_proj=proj)
     weights, biases, size = _entries(config, facts)
@@ -237,6 +291,13 @@ def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> in
     matrices, the P*N projection, 2*G*N biases (layer 0's input biases under skip_input as
     ``facts`` say). Checking a size against this costs nothing however many layers a
     configuration (from a file, say) claims.
+
+    Args:
+        config: the configuration.
+        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
+
+    Returns:
+        The element count, a Python int.
     """
     facts = facts or UNCONFIRMED
     g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
@@ -248,7 +309,15 @@ def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> in
 
 
 def params_layout(config: RNNConfig, facts: LayoutAssumptions | None = None) -> ParamsLayout:
-    """The (cached) layout of ``config``'s params buffer."""
+    """The layout of ``config``'s params buffer (cached: equal layout keys give the same object).
+
+    Args:
+        config: the configuration (only its ``layout_key`` fields matter).
+        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
+
+    Returns:
+        The :class:`ParamsLayout`.
+    """
     return _cached_layout(config.layout_key, facts or UNCONFIRMED)
 
 
@@ -263,25 +332,58 @@ def cudnn_rnn_params_size(num_layers: int, num_units: int, input_size: int, *, r
                           num_proj: int = 0, dtype: object = "float32") -> int:
     """Number of elements of the params buffer (cuDNN's weight-space size / element size).
 
-    Equivalent of TF's ``CudnnRNNParamsSize``; returns a Python int.
+    Equivalent of TF's ``CudnnRNNParamsSize``.
+
+    Args:
+        num_layers: L >= 1.
+        num_units: N >= 1.
+        input_size: I >= 1.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        direction: ``"unidirectional"`` or ``"bidirectional"``.
+        num_proj: P < N for an LSTM with projection; 0 for none.
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype); checked, but the
+            count does not depend on it.
+
+    Returns:
+        The element count, a Python int.
+
+    Raises:
+        TypeError: a size that is not an integer, a mode that is not a string, or an unsupported dtype.
+        ValueError: an unknown mode string, a non-positive size, or an impossible combination
+            (see :class:`cudnn_rnn.RNNConfig`).
     """
     config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj, dtype)
     return params_layout(config).size
 
 
-def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: int, params: Any, *,
+def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: int, params: Array, *,
                                   rnn_mode: str = "lstm", input_mode: str = "linear_input",
                                   direction: str = "unidirectional",
-                                  num_proj: int = 0) -> tuple[list[Any], list[Any]]:
+                                  num_proj: int = 0) -> tuple[list[Array], list[Array]]:
     """Split a params buffer into canonical matrices and biases (TF's CudnnRNNParamsToCanonical).
 
     Args:
-        params: 1-D array of ``cudnn_rnn_params_size(...)`` elements (NumPy or CuPy).
+        num_layers: L >= 1.
+        num_units: N >= 1.
+        input_size: I >= 1.
+        params: [params_size]: the buffer, ``cudnn_rnn_params_size(...)`` elements (NumPy or CuPy,
+            float16, float32 or float64).
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        direction: ``"unidirectional"`` or ``"bidirectional"``.
+        num_proj: P < N for an LSTM with projection; 0 for none.
 
     Returns:
         ``(weights, biases)``: per pseudo-layer k, the matrices in linLayerID order ([N, width]
         input, [N, P] recurrent) then the [P, N] projection; and the 2G biases [N]. Each is a
-        fresh copy. Under skip_input, layer 0's input matrices are not listed.
+        fresh copy of ``params``' kind and dtype. Under skip_input, layer 0's input matrices are
+        not listed.
+
+    Raises:
+        TypeError: ``params`` is not a NumPy or CuPy array or has an unsupported dtype, or an
+            attribute has the wrong type.
+        ValueError: ``params`` is not 1-D with the configuration's size, or an attribute is invalid.
     """
     xp = array_module(params=params)
     config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj)
@@ -295,19 +397,35 @@ def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: i
     return weights, biases
 
 
-def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: int, weights: Sequence[Any],
-                                  biases: Sequence[Any], *, rnn_mode: str = "lstm",
+def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: int, weights: Sequence[Array],
+                                  biases: Sequence[Array], *, rnn_mode: str = "lstm",
                                   input_mode: str = "linear_input", direction: str = "unidirectional",
-                                  num_proj: int = 0) -> Any:
+                                  num_proj: int = 0) -> Array:
     """Pack canonical matrices and biases into a params buffer (TF's CudnnRNNCanonicalToParams).
 
-    ``weights`` and ``biases`` are ordered as :func:`cudnn_rnn_params_to_canonical` returns them.
-    All must be arrays of one kind and one floating dtype; the result has that dtype.
+    All arrays must be of one kind and one floating dtype; the result has that dtype.
+
+    Args:
+        num_layers: L >= 1.
+        num_units: N >= 1.
+        input_size: I >= 1.
+        weights: a list of matrices ordered as :func:`cudnn_rnn_params_to_canonical` returns them:
+            per pseudo-layer, [N, width] input and [N, P] recurrent matrices, then the [P, N]
+            projection.
+        biases: a list of the 2G biases [N] per pseudo-layer, in that order too.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        direction: ``"unidirectional"`` or ``"bidirectional"``.
+        num_proj: P < N for an LSTM with projection; 0 for none.
+
+    Returns:
+        [params_size]: a new params buffer of the arrays' kind and dtype.
 
     Raises:
         ValueError: a wrong number of weights or biases, or an entry of the wrong shape
             (the message names the entry).
-        TypeError: mixed array kinds or dtypes.
+        TypeError: ``weights`` or ``biases`` not a list, mixed array kinds or dtypes, or an
+            unsupported dtype.
     """
     config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj)
     layout = params_layout(config)
