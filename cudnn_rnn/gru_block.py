@@ -27,6 +27,7 @@ biases per gate: a different function, not a different layout.
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable
 
 from ._arrays import Array, array_module
@@ -39,16 +40,17 @@ def _sigmoid(a: Array, xp: Any) -> Array:
     return 0.5 * (1.0 + xp.tanh(0.5 * a))
 
 
-def _validate(arrays: dict[str, Array], shapes: Callable[[int, int, int], dict[str, tuple[int, ...]]]) -> Any:
+def _validate(arrays: dict[str, Array],
+              shapes: Callable[[int, int, int], dict[str, tuple[int, ...]]]) -> types.ModuleType:
     """One kind, one float dtype, exact shapes (given B, I, H from x and h_prev); returns the module."""
     xp = array_module(**arrays)
     b, i, h = _sizes(arrays["x"], arrays["h_prev"])
-    shapes = shapes(b, i, h)
+    expected_shapes = shapes(b, i, h)
     dtype = dtype_name(arrays["x"].dtype, "x.dtype")
     for name, value in arrays.items():
         if value.dtype != dtype:
             raise TypeError(f"{name} must have the dtype of x ({dtype}); got {value.dtype}")
-        expected = shapes[name]
+        expected = expected_shapes[name]
         if tuple(value.shape) != expected:
             raise ValueError(f"{name} must have shape {expected}; got {tuple(value.shape)}")
     return xp
@@ -69,11 +71,23 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
                    ) -> tuple[Array, Array, Array, Array]:
     """TF's ``GRUBlockCell``: one step of a reset-before GRU.
 
+    All arrays are of one kind (NumPy or CuPy) and one dtype (float16, float32 or float64).
+
     Args:
-        x: [B, I]; h_prev: [B, H]; w_ru: [I+H, 2H]; w_c: [I+H, H]; b_ru: [2H]; b_c: [H].
+        x: [B, I]: the step's input.
+        h_prev: [B, H]: the previous hidden state.
+        w_ru: [I+H, 2H]: the reset and update gates' kernel, columns ``[r | u]``.
+        w_c: [I+H, H]: the candidate's kernel.
+        b_ru: [2H]: the reset and update gates' bias.
+        b_c: [H]: the candidate's bias.
 
     Returns:
-        (r, u, c, h), each [B, H].
+        (r, u, c, h), each [B, H]: the reset gate, the update gate, the candidate and the new
+        hidden state.
+
+    Raises:
+        TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
+        ValueError: a shape that does not fit x's and h_prev's.
     """
     xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), _cell_shapes)
     h = h_prev.shape[1]
@@ -85,13 +99,27 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
 
 def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array, r: Array,
                         u: Array, c: Array, d_h: Array) -> tuple[Array, Array, Array, Array]:
-    """TF's ``GRUBlockCellGrad``.
+    """TF's ``GRUBlockCellGrad``: the input gradients of one :func:`gru_block_cell` step.
 
     Args:
-        the forward's inputs, its outputs r, u, c ([B, H]) and d_h ([B, H]), the gradient of h.
+        x: [B, I]: the forward's input.
+        h_prev: [B, H]: the forward's previous hidden state.
+        w_ru: [I+H, 2H]: the forward's reset and update gates' kernel.
+        w_c: [I+H, H]: the forward's candidate kernel.
+        b_ru: [2H]: the forward's reset and update gates' bias.
+        b_c: [H]: the forward's candidate bias.
+        r: [B, H]: the forward's reset gate.
+        u: [B, H]: the forward's update gate.
+        c: [B, H]: the forward's candidate.
+        d_h: [B, H]: the gradient of the forward's h.
 
     Returns:
-        (d_x [B, I], d_h_prev [B, H], d_c_bar [B, H], d_r_bar_u_bar [B, 2H]).
+        (d_x [B, I], d_h_prev [B, H], d_c_bar [B, H], d_r_bar_u_bar [B, 2H]): the gradients of
+        x and h_prev, and of the candidate's and the gates' pre-activations.
+
+    Raises:
+        TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
+        ValueError: a shape that does not fit x's and h_prev's.
     """
     def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
         return {**_cell_shapes(b, i, h), "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h)}
@@ -115,11 +143,18 @@ def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_r_bar_u_bar
     """The weight and bias gradients TF's python gradient of GRUBlockCell computes.
 
     Args:
-        x [B, I], h_prev [B, H], r [B, H] (forward), d_r_bar_u_bar [B, 2H] and d_c_bar [B, H]
-        (from :func:`gru_block_cell_grad`).
+        x: [B, I]: the forward's input.
+        h_prev: [B, H]: the forward's previous hidden state.
+        r: [B, H]: the forward's reset gate.
+        d_r_bar_u_bar: [B, 2H]: from :func:`gru_block_cell_grad`.
+        d_c_bar: [B, H]: from :func:`gru_block_cell_grad`.
 
     Returns:
         (d_w_ru [I+H, 2H], d_w_c [I+H, H], d_b_ru [2H], d_b_c [H]).
+
+    Raises:
+        TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
+        ValueError: a shape that does not fit x's and h_prev's.
     """
     def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
         return {"x": (b, i), "h_prev": (b, h), "r": (b, h), "d_r_bar_u_bar": (b, 2 * h), "d_c_bar": (b, h)}

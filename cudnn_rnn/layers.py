@@ -27,16 +27,19 @@ from __future__ import annotations
 import os
 import types
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
 from ._arrays import Array, array_kind, array_module, copy_into, to_host
-from .config import RNNConfig, is_count
+from .config import RNNConfig, dtype_name, is_count
 from .layout import ParamEntry, params_layout
 from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
+
+if TYPE_CHECKING:  # the converters import this module
+    from .convert import Converted
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
 
@@ -61,7 +64,16 @@ _SEED2_PERIOD = 2**31
 
 # ---- Keras/TF initialisation -------------------------------------------------------------------
 def glorot_uniform(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
-    """Keras' ``GlorotUniform`` for a kernel ``[fan_in, fan_out]``: U(-a, a), a = sqrt(6 / (fan_in + fan_out))."""
+    """Keras' ``GlorotUniform`` for a kernel ``[fan_in, fan_out]``: U(-a, a), a = sqrt(6 / (fan_in + fan_out)).
+
+    Args:
+        rng: the generator to draw from.
+        fan_in: the kernel's rows.
+        fan_out: the kernel's columns.
+
+    Returns:
+        A float64 [fan_in, fan_out] array.
+    """
     limit = np.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-limit, limit, size=(fan_in, fan_out))
 
@@ -70,8 +82,16 @@ def orthogonal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     """Keras' ``Orthogonal`` initializer (gain 1) for a ``[rows, cols]`` kernel.
 
     QR of a standard normal ``[max, min]`` matrix, signs fixed by diag(R) so the result is
-    Haar-distributed; transposed when rows < cols. The result has orthonormal rows if
-    rows <= cols, orthonormal columns otherwise.
+    Haar-distributed; transposed when rows < cols.
+
+    Args:
+        rng: the generator to draw from.
+        rows: the kernel's rows.
+        cols: the kernel's columns.
+
+    Returns:
+        A float64 [rows, cols] array with orthonormal rows if rows <= cols, orthonormal columns
+        otherwise.
     """
     normal = rng.standard_normal((max(rows, cols), min(rows, cols)))
     q, r = np.linalg.qr(normal)
@@ -102,6 +122,11 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
     ``config.dtype``, so the buffer depends only on (config, seed, unit_forget_bias), not on
     the backend.
 
+    Args:
+        config: the configuration of the buffer.
+        seed: any int; reduced mod 2**32.
+        unit_forget_bias: set an LSTM's forget-gate recurrent bias to 1.0.
+
     Returns:
         a host NumPy array of ``cudnn_rnn_params_size`` elements and ``config.dtype``.
     """
@@ -119,6 +144,7 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
             proj[...] = glorot_uniform(rng, n, p).T
         if unit_forget_bias and config.rnn_mode == "lstm":
             forget = layout.entry(k, g + config.mode.gates.index("f"), "bias")
+            assert forget is not None, "every pseudo-layer has its recurrent biases"
             layout.view(params, forget)[...] = 1.0
     return params.astype(config.dtype)
 
@@ -131,7 +157,7 @@ class _SavedForward:
     x: Array
     h0: Array
     c0: Array | None
-    lengths: Array | None
+    lengths: Array | None  # None or a NumPy/CuPy int array [B]
     outputs: RNNOutputs
     seed2: int
     time_major: bool
@@ -155,17 +181,39 @@ def _entry_name(entry: ParamEntry, num_directions: int) -> str:
 class RecurrentLayer:
     """A multi-layer cuDNN RNN with its own params buffer; the base of LSTM, GRU and RNN.
 
+    The subclasses' constructors are the way in; this one takes ``rnn_mode`` itself.
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        bidirectional: D = 2 if True.
+        num_proj: P < N to project an LSTM's emitted state (0: none).
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
+
     Attributes:
-        config: the :class:`~cudnn_rnn.config.RNNConfig` (``seed`` is the layer's seed;
-            the dropout seed2 of each training forward is the step counter).
+        config: the ``RNNConfig`` (``seed`` is the layer's seed; the dropout seed2 of each
+            training forward is the step counter).
         params: 1-D [params_size] buffer in cuDNN's layout, ``config.dtype``, on ``xp``.
-        grad: same shape; :meth:`backward` ADDS into it, :meth:`zero_grad` clears it.
+        grad: same shape; ``backward`` ADDS into it, ``zero_grad`` clears it.
         xp: the array module (numpy -> reference backend, cupy -> cuDNN).
         step: number of training forwards so far; it is the dropout seed2 of the next one,
             so masks change every step and a run is reproducible from ``seed`` alone.
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
+            dtype, or an ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string, a non-positive size, or an impossible combination
+            (see :class:`cudnn_rnn.RNNConfig`).
     """
 
-    #: the modes this class can hold (checked by :meth:`load`)
+    #: the modes this class can hold (``load`` and ``from_params`` check them)
     modes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
@@ -179,7 +227,7 @@ class RecurrentLayer:
                             f"{unit_forget_bias!r}")
         config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode,
                            direction=_DIRECTION[bool(bidirectional)], num_proj=num_proj, dropout=dropout,
-                           seed=seed, seed2=0, dtype=dtype)
+                           seed=seed, seed2=0, dtype=dtype_name(dtype))
         module = _array_module_named(xp)
         host = keras_init_params(config, seed=config.seed, unit_forget_bias=bool(unit_forget_bias))
         self._attach(config, module, host, step=0)
@@ -200,18 +248,31 @@ class RecurrentLayer:
         Names: ``W_<gate>_l<layer>[_reverse]`` [N, width] input matrices, ``R_<gate>_l...`` [N, P]
         recurrent matrices, ``P_l...`` [P, N] projection, ``bW_<gate>_l...`` / ``bR_<gate>_l...``
         [N] biases; gates in cuDNN order (lstm i, f, g, o; gru r, u, n; rnn h).
-        Writes through a view change the buffer.
+
+        Args:
+            buffer: [params_size]: a buffer in this layer's layout.
+
+        Returns:
+            The views by name, in buffer order; writes through a view change the buffer.
         """
         d = self.config.num_directions
         layout = self._layout
         return {_entry_name(e, d): layout.view(buffer, e) for e in layout.weights + layout.biases}
 
     def weights(self) -> dict[str, Array]:
-        """Named views of ``params`` (see :meth:`named_views`)."""
+        """Named views of ``params``.
+
+        Returns:
+            ``named_views(params)``: every matrix and bias by name (writes go through).
+        """
         return self.named_views(self.params)
 
     def grads(self) -> dict[str, Array]:
-        """Named views of ``grad`` (see :meth:`named_views`)."""
+        """Named views of ``grad``.
+
+        Returns:
+            ``named_views(grad)``: every matrix's and bias's gradient by name (writes go through).
+        """
         return self.named_views(self.grad)
 
     # -- forward / backward ----------------------------------------------------------------------
@@ -219,8 +280,9 @@ class RecurrentLayer:
         layers = self.config.num_pseudo_layers
         return (layers, batch, width) if time_major else (batch, layers, width)
 
-    def forward(self, x: Array, lengths: Any = None, h0: Array | None = None, c0: Array | None = None, *,
-                time_major: bool = False, training: bool = True) -> tuple[Array, Array, Array | None]:
+    def forward(self, x: Array, lengths: Array | Sequence[int] | None = None, h0: Array | None = None,
+                c0: Array | None = None, *, time_major: bool = False,
+                training: bool = True) -> tuple[Array, Array, Array | None]:
         """Run the RNN over a batch of sequences.
 
         Args:
@@ -236,7 +298,14 @@ class RecurrentLayer:
 
         Returns:
             (y [B, T, D*P], h [B, L*D, P], c [B, L*D, N] or None for GRU/RNN): the output
-            sequence and each sequence's final states.
+            sequence and each sequence's final states ([T, B, D*P], [L*D, B, P], [L*D, B, N]
+            with time_major).
+
+        Raises:
+            TypeError: ``x`` is not an array of this layer's array module, or an argument has
+                the wrong dtype or kind.
+            ValueError: ``x`` is not 3-D, ``c0`` given to a GRU or RNN, or shapes or lengths that
+                do not fit.
         """
         config = self.config
         if array_kind(x) is None or array_module(x=x) is not self.xp:
@@ -271,17 +340,23 @@ class RecurrentLayer:
                  dc: Array | None = None) -> tuple[Array, Array, Array | None]:
         """Backpropagate through the last training forward.
 
+        Side effect: ``grad += d loss / d params`` (accumulates across calls until
+        :meth:`zero_grad`). The forward's saved arrays are released, so each training
+        forward supports one backward.
+
         Args:
             dy: d loss / d y, shaped like y (None means zeros; rows past a length are ignored).
             dh: d loss / d h (final hidden states), shaped like h; None means zeros.
             dc: d loss / d c (LSTM final cell states); None means zeros. Must be None for GRU/RNN.
 
         Returns:
-            (dx, dh0, dc0 or None): gradients of the loss with respect to x, h0 and c0.
+            (dx, dh0, dc0 or None): gradients of the loss with respect to x, h0 and c0, shaped
+            like them.
 
-        Side effect: ``grad += d loss / d params`` (accumulates across calls until
-        :meth:`zero_grad`). The forward's saved arrays are released, so each training
-        forward supports one backward.
+        Raises:
+            RuntimeError: no training forward since the last backward.
+            ValueError: ``dc`` given to a GRU or RNN, or a gradient shaped unlike its output.
+            TypeError: a gradient of another array kind or dtype.
         """
         saved = self._saved
         if saved is None:
@@ -312,6 +387,9 @@ class RecurrentLayer:
         The params are stored bit for bit in their dtype (see :mod:`cudnn_rnn.params_file`), and
         the file is replaced atomically: a kill during the save leaves the previous file whole.
         :meth:`load` restores an equal layer.
+
+        Args:
+            path: the file to write (replaced if it exists).
         """
         write_params_file(path, self.params, self.config, self.step)
 
@@ -322,8 +400,17 @@ class RecurrentLayer:
         ``RecurrentLayer.load`` returns whichever class was saved; ``LSTM.load`` (etc.) also
         checks that the file holds that kind of layer.
 
+        Args:
+            path: a file written by :meth:`save` (or a converted model, see
+                :mod:`cudnn_rnn.params_file`).
+            xp: the array module of the new layer: numpy (None, the default) or cupy.
+
+        Returns:
+            A new layer of the saved class with the saved params, configuration and step counter.
+
         Raises:
             ValueError: not a whole layer file, another layer kind, or params not matching the config.
+            TypeError: ``xp`` is not numpy or cupy.
         """
         saved = read_params_file(path)
         return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
@@ -346,6 +433,9 @@ class RecurrentLayer:
             xp: the layer's array module (numpy or cupy); by default that of ``params``.
             step: the training step counter to start from (the next dropout seed2).
 
+        Returns:
+            A new layer of the class ``config.rnn_mode`` names.
+
         Raises:
             TypeError: ``config`` is not an RNNConfig, ``params`` not an array, ``xp`` not numpy/cupy.
             ValueError: ``params`` has another size or dtype than ``config`` needs; ``config`` is of
@@ -364,11 +454,14 @@ class RecurrentLayer:
         return cls._from_saved(config, copy, int(step), module, "config", "from_params")
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`::
+        """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`.
 
-            {"config": {"rnn_mode": ..., ..., "seed": ..., "dtype": ...},   # RNNConfig's fields
-             "step": int,                                                  # the dropout stream's position
-             "params": params}                                             # this layer's own buffer, not a copy
+        Returns:
+            A dict of the configuration's fields, the step counter and the params buffer::
+
+                {"config": {"rnn_mode": ..., ..., "seed": ..., "dtype": ...},   # RNNConfig's fields
+                 "step": int,                                                  # the dropout stream's position
+                 "params": params}                                             # this layer's own buffer, not a copy
         """
         return {"config": config_fields(self.config), "step": self.step, "params": self.params}
 
@@ -381,8 +474,9 @@ class RecurrentLayer:
                 ranks that each draw their own dropout masks).
 
         Raises:
-            ValueError / TypeError: ``state`` is malformed, or its configuration differs from this
-                layer's in anything but the seed (each differing field is named).
+            ValueError: ``state`` is malformed, or its configuration differs from this layer's in
+                anything but the seed (each differing field is named).
+            TypeError: ``state``'s params is not a NumPy or CuPy array.
         """
         self.state_loader(state, keep_seed=keep_seed)()
 
@@ -391,7 +485,19 @@ class RecurrentLayer:
         """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
 
         Nothing changes until the returned function runs, so several objects can be checked
-        before any is changed (``where`` names the source in messages).
+        before any is changed.
+
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            keep_seed: keep this layer's own dropout seed instead of the saved one.
+            where: names the source in error messages.
+
+        Returns:
+            A function of no arguments that loads ``state`` into this layer.
+
+        Raises:
+            ValueError: as :meth:`load_state_dict`.
+            TypeError: as :meth:`load_state_dict`.
         """
         saved = parse_layer_state(state, where)
         config = replace(saved.config, seed=self.config.seed) if keep_seed else saved.config
@@ -412,8 +518,16 @@ class RecurrentLayer:
     def from_state_dict(cls, state: dict[str, Any], *, xp: types.ModuleType | None = None) -> "RecurrentLayer":
         """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``.
 
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            xp: the array module of the new layer: numpy (None, the default) or cupy.
+
+        Returns:
+            The new layer, with its own copy of the params.
+
         Raises:
-            ValueError / TypeError: ``state`` is malformed, or holds another kind of layer than ``cls``.
+            ValueError: ``state`` is malformed, or holds another kind of layer than ``cls``.
+            TypeError: ``state``'s params is not an array, or ``xp`` is not numpy or cupy.
         """
         saved = parse_layer_state(state, "state_dict")
         params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
@@ -433,11 +547,21 @@ class RecurrentLayer:
         layer._attach(config, module, params, step)
         return layer
 
-    def export(self, fmt: str, allow_approximation: bool = False) -> Any:
+    def export(self, fmt: str, allow_approximation: bool = False) -> Converted:
         """Convert the weights to a named format (see :mod:`cudnn_rnn.convert`).
 
-        Returns the converter's result: ``.value`` (a dict of arrays in that format) and
-        ``.approximations`` (what changed, if an inexact conversion was allowed).
+        Args:
+            fmt: one of the format names of :func:`cudnn_rnn.convert.to_format`.
+            allow_approximation: accept a conversion that changes the function (it is reported).
+
+        Returns:
+            The converter's result: ``.value`` (a dict of arrays in that format) and
+            ``.approximations`` (what changed, if an inexact conversion was allowed).
+
+        Raises:
+            InexactConversionError: the format cannot hold this layer exactly and
+                ``allow_approximation`` is False.
+            ValueError: ``fmt`` is not a format name, or the format cannot hold this layer at all.
         """
         from .convert import to_format
 
@@ -467,18 +591,26 @@ class LSTM(RecurrentLayer):
         i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
+    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`); training, persistence
+    and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
+
     Args:
-        input_size: I.  num_units: N.  num_layers: L.
+        input_size: I, the width of each input step.
+        num_units: N, the width of the cell state.
+        num_layers: L, the number of stacked layers.
         bidirectional: D = 2 if True.
         num_proj: P < N to project the emitted state (0: none).
         dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: "linear_input", "skip_input" (needs I == N) or "auto_select".
-        dtype: "float16", "float32" or "float64".
-        xp: numpy (default; reference backend) or cupy (cuDNN).
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
         seed: initialisation and dropout seed (a C int).
         unit_forget_bias: put 1.0 in the forget gate's recurrent bias bR_f (bW_f stays 0).
 
-    Initialisation: see :func:`keras_init_params`.
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
+            dtype, or an ``xp`` that is not numpy or cupy.
+        ValueError: an invalid size, mode string or combination (see :class:`cudnn_rnn.RNNConfig`).
     """
 
     modes = ("lstm",)
@@ -500,7 +632,22 @@ class GRU(RecurrentLayer):
         r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
 
-    Args: as :class:`LSTM`, without num_proj and unit_forget_bias.
+    Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of the state.
+        num_layers: L, the number of stacked layers.
+        bidirectional: D = 2 if True.
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+
+    Raises:
+        TypeError: as :class:`LSTM`.
+        ValueError: as :class:`LSTM`.
     """
 
     modes = ("gru",)
@@ -515,8 +662,23 @@ class GRU(RecurrentLayer):
 class RNN(RecurrentLayer):
     """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu.
 
-    Args: as :class:`LSTM`, without num_proj and unit_forget_bias, plus
-    ``activation``: "tanh" (rnn_mode "rnn_tanh") or "relu" ("rnn_relu").
+    Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of the state.
+        num_layers: L, the number of stacked layers.
+        activation: ``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).
+        bidirectional: D = 2 if True.
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+
+    Raises:
+        TypeError: as :class:`LSTM`.
+        ValueError: an unknown ``activation``, or as :class:`LSTM`.
     """
 
     modes = ("rnn_tanh", "rnn_relu")
@@ -532,7 +694,7 @@ class RNN(RecurrentLayer):
 
     @property
     def activation(self) -> str:
-        """"tanh" or "relu"."""
+        """The activation function, ``"tanh"`` or ``"relu"``."""
         return {mode: act for act, mode in _ACTIVATION_MODES.items()}[self.config.rnn_mode]
 
     def _extra_repr(self) -> list[str]:
