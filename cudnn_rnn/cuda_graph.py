@@ -39,7 +39,18 @@ __all__ = ["CapturedStep", "capture"]
 class CapturedStep:
     """A recorded step: :meth:`replay` launches it on :attr:`stream`.
 
-    Holds what the graph reads: its private memory pool and the backend's cached arrays.
+    Made by :func:`capture`. Holds what the graph reads: its private memory pool and the
+    backend's cached arrays.
+
+    Args:
+        graph: the recorded ``cupy.cuda.Graph``.
+        stream: the CuPy stream it was recorded on.
+        pool: the memory pool its temporaries live in.
+        kept: the cached device arrays it reads, kept alive with it.
+
+    Attributes:
+        graph: the recorded ``cupy.cuda.Graph``.
+        stream: the CuPy stream the step was recorded on and is replayed on.
     """
 
     def __init__(self, graph: Any, stream: Any, pool: Any, kept: list[Any]) -> None:
@@ -56,6 +67,9 @@ class CapturedStep:
 def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1) -> CapturedStep:
     """Run ``step`` ``warmup`` times, then record one more run of it as a CUDA graph.
 
+    Whatever the step raises while it is recorded (a host transfer or wait, for instance) comes
+    out of this call; the capture is ended first, so the stream stays usable.
+
     Args:
         step: a function that only enqueues device work (see the module docstring).
         stream: a non-default CuPy stream to run, record and replay on (a new non-blocking one
@@ -67,9 +81,8 @@ def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1) -> 
         (replay it to run it).
 
     Raises:
-        ValueError: ``warmup`` < 1.
-        Whatever the step raises while recorded (a host transfer or wait, for instance); the
-        capture is ended first, so the stream stays usable.
+        ValueError: ``warmup`` is not an int >= 1.
+        ~cudnn_rnn.CudnnNotAvailableError: CuPy is not installed.
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
         raise ValueError(f"warmup must be an int >= 1 (the backend builds its caches then); got {warmup!r}")

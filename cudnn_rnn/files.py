@@ -30,7 +30,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, cast
 
 __all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "PARTIAL_SUFFIX", "PAUSE_VARIABLE"]
 
@@ -134,18 +134,36 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
 
     ``with atomic_write("out.npz") as f: np.savez(f, ...)``. The data is flushed and fsync'ed
     before the file takes the target's name; on an error the target is untouched.
+
+    Args:
+        path: the file to write (replaced if it exists; its folder must exist).
+
+    Yields:
+        The binary file object to write to.
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
     """
     with _partial_file(path) as (descriptor, _):
         with os.fdopen(descriptor, "wb") as handle:
             pause = _write_pause()
-            yield _PausedFile(handle, pause) if pause else handle  # type: ignore[misc]
+            # a _PausedFile hands every attribute but write to the file object it wraps
+            yield cast(IO[bytes], _PausedFile(handle, pause)) if pause else handle
             handle.flush()
             os.fsync(handle.fileno())
 
 
 def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[Any]) -> None:
-    """Write ``data`` (bytes, or an iterable of buffers written back to back) to ``path`` atomically."""
-    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`).
+
+    Args:
+        path: the file to write (replaced if it exists).
+        data: bytes, or an iterable of buffers (bytes, memoryviews, arrays) written back to back.
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
+    """
+    chunks: Iterable[Any] = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     with atomic_write(path) as handle:
         for chunk in chunks:
             handle.write(chunk)
@@ -155,6 +173,13 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
     """Let ``write(temporary_path)`` write the file (a library that opens paths itself), then move it into place.
 
     The temporary path lies beside ``path`` and ends in its extension, for writers that look at it.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        write: called once with the temporary path; it must write the whole file there.
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
     """
     extension = os.path.splitext(os.fspath(path))[1]
     with _partial_file(path, PARTIAL_SUFFIX + extension) as (descriptor, partial):
@@ -169,6 +194,13 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
 
 def read_bytes(path: PathLike, what: str = "file") -> bytes:
     """The whole content of ``path`` (never blocks on a pipe or a device: those are refused).
+
+    Args:
+        path: the file to read.
+        what: what the file should be, for error messages (``"checkpoint"``, say).
+
+    Returns:
+        The file's bytes.
 
     Raises:
         FileNotFoundError: no such file (the message names it and says ``what`` was expected).

@@ -3,7 +3,7 @@
 :func:`collect` gathers them as one JSON-ready dict; :func:`cudnn_backend_problem` says why the
 cuDNN backend cannot run here (for scripts that need a GPU). Both work on a machine with no GPU,
 no CuPy and no cuDNN: every missing piece is reported with the reason and what to install. The
-command itself (its options and text) is :mod:`cudnn_rnn.cli.info`.
+command itself (its options and text) is ``cudnn_rnn.cli.info``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _cupy_facts() -> dict[str, Any]:
 def _cudnn_backend_status(cupy_facts: dict[str, Any], cudnn_facts: dict[str, Any]) -> str:
     """"usable", or why not: CuPy, a GPU, cuDNN, and a working cudnnCreate on GPU 0 are all needed."""
     if not cupy_facts["available"]:
-        return "not usable: " + cupy_facts["reason"]
+        return f"not usable: {cupy_facts['reason']}"
     if not cupy_facts.get("gpus"):
         detail = f" ({cupy_facts['gpu_error']})" if "gpu_error" in cupy_facts else ""
         return "not usable: no CUDA GPU visible" + detail
@@ -89,13 +89,27 @@ def _cudnn_backend_status(cupy_facts: dict[str, Any], cudnn_facts: dict[str, Any
 
 
 def cudnn_backend_problem() -> str | None:
-    """None when the CuPy + cuDNN backend can run here, else why not (for scripts that need a GPU)."""
+    """Why the CuPy + cuDNN backend cannot run here, if it cannot (for scripts that need a GPU).
+
+    Imports CuPy and loads cuDNN if they are there, and creates a cuDNN handle on GPU 0.
+
+    Returns:
+        None when the backend can run; else the reason in words, with what to install where
+        something is missing.
+    """
     status = _cudnn_backend_status(_cupy_facts(), _cudnn_facts())
     return None if status == "usable" else status.removeprefix("not usable: ")
 
 
 def collect() -> dict[str, Any]:
-    """Every fact ``cudnn-rnn info`` prints."""
+    """Every fact ``cudnn-rnn info`` prints, gathered without failing on a machine that lacks any of them.
+
+    Returns:
+        A JSON-ready dict: ``cudnn_rnn``, ``python`` and ``numpy`` versions; ``cupy`` (its version,
+        the CUDA runtime and the GPU names, or the reason it is unavailable); ``cudnn`` (version,
+        library path and the CUDA it was built for, or the reason); ``cuda_driver`` (or None);
+        ``tf32_allowed``; and ``backends``, each backend's status in words (``"usable"`` or why not).
+    """
     cupy_facts, cudnn_facts = _cupy_facts(), _cudnn_facts()
     driver = _lib.cuda_driver_version()
     return {

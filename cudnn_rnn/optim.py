@@ -34,13 +34,12 @@ import numbers
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from ._arrays import array_kind, array_module, copy_into, device_of, on_device
+from ._arrays import Array, array_kind, array_module, copy_into, device_of, on_device
 from .config import is_count
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
-
-Array = Any
 
 
 def _positive_float(name: str, value: object) -> float:
@@ -87,7 +86,7 @@ def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
     return arrays
 
 
-def _state_dtype(dtype: object) -> np.dtype:
+def _state_dtype(dtype: DTypeLike) -> np.dtype:
     """float16 parameters keep float32 optimiser state; wider types keep their own."""
     return np.result_type(dtype, np.float32)
 
@@ -127,7 +126,17 @@ class _Optimizer:
         return grads
 
     def step(self, grads_list: Sequence[Array]) -> None:
-        """Update every array of ``params_list`` in place from the matching gradient."""
+        """Update every array of ``params_list`` in place from the matching gradient.
+
+        Args:
+            grads_list: one gradient per array of ``params_list``, shaped like it, of its kind
+                (NumPy or CuPy) and on its device; any floating dtype.
+
+        Raises:
+            TypeError: ``grads_list`` is not a list of floating arrays, or mixes array kinds with
+                the parameters.
+            ValueError: a different number of gradients, or a gradient of another shape.
+        """
         grads = self._checked(grads_list)
         self.steps += 1
         for i, (p, g) in enumerate(zip(self.params_list, grads)):
@@ -138,26 +147,48 @@ class _Optimizer:
 
     # -- state dict ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Kind, step count, hyperparameters and state lists (see the module docstring)."""
+        """Everything a step depends on (see the module docstring for the keys).
+
+        Returns:
+            The kind, step count and hyperparameters as plain values, and the state lists (the
+            optimiser's own arrays, not copies).
+        """
         state: dict[str, Any] = {"kind": type(self).__name__, "steps": self.steps}
         state.update({name: _plain(getattr(self, name)) for name in self.hyperparameters})
         state.update({name: list(getattr(self, name)) for name in self.state_lists})
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (its arrays NumPy or CuPy) into this optimiser, in place.
+        """Restore a state dict into this optimiser, in place, hyperparameters included.
+
+        Args:
+            state: a ``state_dict()`` of an optimiser of this kind (its arrays NumPy or CuPy).
 
         Raises:
-            ValueError / TypeError: another kind of optimiser, missing or unexpected keys, a
-                hyperparameter its constructor would refuse, or state arrays whose number, shapes
-                or dtypes do not match ``params_list`` (each named).
+            ValueError: another kind of optimiser, missing or unexpected keys, a hyperparameter
+                its constructor would refuse, or state lists whose number or shapes do not match
+                ``params_list`` (each named).
+            TypeError: a hyperparameter of the wrong type, or state arrays that are not arrays or
+                not of the state dtype.
         """
         self.state_loader(state)()
 
     def state_loader(self, state: dict[str, Any], where: str = "state_dict") -> Callable[[], None]:
-        """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
+        """Check ``state`` as ``load_state_dict`` does and return the function that loads it.
 
-        Nothing changes until the returned function runs (``where`` names the source in messages).
+        Nothing changes until the returned function runs, so several objects can be checked
+        before any is changed.
+
+        Args:
+            state: a ``state_dict()`` of an optimiser of this kind.
+            where: names the source in error messages.
+
+        Returns:
+            A function of no arguments that loads ``state`` into this optimiser.
+
+        Raises:
+            ValueError: as ``load_state_dict``.
+            TypeError: as ``load_state_dict``.
         """
         values = self.checked_state(state, where)
         lists = {name: self._checked_list(state[name], where, name, self._list_in_use(name, values))
@@ -184,8 +215,17 @@ class _Optimizer:
         Kind, keys, step count, each hyperparameter (as the constructor checks it) and that each
         state list is a list of arrays (empty when the hyperparameters use none).
 
+        Args:
+            state: what should be a ``state_dict()`` of this kind of optimiser.
+            where: names the source in error messages.
+
+        Returns:
+            The checked hyperparameters by name.
+
         Raises:
-            ValueError / TypeError: the first thing that is wrong, named.
+            ValueError: the first thing that is wrong, named (kind, keys, step count, a
+                hyperparameter's value, a state list that is not a list or should be empty).
+            TypeError: a hyperparameter of the wrong type, or a state list entry that is not an array.
         """
         kind = cls.__name__
         expected = {"kind", "steps", *cls.hyperparameters, *cls.state_lists}
@@ -246,16 +286,26 @@ def _plain(value: Any) -> Any:
 class SGD(_Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum.
 
+    One step, per array (v starts at zero)::
+
+        v <- momentum * v + g
+        p <- p - lr * (g + momentum * v)   if nesterov else   p <- p - lr * v
+
+    Methods (shared with :class:`Adam`): ``step(grads_list)`` updates every array in place;
+    ``state_dict()`` and ``load_state_dict(state)`` save and restore the step count, the
+    hyperparameters and the state lists (see the module docstring).
+
     Args:
         params_list: arrays updated in place (e.g. ``[layer.params, w_out, b_out]``).
         lr: learning rate, > 0.
         momentum: in [0, 1); 0 is plain SGD.
         nesterov: use Nesterov momentum (needs momentum > 0).
 
-    One step, per array (v starts at zero)::
-
-        v <- momentum * v + g
-        p <- p - lr * (g + momentum * v)   if nesterov else   p <- p - lr * v
+    Raises:
+        TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
+            hyperparameter has the wrong type.
+        ValueError: an empty ``params_list``, a hyperparameter out of range, or nesterov
+            without momentum.
     """
 
     hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": _flag}
@@ -278,7 +328,8 @@ class SGD(_Optimizer):
 
     @classmethod
     def _list_in_use(cls, name: str, values: dict[str, Any]) -> bool:
-        return values["momentum"] > 0.0
+        momentum: float = values["momentum"]
+        return momentum > 0.0
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:
         if not self.momentum:
@@ -295,16 +346,23 @@ class SGD(_Optimizer):
 class Adam(_Optimizer):
     """Adam (Kingma & Ba), in PyTorch's formulation.
 
+    One step, per array, at step count t = 1, 2, ...::
+
+        m <- b1 * m + (1 - b1) * g;   s <- b2 * s + (1 - b2) * g**2
+        p <- p - lr * (m / (1 - b1**t)) / (sqrt(s / (1 - b2**t)) + eps)
+
+    Methods: as :class:`SGD`'s.
+
     Args:
         params_list: arrays updated in place.
         lr: learning rate, > 0.
         betas: (b1, b2), each in [0, 1): decay rates of the first and second moments.
         eps: > 0, added to the square root of the bias-corrected second moment.
 
-    One step, per array, at step count t = 1, 2, ...::
-
-        m <- b1 * m + (1 - b1) * g;   s <- b2 * s + (1 - b2) * g**2
-        p <- p - lr * (m / (1 - b1**t)) / (sqrt(s / (1 - b2**t)) + eps)
+    Raises:
+        TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
+            hyperparameter has the wrong type.
+        ValueError: an empty ``params_list``, or a hyperparameter out of range.
     """
 
     hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
@@ -341,8 +399,16 @@ def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
     otherwise (and when the norm is not finite, which is left for the caller to notice)
     nothing changes.
 
+    Args:
+        grads_list: the gradients (NumPy or CuPy floating arrays, any shapes), scaled in place.
+        max_norm: the largest global norm left unscaled, > 0.
+
     Returns:
         total_norm before clipping, as a Python float.
+
+    Raises:
+        TypeError: ``grads_list`` is not a list of floating arrays, or ``max_norm`` is not a real number.
+        ValueError: ``max_norm`` is not finite and > 0.
     """
     grads = _array_list("grads_list", grads_list)
     max_norm = _positive_float("max_norm", max_norm)

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ._arrays import array_kind, to_host
+from ._arrays import Array, array_kind, to_host
 from .config import RNNConfig, is_count
 from .files import atomic_write
 from .layout import params_size
@@ -37,6 +37,7 @@ __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_param
            "check_params_buffer",
            "is_params_file", "config_fields", "config_from_fields", "parse_layer_state"]
 
+#: the version of this file layout, stored in ``format``
 FORMAT_VERSION = 1
 
 #: the arrays of a params file
@@ -49,37 +50,68 @@ CONFIG_FIELDS: tuple[str, ...] = ("rnn_mode", "num_layers", "num_units", "input_
 
 @dataclass(frozen=True)
 class ParamsFile:
-    """What a params file holds: ``params`` (host NumPy, 1-D, the config's dtype), ``config``, ``step``."""
+    """What a params file (or a layer's state dict) holds, checked.
 
-    params: np.ndarray
+    Args:
+        params: [params_size]: the buffer in the configuration's dtype; host NumPy when read
+            from a file, the state's own array (NumPy or CuPy) when parsed from a state dict.
+        config: the configuration the buffer belongs to.
+        step: the layer's training-step counter, >= 0.
+    """
+
+    params: Array
     config: RNNConfig
     step: int
 
 
 def is_params_file(names: object) -> bool:
-    """Whether an ``.npz`` archive's array names are those of a params file."""
+    """Whether an ``.npz`` archive's array names are those of a params file.
+
+    Args:
+        names: the archive's array names (a list, tuple or set of strings).
+
+    Returns:
+        True when ``names`` is such a collection and holds every name of :data:`KEYS`.
+    """
     return isinstance(names, (list, tuple, set, frozenset)) and set(KEYS) <= set(names)
 
 
-def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Any, config: RNNConfig, step: int = 0) -> None:
-    """Write ``params`` (NumPy or CuPy, ``config``'s size and dtype) with ``config`` and ``step``.
+def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, config: RNNConfig,
+                      step: int = 0) -> None:
+    """Write ``params`` with ``config`` and ``step`` as a params file.
+
+    Args:
+        file: a path (written atomically, see :mod:`cudnn_rnn.files`) or a binary file object.
+        params: [params_size]: the buffer (NumPy or CuPy) in ``config``'s dtype.
+        config: the configuration the buffer belongs to.
+        step: the layer's training-step counter.
 
     Raises:
         ValueError: params does not have the size and dtype of ``config``.
     """
     host = to_host(params)
     check_params_buffer(host, config, "params")
-    arrays = dict(params=host, config=np.array(json.dumps(config_fields(config))),
-                  step=np.array(int(step), np.int64), format=np.array(FORMAT_VERSION, np.int64))
+    config_text = np.array(json.dumps(config_fields(config)))
+    step_value, version = np.array(int(step), np.int64), np.array(FORMAT_VERSION, np.int64)
+
+    def save(target: IO[bytes]) -> None:
+        np.savez(target, params=host, config=config_text, step=step_value, format=version)
+
     if isinstance(file, (str, os.PathLike)):
         with atomic_write(file) as handle:
-            np.savez(handle, **arrays)
+            save(handle)
     else:
-        np.savez(file, **arrays)
+        save(file)
 
 
 def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
     """Read a params file written by :func:`write_params_file`.
+
+    Args:
+        path: the ``.npz`` file.
+
+    Returns:
+        Its params (host NumPy), configuration and step counter, all checked.
 
     Raises:
         ValueError: not a params file (names what is missing), another format version, a config
@@ -125,12 +157,26 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
 
 
 def config_fields(config: RNNConfig) -> dict[str, Any]:
-    """The stored fields of ``config`` (JSON-ready: strings and numbers)."""
+    """The stored fields of a configuration.
+
+    Args:
+        config: the configuration.
+
+    Returns:
+        The :data:`CONFIG_FIELDS` by name, JSON-ready (strings and numbers).
+    """
     return {name: getattr(config, name) for name in CONFIG_FIELDS}
 
 
 def config_from_fields(fields: Any, where: str) -> RNNConfig:
-    """The configuration that :func:`config_fields` gave ``fields``, validated (``where`` names the source).
+    """The configuration that :func:`config_fields` gave ``fields``, validated.
+
+    Args:
+        fields: what should be a dict of configuration fields (some may be left to their defaults).
+        where: names the source in error messages.
+
+    Returns:
+        The configuration.
 
     Raises:
         ValueError: not a dict of known fields, or fields that do not make a valid configuration.
@@ -147,10 +193,17 @@ def config_from_fields(fields: Any, where: str) -> RNNConfig:
 def parse_layer_state(state: Any, where: str) -> ParamsFile:
     """Check a layer's state dict (``{"config": fields, "step": int, "params": array}``) and decode it.
 
-    ``params`` stays the array it was (NumPy or CuPy); it must have the configuration's size and dtype.
+    Args:
+        state: what should be a layer's ``state_dict()``.
+        where: names the source in error messages.
+
+    Returns:
+        Its params (the state's own array, NumPy or CuPy, not a copy), configuration and step.
 
     Raises:
-        ValueError / TypeError: the first thing that is wrong, naming ``where`` and the key.
+        ValueError: the first thing that is wrong with the keys, configuration, step or the
+            params' size and dtype, naming ``where`` and the key.
+        TypeError: ``params`` is not a NumPy or CuPy array.
     """
     if not isinstance(state, dict) or set(state) != {"config", "step", "params"}:
         keys = sorted(state) if isinstance(state, dict) else type(state).__name__
@@ -166,8 +219,17 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
     return ParamsFile(params, config, int(step))
 
 
-def check_params_buffer(params: Any, config: RNNConfig, what: str) -> None:
-    """Refuse ``params`` unless it is the 1-D [params_size(config)] buffer of ``config.dtype`` (``what`` names it)."""
+def check_params_buffer(params: Array, config: RNNConfig, what: str) -> None:
+    """Refuse ``params`` unless it is the 1-D [params_size(config)] buffer of ``config.dtype``.
+
+    Args:
+        params: the array to check (NumPy or CuPy).
+        config: the configuration it should belong to.
+        what: names ``params`` in the error message.
+
+    Raises:
+        ValueError: another shape or dtype.
+    """
     size = params_size(config)  # in closed form: a file claiming 10**9 layers is refused at once
     if tuple(params.shape) != (size,) or params.dtype.name != config.dtype:
         raise ValueError(f"{what} must be [{size}] {config.dtype} for its configuration; "
