@@ -1,7 +1,10 @@
 """cudnn_rnn: cuDNN's fused RNNs for CuPy with TensorFlow CudnnRNNV3 semantics, and the same math on NumPy.
 
 The array type picks the backend: NumPy arrays run the reference backend on the CPU, CuPy
-arrays run cuDNN. See README.md for a tour and ``ops.py`` for shapes.
+arrays run cuDNN. The ops are TensorFlow's (:func:`cudnn_rnn.cudnn_rnn_v3`,
+:func:`cudnn_rnn.cudnn_rnn_backprop_v3`, the params-buffer functions); the layer classes
+(:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`, :class:`cudnn_rnn.RNN`) train with them.
+README.md gives a tour.
 """
 
 from ._cudnn_cache import clear_caches
