@@ -113,7 +113,12 @@ class ParamEntry:
         return self.offset + self.size
 
     def describe(self) -> str:
-        """The entry in words for messages, e.g. ``"pseudo-layer 1 input matrix of gate 'f' (linLayerID 1)"``."""
+        """The entry in words, for messages.
+
+        Returns:
+            Its pseudo-layer, side, kind, gate and linLayerID, e.g.
+            ``"pseudo-layer 1 input matrix of gate 'f' (linLayerID 1)"``.
+        """
         where = f"pseudo-layer {self.pseudo_layer}"
         if self.side == "projection":
             return f"{where} projection matrix (linLayerID {PROJECTION_ID})"
