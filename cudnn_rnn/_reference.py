@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -313,18 +313,19 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def _propagating_non_finite(function: _F) -> _F:
+def _propagating_non_finite(function: Callable[_P, _R]) -> Callable[_P, _R]:
     """NaN and inf in the inputs propagate to the results silently, as on cuDNN (no NumPy warnings)."""
 
     @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with np.errstate(over="ignore", invalid="ignore"):
             return function(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 @_propagating_non_finite
