@@ -15,11 +15,13 @@ from __future__ import annotations
 import functools
 import importlib
 import types
-from typing import Any
+import weakref
+from typing import Any, cast
 
 from docutils import nodes
 from sphinx.addnodes import pending_xref
 from sphinx.application import Sphinx
+from sphinx.domains.python import PythonDomain
 from sphinx.environment import BuildEnvironment
 
 #: the package whose names are aliased
@@ -64,17 +66,21 @@ def identity(value: Any) -> int | None:
     return id(value) if isinstance(value, IDENTIFIABLE) else None
 
 
+#: per build (application): identity -> documented name, made at the first missing reference
+_DOCUMENTED: weakref.WeakKeyDictionary[Sphinx, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
 def documented_names(app: Sphinx, env: BuildEnvironment) -> dict[int, str]:
     """identity -> the name under which the Python domain documents that object (computed once per build)."""
-    cache: dict[int, str] | None = getattr(app, "_cudnn_rnn_documented", None)
+    cache = _DOCUMENTED.get(app)
     if cache is None:
         cache = {}
-        for name, *_ in sorted(env.get_domain("py").objects.items()):  # type: ignore[attr-defined]
+        for name in sorted(cast(PythonDomain, env.get_domain("py")).objects):
             if name.split(".")[0] == PACKAGE:
                 key = identity(import_name(name))
                 if key is not None:
                     cache.setdefault(key, name)
-        app._cudnn_rnn_documented = cache  # type: ignore[attr-defined]
+        _DOCUMENTED[app] = cache
     return cache
 
 
@@ -108,7 +114,7 @@ def candidates(node: pending_xref) -> list[str]:
 
 def forget(app: Sphinx, *args: Any) -> None:
     """Documented names change when sources are read again."""
-    app._cudnn_rnn_documented = None  # type: ignore[attr-defined]
+    _DOCUMENTED.pop(app, None)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

@@ -101,7 +101,7 @@ class Record:
 
     @property
     def anchor(self) -> str:
-        return nodes.make_id(f"record-{self.name}")
+        return str(nodes.make_id(f"record-{self.name}"))
 
 
 def table_of(title: str, columns: list[Column], rows: list[Row]) -> Table | None:
@@ -444,7 +444,7 @@ def read_records(folder: Path | None = None) -> list[Record]:
             date = data.get("date") if isinstance(data, dict) else None
             record.date = (iso_date(date) if isinstance(date, str) else note_field(sibling_note, "date")
                            or stamp_date(record.name) or record.date)
-            record.machine = (data.get("device") if isinstance(data, dict) and "device" in data
+            record.machine = (str(data["device"]) if isinstance(data, dict) and "device" in data
                               else environment_machine(data) if isinstance(data, dict) else record.machine)
             recorded = data.get("command") if isinstance(data, dict) else None
             record.command = (recorded if isinstance(recorded, str) else
@@ -509,7 +509,8 @@ def markdown_table(table: Table) -> list[str]:
 
 def demoted(note: str) -> list[str]:
     """A note's Markdown without its title, its headings made rubrics (they must not become page sections)."""
-    lines, fence = [], ""
+    lines: list[str] = []
+    fence = ""
     for line in note.splitlines():
         stripped = line.lstrip()
         if fence:
@@ -563,7 +564,7 @@ class BenchmarkRecords(SphinxDirective):
                 lines += self.note_section(note)
         holder = nodes.container()
         self.state.nested_parse(StringList(lines, source=str(RESULTS)), 0, holder, match_titles=True)
-        return holder.children
+        return list(holder.children)
 
     def summary(self, records: list[Record]) -> list[str]:
         lines = ["## Records", "", f"Every file in `{RESULTS_SHOWN}/`, newest first; the command re-runs the "

@@ -23,11 +23,12 @@ import argparse
 import inspect
 import re
 import textwrap
-from typing import Any
+from typing import Any, cast
 
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
+from sphinx.domains.std import StandardDomain
 from sphinx.util.docutils import SphinxDirective
 
 from cudnn_rnn import cli
@@ -47,7 +48,10 @@ def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Argumen
 
 
 def formatter(parser: argparse.ArgumentParser) -> argparse.HelpFormatter:
-    return parser.formatter_class(prog=parser.prog, width=WIDTH)
+    """The parser's own help formatter, at :data:`WIDTH` columns."""
+    factory: Any = parser.formatter_class  # (typeshed declares only its prog argument; every formatter takes width)
+    help_formatter: argparse.HelpFormatter = factory(prog=parser.prog, width=WIDTH)
+    return help_formatter
 
 
 def usage(parser: argparse.ArgumentParser) -> str:
@@ -150,7 +154,7 @@ class CliReference(SphinxDirective):
 
     @staticmethod
     def section_id(name: str) -> str:
-        return nodes.make_id(f"{PROG}-{name}")
+        return str(nodes.make_id(f"{PROG}-{name}"))
 
     @staticmethod
     def literal(text: str, language: str = "text") -> nodes.literal_block:
@@ -201,12 +205,12 @@ class CliReference(SphinxDirective):
                      action: argparse.Action) -> nodes.definition_list_item:
         written = invocation(parser, action)
         term = nodes.term("", "", nodes.literal(written, written))
-        std = self.env.get_domain("std")
+        std = cast(StandardDomain, self.env.get_domain("std"))
         for option in option_names(action):
             node_id = nodes.make_id(f"cmdoption-{program}-{option}")
             if node_id not in term["ids"]:
                 term["ids"].append(node_id)
-                std.add_program_option(program, option, self.env.docname, node_id)  # type: ignore[attr-defined]
+                std.add_program_option(program, option, self.env.docname, node_id)
         return nodes.definition_list_item("", term, nodes.definition("", paragraph_with_literals(
             help_text(parser, action))))
 
