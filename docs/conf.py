@@ -55,16 +55,12 @@ napoleon_use_rtype = False  # the return type stays in the Returns section, besi
 # signatures and type hints cannot be linked. They are listed here, by package, and nothing else:
 # a broken reference to one of cudnn_rnn's own names is a bug in its docstring, never ignored.
 _EXTERNAL_NAMES: dict[str, tuple[str, ...]] = {
-    "numpy": ("numpy.ndarray", "numpy.dtype", "numpy.generic", "numpy.integer", "numpy.floating",
-              "numpy.float16", "numpy.float32", "numpy.float64", "numpy.int8", "numpy.int32", "numpy.int64",
-              "numpy.bool", "numpy.bool_", "numpy.uint8", "numpy.random.Generator",
-              "numpy.random._generator.Generator", "numpy.typing.NDArray",
-              "numpy.typing.ArrayLike", "numpy.typing.DTypeLike", "numpy.lib.npyio.NpzFile"),
+    "numpy": ("numpy.ndarray", "numpy.dtype", "numpy.generic", "numpy.floating", "numpy.integer",
+              "numpy.random.Generator", "numpy.random._generator.Generator",  # (where Generator is defined)
+              "numpy.typing.NDArray", "numpy.typing.ArrayLike", "numpy.typing.DTypeLike"),
     "the standard library": ("os.PathLike", "pathlib.Path", "types.ModuleType", "argparse.ArgumentParser",
                              "argparse.Namespace", "collections.abc.Callable", "collections.abc.Iterable",
-                             "collections.abc.Iterator", "collections.abc.Mapping", "collections.abc.Sequence",
-                             "collections.abc.Generator", "contextlib.AbstractContextManager", "io.BufferedWriter",
-                             "typing.BinaryIO", "threading.Thread", "warnings.WarningMessage"),
+                             "collections.abc.Iterator", "collections.abc.Mapping", "collections.abc.Sequence"),
 }
 nitpick_ignore = [(role, name) for names in _EXTERNAL_NAMES.values() for name in names
                   for role in ("py:class", "py:obj", "py:data")]
