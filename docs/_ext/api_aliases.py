@@ -6,8 +6,10 @@ is defined (``cudnn_rnn.layers.LSTM``, ``cudnn_rnn.convert.readers._found.FoundR
 docstring may name it through any module that exports it. When such a reference finds no target,
 this extension imports the name it gives and, if that is the very object documented under another
 name (a class, function, method, property or module; never a constant, whose identity means
-nothing), links to that documentation. A name that imports nothing, or an object documented
-nowhere, stays a broken reference, which the nitpicky build reports.
+nothing), links to that documentation. A type alias of ``typing.Any`` (``Array``, which a type hint
+shows by name where autodoc cannot evaluate it) is shown unlinked, as ``Any`` itself is. A name that
+imports nothing, or an object documented nowhere, stays a broken reference, which the nitpicky
+build reports.
 """
 
 from __future__ import annotations
@@ -91,7 +93,10 @@ def resolve_alias(app: Sphinx, env: BuildEnvironment, node: pending_xref,
         return None
     documented = documented_names(app, env)
     for target in candidates(node):
-        key = identity(import_name(target))
+        value = import_name(target)
+        if value is Any:  # a type alias of Any (``Array``): shown by its name, with nothing to link, as Any is
+            return contnode
+        key = identity(value)
         name = documented.get(key) if key is not None else None
         if name is not None and name != target:
             return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], name, node,
