@@ -4,7 +4,7 @@ The array type picks the backend: NumPy arrays run the reference backend on the 
 arrays run cuDNN. The ops are TensorFlow's (:func:`cudnn_rnn.cudnn_rnn_v3`,
 :func:`cudnn_rnn.cudnn_rnn_backprop_v3`, the params-buffer functions); the layer classes
 (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`, :class:`cudnn_rnn.RNN`) train with them.
-README.md gives a tour.
+The user guides (``docs/guides/``) give a tour.
 """
 
 from ._cudnn_cache import clear_caches

@@ -32,6 +32,10 @@ from __future__ import annotations
 
 from ..errors import CheckpointError
 from ._checkpoint import Checkpoint, load, save
-from ._manager import EXTENSION, CheckpointManager, CheckpointWarning
+from . import _manager
+from ._manager import CheckpointManager, CheckpointWarning
 
 __all__ = ["save", "load", "Checkpoint", "CheckpointManager", "CheckpointError", "CheckpointWarning", "EXTENSION"]
+
+#: The extension of a checkpoint file, ``".safetensors"`` (a checkpoint is a safetensors file).
+EXTENSION: str = _manager.EXTENSION

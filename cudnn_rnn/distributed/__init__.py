@@ -28,7 +28,12 @@ from __future__ import annotations
 
 from ._devices import check_one_gpu_per_process, device_for_local_rank
 from ._packing import fuse_arrays
-from .communicator import BACKENDS, Communicator, Transport, init
+from . import communicator as _communicator
+from .communicator import Communicator, Transport, init
 
 __all__ = ["init", "Communicator", "Transport", "BACKENDS", "fuse_arrays", "device_for_local_rank",
            "check_one_gpu_per_process"]
+
+#: The values of ``init(backend=...)``: ``"auto"`` (NCCL when every process can use it, else MPI), ``"mpi"``,
+#: ``"nccl"``.
+BACKENDS: tuple[str, ...] = _communicator.BACKENDS
