@@ -45,8 +45,12 @@ def test_the_package_under_test_is_the_one_ci_meant() -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The sdist and the wheel, built from the checkout (the development run only)."""
-    assert not TESTING_WHEEL, "building needs the checkout's sources"
+    """The sdist and the wheel: built here from the checkout, or in the wheel run the very ones CI built
+    (``dist/``) and installed."""
+    if TESTING_WHEEL:
+        wheels, sdists = sorted((REPO / "dist").glob("*.whl")), sorted((REPO / "dist").glob("*.tar.gz"))
+        assert len(wheels) == 1 and len(sdists) == 1, f"the wheel run expects one sdist and wheel in {REPO / 'dist'}"
+        return {"wheel": wheels[0], "sdist": sdists[0]}
     source = tmp_path_factory.mktemp("source")  # a copy, so the build leaves nothing behind in the checkout
     for name in ("pyproject.toml", "README.md", "LICENSE", "cudnn_rnn"):
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
@@ -82,7 +86,7 @@ def test_the_wheel_carries_every_module_the_typing_marker_and_the_entry_point(bu
         info = next(name for name in names if name.endswith(".dist-info/METADATA"))
         metadata = wheel.read(info).decode()
         entry_points = wheel.read(info.replace("METADATA", "entry_points.txt")).decode()
-    assert package_files(REPO / "cudnn_rnn") <= names, sorted(package_files(REPO / "cudnn_rnn") - names)
+    assert package_files(PACKAGE) <= names, sorted(package_files(PACKAGE) - names)
     assert "cudnn_rnn/py.typed" in names
     assert f"Version: {cudnn_rnn.__version__}\n" in metadata and "Requires-Python: >=3.10" in metadata
     assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
@@ -95,7 +99,7 @@ def test_the_sdist_carries_the_sources(built: dict[str, Path]) -> None:
     with tarfile.open(built["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "LICENSE", "cudnn_rnn/py.typed"} <= names
-    assert package_files(REPO / "cudnn_rnn") <= names
+    assert package_files(PACKAGE) <= names
 
 
 def test_twine_passes_both(built: dict[str, Path]) -> None:
