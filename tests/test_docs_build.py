@@ -170,8 +170,7 @@ def figures_in_sources() -> list[tuple[str, dict[str, Any]]]:
             continue
         for block in re.findall(r"^```\{params-layout\}\n(.*?)^```", source.read_text(encoding="utf-8"), re.M | re.S):
             options = dict(re.findall(r"^:([\w-]+):\s*(.*?)\s*$", block, re.M))
-            converters = {option: converter for option, (_, converter, _) in params_layout_figure.OPTIONS.items()}
-            parsed = {option: converters[option](value) for option, value in options.items()}
+            parsed = params_layout_figure.parse_options(options)
             found.append((source.relative_to(DOCS).with_suffix(".html").as_posix(), parsed))
     return found
 

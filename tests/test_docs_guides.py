@@ -21,6 +21,7 @@ from docs_testing import (
     Block,
     check_bash_block,
     check_gpu_block,
+    check_params_layout_block,
     check_prose_names,
     guide_pages,
     output_matches,
@@ -123,6 +124,17 @@ def test_a_gpu_block_naming_something_that_does_not_exist_fails(tmp_path: Path) 
         check_gpu_block(block, ["import cudnn_rnn"])
     check_gpu_block(Block(tmp_path / "page.md", 3, "gpu", {}, "graph = capture(step)\n"),
                     ["from cudnn_rnn.cuda_graph import capture"])
+
+
+def test_a_params_layout_block_is_read_by_the_directives_own_options(tmp_path: Path) -> None:
+    def block(options: dict[str, str]) -> Block:
+        return Block(tmp_path / "page.md", 3, "params-layout", options, "")
+
+    check_params_layout_block(block({"rnn-mode": "gru", "num-units": "5", "num-proj": "0"}))
+    for options, message in [({"num-unit": "5"}, "no option"), ({"num-units": "five"}, "invalid literal for int"),
+                             ({"num-units": "0"}, "positive"), ({"rnn-mode": "lstm", "num-proj": "9"}, "num_proj")]:
+        with pytest.raises(AssertionError, match=message):
+            check_params_layout_block(block(options))
 
 
 def test_a_stale_name_in_the_text_fails(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 from docutils import nodes
@@ -76,6 +76,18 @@ class Block:
 
     entry: ParamEntry
     name: str
+
+
+def parse_options(text: Mapping[str, str]) -> dict[str, Any]:
+    """A page's option text converted as Sphinx converts it for the directive (``"4"`` -> 4 for sizes).
+
+    Raises:
+        ValueError: an option the directive does not take, or a size that is not a (positive) integer.
+    """
+    unknown = sorted(set(text) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"params-layout has no option(s) {unknown}; it takes {sorted(OPTIONS)}")
+    return {option: OPTIONS[option][1](value) for option, value in text.items()}
 
 
 def config_from_options(options: dict[str, Any]) -> RNNConfig:

@@ -92,12 +92,6 @@ PAGE_RUNNERS: dict[str, str] = {
 #: a console command's output may take this long (a TensorFlow import included)
 COMMAND_TIMEOUT = 240
 
-#: the options of the params-layout directive -> the RNNConfig argument each gives
-LAYOUT_OPTIONS: dict[str, str] = {
-    "rnn-mode": "rnn_mode", "input-size": "input_size", "num-units": "num_units", "num-layers": "num_layers",
-    "direction": "direction", "num-proj": "num_proj", "input-mode": "input_mode",
-}
-
 WILDCARD = "..."
 
 _FENCE = re.compile(r"^(`{3,})(.*)$")
@@ -433,18 +427,16 @@ def check_bash_block(block: Block) -> None:
 
 
 def check_params_layout_block(block: Block) -> None:
-    """The options of a params-layout directive form a configuration whose layout can be built."""
-    from cudnn_rnn import RNNConfig
+    """The options of a params-layout directive, read by the directive's own option table, form a
+    configuration whose layout can be built."""
+    extensions = str(REPO / "docs" / "_ext")  # imported here, not with this module: GPU machines have no Sphinx
+    if extensions not in sys.path:
+        sys.path.append(extensions)
+    import params_layout_figure
     from cudnn_rnn.layout import params_layout
 
-    unknown = set(block.options) - set(LAYOUT_OPTIONS)
-    assert not unknown, f"{block.where}: params-layout has no option(s) {sorted(unknown)}"
-    arguments: dict[str, object] = {LAYOUT_OPTIONS[name]: value for name, value in block.options.items()}
-    for name, value in arguments.items():
-        if name not in ("rnn_mode", "direction", "input_mode"):
-            arguments[name] = int(str(value))
     try:
-        config = RNNConfig(**arguments)  # type: ignore[arg-type]
+        config = params_layout_figure.config_from_options(params_layout_figure.parse_options(block.options))
     except (TypeError, ValueError) as error:
         raise AssertionError(f"{block.where}: params-layout options are not a valid configuration: {error}") from None
     assert params_layout(config).size > 0
