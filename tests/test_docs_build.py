@@ -38,6 +38,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 import benchmark_records  # noqa: E402  (the site's extensions, from docs/_ext)
 import params_layout_figure  # noqa: E402
+from docs_testing import ci_command_lines, fenced_blocks, markdown_section  # noqa: E402
 
 #: the public modules: each has a page under docs/api/, and every name of its ``__all__`` an entry
 PUBLIC_MODULES = ("cudnn_rnn", "cudnn_rnn.layers", "cudnn_rnn.config", "cudnn_rnn.layout", "cudnn_rnn.convert",
@@ -309,21 +310,11 @@ def test_every_path_in_the_contributing_layout_exists() -> None:
 
 
 # ---- getting started ------------------------------------------------------------------------------------------
-def page_section(page: str, title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", page, re.M | re.S)
-    assert match, f"no '## {title}' section"
-    return match[1]
-
-
-def code_blocks(text: str, language: str) -> list[str]:
-    return [block.strip() for block in re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)]
-
-
 GETTING_STARTED = (DOCS / "getting-started.md").read_text(encoding="utf-8")
 
 
 def test_the_getting_started_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = code_blocks(GETTING_STARTED, "python")
+    blocks = fenced_blocks(GETTING_STARTED, "python")
     assert blocks
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
@@ -332,14 +323,13 @@ def test_the_getting_started_python_blocks_run(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_two_commands_are_cis() -> None:
-    ci_lines = [re.sub(r"\bpip install((?: -q)+) ", "pip install ", line.strip())
-                for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
-    commands = code_blocks(page_section(GETTING_STARTED, "Two commands"), "bash")
+    ci_lines = ci_command_lines()
+    commands = fenced_blocks(markdown_section(GETTING_STARTED, "Two commands"), "bash")
     assert len(commands) == 2 and all(command in ci_lines for command in commands), commands
 
 
 def test_the_info_example_has_the_lines_cudnn_rnn_info_prints() -> None:
-    example = code_blocks(page_section(GETTING_STARTED, "What `cudnn-rnn info` tells"), "text")[0]
+    example = fenced_blocks(markdown_section(GETTING_STARTED, "What `cudnn-rnn info` tells"), "text")[0]
     printed = subprocess.run([sys.executable, "-m", "cudnn_rnn", "info"], capture_output=True, text=True,
                              timeout=120, check=True).stdout
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+
+from docs_testing import check_prose_names, ci_command_lines, fenced_blocks, markdown_section, pyproject_extras
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -17,32 +17,20 @@ EXAMPLE_COMMAND = 'pip install -e ".[examples]" && python examples/train_char_lm
 TEST_COMMAND = 'pip install -e ".[test,oracle,cudnn-lib]" && python -m pytest -q tests'
 
 
-def section(title: str) -> str:
-    """The text of the README's ``## title`` section (up to the next ``## `` heading)."""
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.M | re.S)
-    assert match, f"README.md has no '## {title}' section"
-    return match[1]
-
-
-def code_blocks(text: str, language: str) -> list[str]:
-    return [block.strip() for block in re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)]
-
-
 def test_the_two_commands_are_exactly_these() -> None:
-    assert code_blocks(section("Two commands"), "bash") == [EXAMPLE_COMMAND, TEST_COMMAND]
+    assert fenced_blocks(markdown_section(README, "Two commands"), "bash") == [EXAMPLE_COMMAND, TEST_COMMAND]
 
 
 def test_ci_runs_the_readme_commands() -> None:
     """.ci/run runs both commands as written, give or take pip's -q (quiet) flag."""
-    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python -m pytest -q tests" in ci
-    ci_lines = [re.sub(r"\bpip install((?: -q)+) ", "pip install ", line.strip()) for line in ci.splitlines()]
+    ci_lines = ci_command_lines()
+    assert any("python -m pytest -q tests" in line for line in ci_lines)
     assert EXAMPLE_COMMAND in ci_lines, ".ci/run must run README command 1"
     assert TEST_COMMAND in ci_lines, ".ci/run must run README command 2"
 
 
 def test_the_commands_refer_to_things_that_exist() -> None:
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    extras = pyproject_extras()
     named = re.findall(r'"\.\[([\w,-]+)\]"', EXAMPLE_COMMAND + TEST_COMMAND)
     for group in named:
         for extra in group.split(","):
@@ -56,7 +44,7 @@ def test_the_commands_refer_to_things_that_exist() -> None:
 
 
 def test_the_ten_line_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = code_blocks(README, "python")
+    blocks = fenced_blocks(README, "python")
     assert len(blocks) == 1 and len(blocks[0].splitlines()) <= 10, "one example of at most ten lines"
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
@@ -77,23 +65,6 @@ def test_it_stays_short() -> None:
     assert len(README) < 6000, f"README.md has grown to {len(README)} characters: move the detail into docs/"
 
 
-def test_every_cudnn_rnn_name_mentioned_exists() -> None:
-    for dotted in sorted(set(re.findall(r"`cudnn_rnn\.([A-Za-z_][\w.]*)", README))):
-        parts = dotted.split(".")
-        target: object = importlib.import_module("cudnn_rnn")
-        for depth, part in enumerate(parts):
-            try:
-                target = getattr(target, part)
-            except AttributeError:
-                target = importlib.import_module("cudnn_rnn." + ".".join(parts[:depth + 1]))
-        assert target is not None, dotted
-
-
-def test_every_cli_subcommand_mentioned_exists() -> None:
-    from cudnn_rnn.cli import SUBCOMMANDS
-
-    mentioned = set(re.findall(r"`cudnn-rnn (\w+)", README))
-    assert mentioned, "the README tours the command line"
-    for name in mentioned:
-        assert name in SUBCOMMANDS, f"README mentions `cudnn-rnn {name}`, which cli.py does not define"
-        importlib.import_module(SUBCOMMANDS[name][0])
+def test_every_cudnn_rnn_name_and_subcommand_mentioned_exists() -> None:
+    check_prose_names(REPO / "README.md")  # quoted API names and `cudnn-rnn` subcommands (the example runs above)
+    assert re.search(r"`cudnn-rnn (\w+)", README), "the README names the command line"

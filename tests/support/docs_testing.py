@@ -293,6 +293,7 @@ def check_prose_names(page: Path) -> list[str]:
             raise AssertionError(f"{shown(page)} names {dotted}: {error}") from None
     for command in _INLINE_COMMAND.findall(text):
         assert command in SUBCOMMANDS, f"{shown(page)} names `cudnn-rnn {command}`, which does not exist"
+        importlib.import_module(SUBCOMMANDS[command][0])
     return checked
 
 
@@ -387,7 +388,8 @@ def check_console_block(block: Block, folder: Path, commands: CommandRunner) -> 
 
 
 # ---- other blocks ------------------------------------------------------------------------------------
-def _pyproject_extras() -> dict[str, list[str]]:
+def pyproject_extras() -> dict[str, list[str]]:
+    """pyproject.toml's extras: name -> requirements."""
     import tomllib  # Python 3.11+, as the tests of README.md
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -401,7 +403,7 @@ def check_bash_block(block: Block) -> None:
     and each ``cudnn-rnn`` command line must parse."""
     from cudnn_rnn.cli import build_parser
 
-    extras = _pyproject_extras()
+    extras = pyproject_extras()
     text = re.sub(r"\\\n\s*", " ", block.text)
     for line in text.splitlines():
         words = shlex.split(line, comments=True)
@@ -451,6 +453,26 @@ def check_gpu_block(block: Block, context: Sequence[str]) -> None:
             resolve(name)
         except AssertionError as error:
             raise AssertionError(f"{block.where}: the GPU block uses {name}: {error}") from None
+
+
+# ---- plain Markdown (README.md, getting-started.md) ---------------------------------------------------
+def markdown_section(text: str, title: str) -> str:
+    """The text of ``text``'s ``## title`` section (up to the next ``## `` heading)."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"no '## {title}' section"
+    return match[1]
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    """The stripped bodies of ``text``'s fenced blocks of ``language`` (```` ```python ````, ...)."""
+    return [block.strip() for block in re.findall(rf"^```{language}\n(.*?)^```", text, re.M | re.S)]
+
+
+def ci_command_lines() -> list[str]:
+    """The lines of ``.ci/run``, stripped, with pip's ``-q`` flags left out (a page shows the commands
+    without them)."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    return [re.sub(r"\bpip install((?: -q)+) ", "pip install ", line.strip()) for line in ci.splitlines()]
 
 
 # ---- running a page ------------------------------------------------------------------------------------
