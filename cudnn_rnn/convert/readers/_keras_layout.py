@@ -17,7 +17,7 @@ legacy ``.h5`` model, ``save_weights``    <layer>/<weight name> in the order of 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .._keras import DIRECTION_LAYERS, FIELDS
 from ._hdf5 import H5File
@@ -131,55 +131,70 @@ def _belongs(weight_name: str, layer_name: str, scopes: Sequence[str]) -> bool:
 
 
 # ---- the RNN layers of a model config, with their weights -----------------------------------------------
-def store_layers(h5: H5File, model: dict[str, Any], group: Any, scope: tuple[str, ...]) -> list[RNNLayer]:
-    """The RNN layers of a model config, with their weights in a Keras 3 store."""
-    entries = model_entries(model)
-    located = _store_children(h5, group, entries) if group is not None else {}
+NestedLayers = Callable[[int, str, dict[str, Any]], list[RNNLayer]]
+LayerWeights = Callable[[int, str, RNNLayer], list[dict[str, Any]] | None]
+
+
+def _walk(h5: H5File, model: dict[str, Any], entries: Sequence[dict[str, Any]], scope: tuple[str, ...],
+          listed_in: str, nested: NestedLayers, weights_of: LayerWeights) -> list[RNNLayer]:
+    """The RNN layers of one model config, in config order, feeds linked.
+
+    A nested model's layers are ``nested(index, name, entry)``; an RNN layer's weights per direction are
+    ``weights_of(index, name, layer)``, None when the file stores none of them (refused: the config
+    named by ``listed_in`` lists a layer that was never built).
+    """
     found, by_name = [], {}
     for index, entry in enumerate(entries):
         name = name_of(entry)
         if is_model(entry):
-            found += store_layers(h5, entry, located.get(index), scope + (name,))
+            found += nested(index, name, entry)
             continue
         layer = layer_of(entry, "/".join(scope + (name,)))
         if layer is None:
             continue
-        where = located.get(index)
-        if where is None:
-            raise h5.fail(f"the config lists layer {layer.name!r} ({layer.display}) but no weights of it are "
+        weights = weights_of(index, name, layer)
+        if weights is None:
+            raise h5.fail(f"{listed_in} lists layer {layer.name!r} ({layer.display}) but no weights of it are "
                           "stored; re-save the model after building it")
-        layer.weights = _store_directions(h5, layer, where)
+        layer.weights = weights
         found.append(layer)
         by_name[name] = layer
     link_feeds(model, entries, by_name)
     return found
 
 
+def store_layers(h5: H5File, model: dict[str, Any], group: Any, scope: tuple[str, ...]) -> list[RNNLayer]:
+    """The RNN layers of a model config, with their weights in a Keras 3 store."""
+    entries = model_entries(model)
+    located = _store_children(h5, group, entries) if group is not None else {}
+
+    def nested(index: int, name: str, entry: dict[str, Any]) -> list[RNNLayer]:
+        return store_layers(h5, entry, located.get(index), scope + (name,))
+
+    def weights_of(index: int, name: str, layer: RNNLayer) -> list[dict[str, Any]] | None:
+        where = located.get(index)
+        return None if where is None else _store_directions(h5, layer, where)
+
+    return _walk(h5, model, entries, scope, "the config", nested, weights_of)
+
+
 def legacy_layers(h5: H5File, model: dict[str, Any], root: Any, scope: tuple[str, ...] = (),
-                   items: Sequence[tuple[str, Any]] | None = None, scopes: tuple[str, ...] = ()) -> list[RNNLayer]:
+                  items: Sequence[tuple[str, Any]] | None = None, scopes: tuple[str, ...] = ()) -> list[RNNLayer]:
     """The RNN layers of a legacy model config; weights in root/<top-level layer>/<weight name>.
 
     ``items`` are the weights of the enclosing nested model (None at the top level).
     """
-    entries = model_entries(model)
-    found, by_name = [], {}
-    for entry in entries:
-        name = name_of(entry)
-        layer = None if is_model(entry) else layer_of(entry, "/".join(scope + (name,)))
-        if layer is None and not is_model(entry):
-            continue
+    def weights_named(name: str, of_model: bool) -> list[tuple[str, Any]]:
         if items is None:
-            mine = legacy_weights(h5, h5.child(root, name))
-        else:  # a nested model's weights, named from the innermost model that holds them
-            mine = list(items) if layer is None else [item for item in items if _belongs(item[0], name, scopes)]
-        if layer is None:
-            found += legacy_layers(h5, entry, root, scope + (name,), mine, scopes + (name,))
-            continue
-        if not mine:
-            raise h5.fail(f"the model config lists layer {layer.name!r} ({layer.display}) but no weights of it are "
-                          "stored; re-save the model after building it")
-        layer.weights = _legacy_directions(h5, layer, mine)
-        found.append(layer)
-        by_name[name] = layer
-    link_feeds(model, entries, by_name)
-    return found
+            return legacy_weights(h5, h5.child(root, name))
+        # a nested model's weights, named from the innermost model that holds them
+        return list(items) if of_model else [item for item in items if _belongs(item[0], name, scopes)]
+
+    def nested(index: int, name: str, entry: dict[str, Any]) -> list[RNNLayer]:
+        return legacy_layers(h5, entry, root, scope + (name,), weights_named(name, True), scopes + (name,))
+
+    def weights_of(index: int, name: str, layer: RNNLayer) -> list[dict[str, Any]] | None:
+        mine = weights_named(name, False)
+        return _legacy_directions(h5, layer, mine) if mine else None
+
+    return _walk(h5, model, model_entries(model), scope, "the model config", nested, weights_of)
