@@ -139,8 +139,11 @@ def environment_machine(data: dict[str, Any]) -> str:
     return ", ".join(parts) or "not recorded"
 
 
-def flags(pairs: list[tuple[str, Any]]) -> str:
-    return " ".join(f"{flag} {value}" for flag, value in pairs if value is not None)
+def recording_command(script: str, record: Record, pairs: list[tuple[str, Any]]) -> str:
+    """The command line that wrote ``record`` with ``script --record``: each (flag, value) whose value the
+    record holds, and ``--quick`` for a ``*_quick`` record."""
+    flags = "".join(f" {flag} {value}" for flag, value in pairs if value is not None)
+    return f"python benchmarks/{script} --record{flags}" + (" --quick" if record.path.stem.endswith("_quick") else "")
 
 
 CPU_TRAINING: list[Column] = [
@@ -204,9 +207,8 @@ def cpu_plot(data: dict[str, Any], figure: Figure) -> None:
 
 def cpu_command(record: Record) -> str:
     data = record.data
-    return ("python benchmarks/bench_cpu.py --record " + flags([
+    return recording_command("bench_cpu.py", record, [
         ("--repeats", data.get("repeats")), ("--repeats64", data.get("repeats64")), ("--warmup", data.get("warmup"))])
-        + (" --quick" if record.path.stem.endswith("_quick") else ""))
 
 
 CHECKPOINT_OPERATIONS: list[Column] = [
@@ -245,9 +247,8 @@ def checkpoint_plot(data: dict[str, Any], figure: Figure) -> None:
 
 def checkpoint_command(record: Record) -> str:
     data = record.data
-    return ("python benchmarks/bench_checkpoint.py --record " + flags([
+    return recording_command("bench_checkpoint.py", record, [
         ("--repeats", data.get("repeats")), ("--warmup", data.get("warmup")), ("--interval", data.get("interval"))])
-        + (" --quick" if record.path.stem.endswith("_quick") else ""))
 
 
 ALLREDUCE: list[Column] = [
@@ -300,10 +301,9 @@ def distributed_plot(data: dict[str, Any], figure: Figure) -> None:
 def distributed_command(record: Record) -> str:
     data = record.data
     scaling = data.get("scaling") or [{}]
-    return ("python benchmarks/bench_distributed.py --record " + flags([
+    return recording_command("bench_distributed.py", record, [
         ("--repeats", data.get("repeats")), ("--warmup", data.get("warmup")), ("--steps", scaling[0].get("steps")),
         ("--runs", len(scaling[0]["seconds"]) if "seconds" in scaling[0] else None)])
-        + (" --quick" if record.path.stem.endswith("_quick") else ""))
 
 
 GPU_BENCHES: list[Column] = [
