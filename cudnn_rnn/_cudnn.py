@@ -24,7 +24,7 @@ backend's modules, each importing only modules listed below it::
     _cudnn_layout_check  check_layout_against_cudnn, its grid and the layout facts, on the cache's handle
     _cudnn_cache         handles, networks and plans per (device, thread); clear_caches, cache_info
     _cudnn_weight_space  where cuDNN puts each weight, against the layout table (every new network asks)
-    _cudnn_settings      precision per dtype, allow_tf32, the RNN descriptor's fields
+    _cudnn_settings      precision per dtype, allow_tf32, the algorithm a call runs, the RNN descriptor's fields
     _cudnn_streams       CuPy, devices, and the ordering of streams that share cached device arrays
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
@@ -57,9 +57,10 @@ import numpy as np
 
 from . import _arrays, _lib, _reserve
 from ._cudnn_cache import BatchPlan, Network, thread_context
+from ._cudnn_settings import check_dtype_supported
 from ._cudnn_streams import copy, import_cupy, use
 from ._lib import ForwardMode, WgradMode
-from .config import RNNConfig
+from .config import RNNConfig, numpy_dtype
 
 __all__ = ["forward", "backward", "RESERVE_SURVIVES_BACKWARD", "CUDNN_IGNORES_PADDING"]
 
@@ -103,17 +104,17 @@ def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: An
     max_time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
     lengths = np.ascontiguousarray(lengths, dtype=np.int32)
     assert max_time >= 1 and batch >= 1, "ops.py handles T == 0 and B == 0"
-    assert x.dtype == params.dtype == np.dtype(config.dtype), "ops.py checks dtypes"
+    assert x.dtype == params.dtype == numpy_dtype(config.dtype), "ops.py checks dtypes"
     assert lengths.shape == (batch,) and 0 <= lengths.min() and lengths.max() <= max_time, "ops.py checks lengths"
+    check_dtype_supported(config.dtype, device_id)  # bfloat16's cuDNN and GPU, before any cuDNN object
     stream = cupy.cuda.get_current_stream()
     context = thread_context(device_id)
     handle = context.handle.bind(stream.ptr)
-    network = context.network(config, training, stream)
+    network, plan = context.network_and_plan(config, training, stream, max_time, batch, time_major, lengths)
     if params.nbytes != network.weight_space_size:
         expected = network.weight_space_size // params.itemsize
         raise ValueError(f"params must have {expected} elements for this configuration (cuDNN's weight space); "
                          f"got {params.size}")
-    plan = network.plan(handle, max_time, batch, time_major, lengths, stream)
     use(plan.buffers, stream)
     return stream, handle, network, plan
 

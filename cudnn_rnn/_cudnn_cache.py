@@ -3,14 +3,15 @@
     _Context   (device, thread)        the cuDNN handle, bound to the current stream at every call
     Network    NetworkKey: layout,     RNN descriptor, dropout descriptor and its RNG state
                dtype, math type,       (the dropout probability that acts is part of the key, the
-               dropout                 seeds are not)
+               dropout, algorithm      seeds are not); persist_dynamic networks are built for
+                                       one batch size (cudnnBuildRNNDynamic)
     BatchPlan  (T, B, layout, lengths) RNN data descriptors for x and y, tensor descriptors for h and c,
                                        workspace and reserve sizes, and one device block holding the
                                        lengths, the rows of length 0, the reserve header and the
                                        padding mask (uploaded with one asynchronous copy)
 
     context = thread_context(device_id)                    (with device_id current)
-    network = context.network(config, training, stream)
+    network = context.network(config, training, stream, batch, equal_lengths)
     plan = network.plan(handle, max_time, batch, time_major, lengths, stream)
     clear_caches(); cache_info()
 
@@ -28,6 +29,11 @@ same (seed, seed2) gives the same masks on every call. A call with another seed 
 the same state buffer from that seed (and keeps a new pristine copy), so a training loop whose
 seed advances every step reuses its descriptors and plans; a repeated seed costs a copy instead
 of cuRAND's state set-up.
+
+Algorithms: a network runs the algorithm ``_cudnn_settings.choose_algo`` gives the call. Where
+cuDNN refuses a persistent algorithm that ``algo="auto"`` chose (building the network or a
+plan), the context remembers the refusal and runs the standard algorithm for that key from then
+on; a persistent algorithm asked for by name is not replaced: its refusal is raised, naming it.
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from . import _lib, _reserve
-from ._cudnn_settings import DATA_LAYOUTS, PRECISIONS, current_math_type, rnn_fields
+from ._cudnn_settings import DATA_LAYOUTS, PRECISIONS, choose_algo, current_math_type, rnn_fields
 from ._cudnn_streams import DeviceBuffers, copy, device_scope, import_cupy, use
 from ._cudnn_weight_space import layout_differences
 from ._descriptors import (DropoutDescriptor, Handle, LRUCache, Resource, RNNDataDescriptor, RNNDescriptor,
                            TensorDescriptor, live_counts)
 from ._lib import ForwardMode, MathType
-from .config import LayoutKey, RNNConfig
+from .config import LayoutKey, RNNConfig, numpy_dtype
+from .errors import CudnnError
 from .layout import params_layout
 
 __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
@@ -193,7 +200,7 @@ class BatchPlan:
         zero_rows_at = host.add(zero_rows) if zero_rows.size else None
         header_at = host.add(_reserve.header(reserve_key))
         valid_at = host.add((valid if time_major else valid.T)[:, :, None]) if self.padded else None
-        zero_at = host.add(np.zeros((), dtype=config.dtype))
+        zero_at = host.add(np.zeros((), dtype=numpy_dtype(config.dtype)))
         block = import_cupy().asarray(host.bytes())
         self.dev_lengths: Any = host.view(block, lengths_at)
         self.zero_rows: Any = None if zero_rows_at is None else host.view(block, zero_rows_at)
@@ -215,25 +222,32 @@ class BatchPlan:
 class Network:
     """One RNN descriptor with its dropout state, and the LRU of its plans."""
 
-    def __init__(self, device_id: int, handle: int, config: RNNConfig, math_type: MathType, dropout: float,
-                 seed: int, stream: Any) -> None:
+    def __init__(self, device_id: int, handle: int, config: RNNConfig, key: "NetworkKey", seed: int,
+                 stream: Any) -> None:
         self.device_id = device_id
         self.config = config
+        self.algo = key.algo
         self.plans: LRUCache[tuple[int, int, bool, bytes], BatchPlan] = LRUCache(PLAN_CACHE_SIZE)
-        self.dropout = _DropoutState(device_id, handle, dropout, seed, stream)
+        self.dropout = _DropoutState(device_id, handle, key.dropout, seed, stream)
         try:
-            self.rnn = RNNDescriptor(rnn_fields(config, math_type, self.dropout.descriptor.pointer),
+            self.rnn = RNNDescriptor(rnn_fields(config, key.algo, key.math_type, self.dropout.descriptor.pointer),
                                      device=device_scope(device_id))
         except BaseException:
             self.dropout.close()
             raise
+        if key.dynamic_batch:
+            try:
+                _lib.build_rnn_dynamic(handle, self.rnn.pointer, key.dynamic_batch)
+            except BaseException:
+                self.close()
+                raise
         differences = layout_differences(handle, self.rnn, config)
         if differences:
             self.close()
             raise RuntimeError("the params layout table disagrees with cuDNN for "
                                f"{config}:\n  " + "\n  ".join(differences) +
                                "\nRun scripts/check_layout.py and settle layout.UNCONFIRMED.")
-        self.weight_space_size = params_layout(config).size * np.dtype(config.dtype).itemsize
+        self.weight_space_size = params_layout(config).size * numpy_dtype(config.dtype).itemsize
 
     def plan(self, handle: int, max_time: int, batch: int, time_major: bool, lengths: np.ndarray,
              stream: Any) -> BatchPlan:
@@ -255,13 +269,17 @@ class NetworkKey:
     dtype: str
     math_type: MathType   # the dtype's, with TF32 allowed or not when the network was asked for
     dropout: float        # the probability that acts: the inter-layer dropout in training, else 0.0
+    requested_algo: str   # config.algo (part of the reserve's header, so "auto" and a name never share)
+    algo: str             # the algorithm the network runs (choose_algo, or "standard" after a refusal)
+    dynamic_batch: int    # the batch size persist_dynamic is built for; 0 for the other algorithms
 
     @classmethod
-    def of(cls, config: RNNConfig, training: bool) -> "NetworkKey":
+    def of(cls, config: RNNConfig, training: bool, algo: str, batch: int) -> "NetworkKey":
         # Dropout acts between layers in training only, so other calls share one dropout-free network.
         # The seed is not part of the key: _DropoutState.rewind applies it to the network's state.
         dropout = config.inter_layer_dropout if training else 0.0
-        return cls(config.layout_key, config.dtype, current_math_type(config.dtype), dropout)
+        return cls(config.layout_key, config.dtype, current_math_type(config.dtype), dropout, config.algo, algo,
+                   batch if algo == "persist_dynamic" else 0)
 
 
 class _Context:
@@ -271,11 +289,34 @@ class _Context:
         self.device_id = device_id
         self.handle = Handle(device_id, device_scope(device_id))
         self.networks: LRUCache[NetworkKey, Network] = LRUCache(NETWORK_CACHE_SIZE)
+        self.refused: set[NetworkKey] = set()  # persistent networks cuDNN refused for algo="auto"
 
-    def network(self, config: RNNConfig, training: bool, stream: Any) -> Network:
-        key = NetworkKey.of(config, training)
-        return self.networks.get(key, lambda: Network(self.device_id, self.handle.pointer, config, key.math_type,
-                                                      key.dropout, config.seed64, stream))
+    def network_and_plan(self, config: RNNConfig, training: bool, stream: Any, max_time: int, batch: int,
+                         time_major: bool, lengths: np.ndarray) -> tuple["Network", BatchPlan]:
+        """The network and plan of a call, on the algorithm :func:`choose_algo` gives it.
+
+        A persistent algorithm that ``"auto"`` chose and cuDNN refuses (building the network or
+        the plan) is remembered, and the call runs the standard algorithm; a persistent algorithm
+        named in ``config.algo`` is never replaced: cuDNN's refusal is raised with its name.
+        """
+        algo = choose_algo(config, batch, bool(lengths.min() == lengths.max()))
+        key = NetworkKey.of(config, training, algo, batch)
+        if algo != "standard" and key not in self.refused:
+            try:
+                network = self._network(config, key, stream)
+                return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
+            except CudnnError as error:
+                if config.algo != "auto":
+                    raise CudnnError(error.status_name, error.status, error.function,
+                                     f"{error.detail} [cuDNN refused algo={algo!r} for this call; "
+                                     "algo='standard' runs every configuration]".lstrip()) from error
+                self.refused.add(key)
+        network = self._network(config, NetworkKey.of(config, training, "standard", batch), stream)
+        return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
+
+    def _network(self, config: RNNConfig, key: NetworkKey, stream: Any) -> "Network":
+        return self.networks.get(key, lambda: Network(self.device_id, self.handle.pointer, config, key,
+                                                      config.seed64, stream))
 
     def close(self) -> None:
         self.networks.clear()

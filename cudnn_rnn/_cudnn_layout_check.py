@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _lib
 from ._cudnn_cache import thread_context
-from ._cudnn_settings import PRECISIONS, rnn_fields
+from ._cudnn_settings import PRECISIONS, check_dtype_supported, rnn_fields
 from ._cudnn_streams import device_scope, import_cupy
 from ._cudnn_weight_space import cudnn_weights, layout_differences
 from ._descriptors import DropoutDescriptor, RNNDescriptor
@@ -33,11 +33,12 @@ def _standalone_rnn(config: RNNConfig) -> Iterator[tuple[int, RNNDescriptor]]:
     """A handle on the current device and an uncached RNN descriptor for ``config``."""
     cupy = import_cupy()
     device_id = cupy.cuda.Device().id
+    check_dtype_supported(config.dtype, device_id, "config.dtype")
     handle = thread_context(device_id).handle.bind(cupy.cuda.get_current_stream().ptr)
     math_type = PRECISIONS[config.dtype].math_type
     device = device_scope(device_id)
     with DropoutDescriptor(handle, 0.0, 0, 0, 0, device=device) as dropout, \
-            RNNDescriptor(rnn_fields(config, math_type, dropout.pointer), device=device) as rnn:
+            RNNDescriptor(rnn_fields(config, "standard", math_type, dropout.pointer), device=device) as rnn:
         yield handle, rnn
 
 
@@ -58,6 +59,7 @@ def check_layout_against_cudnn(config: RNNConfig) -> list[str]:
     Raises:
         CudnnNotAvailableError: CuPy or cuDNN 9 cannot be loaded.
         CudnnError: a cuDNN call fails (cuDNN refuses the configuration, say).
+        TypeError: ``config.dtype`` is bfloat16 and this cuDNN or GPU cannot run it.
     """
     with _standalone_rnn(config) as (handle, rnn):
         return layout_differences(handle, rnn, config)

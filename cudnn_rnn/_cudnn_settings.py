@@ -3,27 +3,37 @@
     PRECISIONS[dtype]           data type, math precision, math type (by default / with TF32 allowed)
     allow_tf32(True)            or CUDNN_RNN_ALLOW_TF32=1 in the environment; tf32_allowed()
     current_math_type(dtype)    the math type a call uses now
-    rnn_fields(config, math_type, dropout_desc) -> _lib.RNNDescriptorFields
+    check_dtype_supported(dtype, device_id)   TypeError where this cuDNN or GPU cannot run the dtype
+                                (bfloat16: cuDNN >= 9.13 and compute capability >= 8.0), asked once per GPU
+    rnn_fields(config, algo, math_type, dropout_desc) -> _lib.RNNDescriptorFields
     DATA_LAYOUTS[time_major]    the RNN data layout of x and y
+    CUDNN_ALGOS[algo]           cudnnRNNAlgo_t of each algorithm name but "auto"
+    choose_algo(config, batch, equal_lengths)   the algorithm a call runs: config.algo, or what
+                                "auto" picks from AUTO_RULES (the GPU benchmark's measurements)
 
-cuDNN settings: ALGO_STANDARD, DOUBLE_BIAS, PADDED_IO_ENABLED with SEQ_MAJOR_UNPACKED or
+cuDNN settings: the call's algorithm (standard by default), DOUBLE_BIAS, PADDED_IO_ENABLED with SEQ_MAJOR_UNPACKED or
 BATCH_MAJOR_UNPACKED data and a zero paddingFill, projSize = hiddenSize without projection.
-float16 computes in float32 with tensor-op math; float32 uses true float32 (CUDNN_FMA_MATH)
+float16 and bfloat16 compute in float32 with tensor-op math; float32 uses true float32 (CUDNN_FMA_MATH)
 unless TF32 is allowed (:func:`allow_tf32`, or ``CUDNN_RNN_ALLOW_TF32=1`` in the environment);
-float64 uses double.
+float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of compute capability 8.0 and newer
+(PyTorch gates them the same way); elsewhere a call is refused before any cuDNN object is made.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from . import _lib
 from ._lib import (AuxFlag, DataType, DirectionMode, MathType, RNNAlgo, RNNBiasMode, RNNDataLayout, RNNInputMode,
                    RNNMode)
+from ._cudnn_streams import import_cupy
 from .config import RNNConfig
 
-__all__ = ["allow_tf32", "tf32_allowed", "TF32_ENV", "current_math_type", "PRECISIONS", "DATA_LAYOUTS", "rnn_fields"]
+__all__ = ["allow_tf32", "tf32_allowed", "TF32_ENV", "current_math_type", "PRECISIONS", "DATA_LAYOUTS", "rnn_fields",
+           "CUDNN_ALGOS", "AutoRule", "AUTO_RULES", "choose_algo", "dtype_refusal", "compute_capability",
+           "check_dtype_supported"]
 
 
 @dataclass(frozen=True)
@@ -32,16 +42,141 @@ class _Precision:
     math_prec: DataType
     math_type: MathType        # the default
     tf32_math_type: MathType   # when TF32 is allowed
+    min_cudnn: int = 0         # the cudnnGetVersion() the dtype needs
+    min_compute_capability: tuple[int, int] = (0, 0)   # the GPU's (major, minor) it needs
 
 
 PRECISIONS: dict[str, _Precision] = {
     "float16": _Precision(DataType.HALF, DataType.FLOAT, MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH),
     "float32": _Precision(DataType.FLOAT, DataType.FLOAT, MathType.FMA_MATH, MathType.DEFAULT_MATH),
     "float64": _Precision(DataType.DOUBLE, DataType.DOUBLE, MathType.DEFAULT_MATH, MathType.DEFAULT_MATH),
+    # cuDNN refuses a BFLOAT16 math precision; PyTorch promotes bfloat16 (and half) to FLOAT as well
+    "bfloat16": _Precision(DataType.BFLOAT16, DataType.FLOAT, MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH,
+                           min_cudnn=91300, min_compute_capability=(8, 0)),
 }
+
+#: (device, dtype) -> why cuDNN cannot run RNNs of that dtype on that GPU, "" when it can (see check_dtype_supported)
+_dtype_refusals: dict[tuple[int, str], str] = {}
+
+
+def dtype_refusal(dtype: str, cudnn_version: int, compute_capability: tuple[int, int]) -> str | None:
+    """Why cuDNN ``cudnn_version`` cannot run RNNs of ``dtype`` on a GPU of ``compute_capability``.
+
+    Args:
+        dtype: a key of :data:`PRECISIONS`.
+        cudnn_version: ``cudnnGetVersion()``, e.g. 91300 for 9.13.0.
+        compute_capability: the GPU's (major, minor), e.g. (8, 0).
+
+    Returns:
+        None when they can; else what the dtype needs and what there is, in words.
+    """
+    precision = PRECISIONS[dtype]
+    if cudnn_version >= precision.min_cudnn and compute_capability >= precision.min_compute_capability:
+        return None
+    need, have = precision.min_compute_capability, compute_capability
+    return (f"{dtype} RNNs need cuDNN >= {_lib.version_string(precision.min_cudnn)} and a GPU of compute capability "
+            f">= {need[0]}.{need[1]}; this is cuDNN {_lib.version_string(cudnn_version)} on a GPU of compute "
+            f"capability {have[0]}.{have[1]}")
+
+
+def compute_capability(device_id: int) -> tuple[int, int]:
+    """The (major, minor) compute capability of GPU ``device_id`` (CUDA's device properties, through CuPy)."""
+    properties = import_cupy().cuda.runtime.getDeviceProperties(device_id)
+    return int(properties["major"]), int(properties["minor"])
+
+
+def check_dtype_supported(dtype: str, device_id: int, what: str = "input.dtype") -> None:
+    """Refuse a dtype that this cuDNN or GPU ``device_id`` cannot run, before any cuDNN object is made.
+
+    Asks the loaded cuDNN's version and the GPU's compute capability once per (GPU, dtype), and
+    only for dtypes that need either (:data:`PRECISIONS`).
+
+    Args:
+        dtype: a key of :data:`PRECISIONS`.
+        device_id: the GPU the call runs on.
+        what: names the dtype's source in the message.
+
+    Raises:
+        TypeError: the dtype cannot run here; names the dtype, the cuDNN version and the GPU's
+            compute capability, and what would run.
+    """
+    key = (device_id, dtype)
+    refusal = _dtype_refusals.get(key)
+    if refusal is None:
+        precision = PRECISIONS[dtype]
+        refusal = ""
+        if precision.min_cudnn or precision.min_compute_capability > (0, 0):
+            refusal = dtype_refusal(dtype, _lib.library().version, compute_capability(device_id)) or ""
+        _dtype_refusals[key] = refusal
+    if refusal:
+        raise TypeError(f"{what} is {dtype}, which the cuDNN backend cannot run on GPU {device_id}: {refusal}. "
+                        "Use float16 or float32 there, or NumPy arrays (the reference backend)")
 _DIRECTION_MODES = {"unidirectional": DirectionMode.UNIDIRECTIONAL, "bidirectional": DirectionMode.BIDIRECTIONAL}
 _INPUT_MODES = {"linear_input": RNNInputMode.LINEAR_INPUT, "skip_input": RNNInputMode.SKIP_INPUT}
 DATA_LAYOUTS = {True: RNNDataLayout.SEQ_MAJOR_UNPACKED, False: RNNDataLayout.BATCH_MAJOR_UNPACKED}
+
+#: algorithm name (config.ALGOS but "auto") -> cudnnRNNAlgo_t
+CUDNN_ALGOS: dict[str, RNNAlgo] = {
+    "standard": RNNAlgo.STANDARD,
+    "persist_static": RNNAlgo.PERSIST_STATIC,
+    "persist_dynamic": RNNAlgo.PERSIST_DYNAMIC,
+    "persist_static_small_h": RNNAlgo.PERSIST_STATIC_SMALL_H,
+}
+
+PersistentAlgo = Literal["persist_static", "persist_dynamic", "persist_static_small_h"]
+
+
+@dataclass(frozen=True)
+class AutoRule:
+    """One case in which the GPU benchmark measured a persistent algorithm faster than the standard one.
+
+    A call matches when its mode and dtype are listed, ``num_units <= max_num_units``,
+    ``num_layers <= max_num_layers``, ``batch <= max_batch`` and ``batch % batch_multiple == 0``
+    (persistent kernels are slow unless the batch is a multiple of 8 on most GPUs).
+    """
+
+    algo: PersistentAlgo
+    rnn_modes: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    max_num_units: int
+    max_num_layers: int
+    max_batch: int
+    batch_multiple: int = 1
+
+    def matches(self, config: RNNConfig, batch: int) -> bool:
+        """Whether a call of ``config`` on ``batch`` sequences falls in this rule."""
+        return (config.rnn_mode in self.rnn_modes and config.dtype in self.dtypes
+                and config.num_units <= self.max_num_units and config.num_layers <= self.max_num_layers
+                and batch <= self.max_batch and batch % self.batch_multiple == 0)
+
+
+#: What ``algo="auto"`` picks, first match wins; "standard" when none matches. Each rule must come
+#: from a GPU record under benchmarks/results/ in which the algorithm ran forward and backprop
+#: faster than the standard one; no GPU run has measured one yet, so "auto" means "standard".
+AUTO_RULES: tuple[AutoRule, ...] = ()
+
+
+def choose_algo(config: RNNConfig, batch: int, equal_lengths: bool) -> str:
+    """The algorithm a call of ``config`` on ``batch`` sequences runs.
+
+    Args:
+        config: the call's configuration; its ``algo`` is used as it is unless it is ``"auto"``.
+        batch: B.
+        equal_lengths: whether every sequence of the call has the same length
+            (``persist_static_small_h`` runs only such batches).
+
+    Returns:
+        A key of :data:`CUDNN_ALGOS`: for ``"auto"``, the first of :data:`AUTO_RULES` that the call
+        matches and the algorithm can run (no projection; equal lengths for the small-h one),
+        else ``"standard"``.
+    """
+    if config.algo != "auto":
+        return config.algo
+    for rule in AUTO_RULES:
+        runnable = not config.num_proj and (equal_lengths or rule.algo != "persist_static_small_h")
+        if runnable and rule.matches(config, batch):
+            return rule.algo
+    return "standard"
 
 TF32_ENV = "CUDNN_RNN_ALLOW_TF32"
 _tf32 = os.environ.get(TF32_ENV, "").strip().lower() in ("1", "true", "yes", "on")
@@ -82,11 +217,11 @@ def current_math_type(dtype: str) -> MathType:
     return precision.tf32_math_type if _tf32 else precision.math_type
 
 
-def rnn_fields(config: RNNConfig, math_type: MathType, dropout_desc: int) -> _lib.RNNDescriptorFields:
-    """The RNN descriptor of ``config`` (see the module docstring for the settings)."""
+def rnn_fields(config: RNNConfig, algo: str, math_type: MathType, dropout_desc: int) -> _lib.RNNDescriptorFields:
+    """The RNN descriptor of ``config`` run with ``algo`` (a key of :data:`CUDNN_ALGOS`; see the module docstring)."""
     precision = PRECISIONS[config.dtype]
     return _lib.RNNDescriptorFields(
-        algo=RNNAlgo.STANDARD, cell_mode=RNNMode(config.mode.cudnn_mode), bias_mode=RNNBiasMode.DOUBLE_BIAS,
+        algo=CUDNN_ALGOS[algo], cell_mode=RNNMode(config.mode.cudnn_mode), bias_mode=RNNBiasMode.DOUBLE_BIAS,
         dir_mode=_DIRECTION_MODES[config.direction], input_mode=_INPUT_MODES[config.input_mode],
         data_type=precision.data_type, math_prec=precision.math_prec, math_type=math_type,
         input_size=config.input_size, hidden_size=config.num_units, proj_size=config.state_size,

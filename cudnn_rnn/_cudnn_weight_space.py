@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
 from . import _lib
 from ._cudnn_settings import PRECISIONS
 from ._cudnn_streams import import_cupy
 from ._descriptors import RNNDescriptor, TensorDescriptor
 from ._lib import DataType
-from .config import RNNConfig
+from .config import RNNConfig, numpy_dtype
 from .errors import CudnnError
 from .layout import PROJECTION_ID, ParamEntry, params_layout
 
@@ -64,7 +62,7 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
 def layout_differences(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> list[str]:
     """How ``layout.params_layout(config)`` differs from what cuDNN reports for ``rnn``, in words."""
     layout = params_layout(config)
-    itemsize = np.dtype(config.dtype).itemsize
+    itemsize = numpy_dtype(config.dtype).itemsize
     data_type = PRECISIONS[config.dtype].data_type
     size, reported = cudnn_weights(handle, rnn, config)
     differences = []

@@ -242,7 +242,8 @@ ENUM_TYPEDEFS: dict[type[enum.IntEnum], tuple[str, str]] = {
     RNNClipMode: ("cudnnRNNClipMode_t", "CUDNN_RNN_CLIP_"),
 }
 
-#: element type of each cuDNN data type this package moves through paddingFill and getters.
+#: element type of each cuDNN data type this package moves through paddingFill and getters (BFLOAT16, which
+#: NumPy has no type for without ml_dtypes, goes through its bits: :func:`_value_bytes`).
 NUMPY_DTYPES: dict[DataType, str] = {DataType.FLOAT: "float32", DataType.DOUBLE: "float64",
                                      DataType.HALF: "float16"}
 
@@ -357,6 +358,8 @@ PROTOTYPES: tuple[Prototype, ...] = (
     #         int32_t *numLayers, cudnnDropoutDescriptor_t *dropoutDesc, uint32_t *auxFlags);
     Prototype("cudnnGetRNNDescriptor_v8", _Status,
               (_Ptr,) + (POINTER(_Enum),) * 8 + (POINTER(c_int32),) * 4 + (POINTER(_Ptr), POINTER(c_uint32))),
+    # cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int miniBatch);
+    Prototype("cudnnBuildRNNDynamic", _Status, (_Ptr, _Ptr, c_int)),
     # cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
     #                                          size_t *weightSpaceSize);
     Prototype("cudnnGetRNNWeightSpaceSize", _Status, (_Ptr, _Ptr, POINTER(c_size_t))),
@@ -722,11 +725,26 @@ class RNNDataFields:
     padding_fill: float = 0.0
 
 
+def _value_bytes(data_type: DataType, value: float) -> bytes:
+    """One value of ``data_type`` as its bytes; BFLOAT16 (no NumPy type without ml_dtypes) is float32's upper
+    half, rounded to nearest even."""
+    if data_type == DataType.BFLOAT16:
+        bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+        return np.array((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16, dtype=np.uint16).tobytes()
+    return np.array([value], NUMPY_DTYPES[data_type]).tobytes()
+
+
+def _bytes_value(data_type: DataType, raw: bytes) -> float:
+    """The value of ``data_type`` that begins ``raw`` (the inverse of :func:`_value_bytes`)."""
+    if data_type == DataType.BFLOAT16:
+        return float(np.array(int(np.frombuffer(raw[:2], dtype=np.uint16)[0]) << 16, np.uint32).view(np.float32))
+    dtype = np.dtype(NUMPY_DTYPES[data_type])
+    return float(np.frombuffer(raw[:dtype.itemsize], dtype=dtype)[0])
+
+
 def _padding_bytes(data_type: DataType, value: float) -> Any:
     # One value of dataType, in an 8-byte buffer (large enough for any type cuDNN may read).
-    raw = np.zeros(8, dtype=np.uint8)
-    raw[:np.dtype(NUMPY_DTYPES[data_type]).itemsize] = np.array([value], NUMPY_DTYPES[data_type]).view(np.uint8)
-    return ctypes.create_string_buffer(raw.tobytes(), 8)
+    return ctypes.create_string_buffer(_value_bytes(data_type, value).ljust(8, b"\0"), 8)
 
 
 def set_rnn_data_descriptor(desc: int, fields: RNNDataFields) -> None:
@@ -744,8 +762,7 @@ def get_rnn_data_descriptor(desc: int, capacity: int) -> RNNDataFields:
     _call("cudnnGetRNNDataDescriptor", desc, ctypes.byref(data_type), ctypes.byref(layout), ctypes.byref(max_seq),
           ctypes.byref(batch), ctypes.byref(vector), capacity, lengths, ctypes.cast(fill, c_void_p))
     kind = DataType(data_type.value)
-    dtype = np.dtype(NUMPY_DTYPES[kind])
-    padding = float(np.frombuffer(fill.raw[:dtype.itemsize], dtype=dtype)[0])
+    padding = _bytes_value(kind, fill.raw)
     count = min(capacity, batch.value)
     return RNNDataFields(kind, RNNDataLayout(layout.value), max_seq.value, batch.value, vector.value,
                          tuple(lengths[:count]), padding)
@@ -769,6 +786,14 @@ def rnn_weight_params(handle: int, rnn: int, pseudo_layer: int, weight_space_siz
           matrix_desc or None, ctypes.byref(m_addr) if matrix_desc else None,
           bias_desc or None, ctypes.byref(b_addr) if bias_desc else None)
     return m_addr.value, b_addr.value
+
+
+def build_rnn_dynamic(handle: int, rnn: int, mini_batch: int) -> None:
+    """See ``cudnnBuildRNNDynamic``: compile a CUDNN_RNN_ALGO_PERSIST_DYNAMIC network for exactly ``mini_batch``.
+
+    cuDNN compiles the kernels at run time with NVRTC, so ``libnvrtc`` must be loadable.
+    """
+    _call("cudnnBuildRNNDynamic", handle, rnn, mini_batch)
 
 
 def rnn_temp_space_sizes(handle: int, rnn: int, mode: ForwardMode, x_desc: int) -> tuple[int, int]:

@@ -18,7 +18,8 @@ direction sees each sequence reversed within its own span (so it runs len-1 .. 0
 :func:`_span_reversal` does by gather (by views when every sequence is full length).
 Dropout (inverted, probability p) applies to the output of every layer but the last, with
 masks drawn from TF's 64-bit seed, so a call is a deterministic function of its inputs.
-float16 data computes in float32.
+float16 and bfloat16 data compute in float32: inputs are widened, outputs, gradients and the reserve
+space are rounded back to the data's dtype.
 
 The reserve space holds, per pseudo-layer, the gate activations (in ``_cells.FORWARD_ORDER``),
 the carried c (LSTM), R_n h + bR_n (GRU) and the carried h, plus each non-final layer's output
@@ -37,15 +38,17 @@ from numpy.typing import DTypeLike
 from . import _cells, _reserve
 from ._arrays import Array, array_module
 from ._cells import LayerWeights
-from .config import RNNConfig
+from .config import COMPUTE_DTYPES, RNNConfig
 from .layout import ParamsLayout, params_layout
 
 __all__ = ["forward", "backward", "dropout_mask", "ReserveLayout"]
 
 
 def _compute_dtype(dtype: DTypeLike) -> np.dtype:
-    """float16 computes in float32; the others in themselves."""
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    """float16 and bfloat16 compute in float32 (``config.COMPUTE_DTYPES``); the others in themselves."""
+    given = np.dtype(dtype)
+    wider = COMPUTE_DTYPES.get(given.name)
+    return given if wider is None else np.dtype(wider)
 
 
 # ---- reserve-space layout -------------------------------------------------------------------

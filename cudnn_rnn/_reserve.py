@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ._arrays import Array, array_kind, to_host
-from .config import RNNConfig
+from .config import RNNConfig, numpy_dtype
 
 __all__ = ["HEADER_BYTES", "ForwardKey", "header_elements", "header", "header_view", "write_header", "header_only",
            "payload", "read_header", "record", "recorded_fingerprint", "check"]
@@ -163,7 +163,7 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
         raise TypeError("reserve_space must be the forward's reserve_space array; got None")
     if reserve.ndim != 1:
         raise ValueError(f"reserve_space must be a 1-D array; got shape {tuple(reserve.shape)} ({reserve.ndim}-D)")
-    dtype = np.dtype(key.config.dtype)
+    dtype = numpy_dtype(key.config.dtype)
     if reserve.dtype != dtype:
         raise TypeError(f"reserve_space must have the dtype of input ({dtype}); got {reserve.dtype}")
     if reserve.shape[0] == 0:

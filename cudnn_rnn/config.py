@@ -14,6 +14,8 @@ Notation used across the package::
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -28,11 +30,18 @@ __all__ = [
     "DIRECTIONS",
     "INPUT_MODES",
     "DTYPES",
+    "BUILTIN_DTYPES",
+    "COMPUTE_DTYPES",
+    "DTYPE_PACKAGES",
+    "ALGOS",
+    "PERSISTENT_ALGOS",
     "RNNConfig",
     "LayoutKey",
     "tf_seed64",
     "resolve_input_mode",
     "is_count",
+    "dtype_name",
+    "numpy_dtype",
 ]
 
 
@@ -75,8 +84,30 @@ DIRECTIONS: dict[str, int] = {"unidirectional": 1, "bidirectional": 2}
 #: input_mode strings; "auto_select" is resolved to one of the first two.
 INPUT_MODES: tuple[str, ...] = ("linear_input", "skip_input", "auto_select")
 
-#: supported element types (float16 computes in float32).
-DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+#: supported element types. float16 and bfloat16 compute in float32 (:data:`COMPUTE_DTYPES`); bfloat16 is
+#: ``ml_dtypes.bfloat16`` (see :func:`numpy_dtype`), and the cuDNN backend runs it from cuDNN 9.13 on GPUs of
+#: compute capability 8.0 and newer.
+DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "bfloat16")
+
+#: the supported dtypes NumPy has built in (what model files hold as such); bfloat16 needs ml_dtypes.
+BUILTIN_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+
+#: dtype name -> the wider dtype its arithmetic runs in (the others compute in themselves).
+COMPUTE_DTYPES: dict[str, str] = {"float16": "float32", "bfloat16": "float32"}
+
+#: dtype name -> the package that registers it with NumPy, imported only when that dtype is used.
+DTYPE_PACKAGES: dict[str, str] = {"bfloat16": "ml_dtypes"}
+
+#: The names of cuDNN's RNN algorithms (``cudnnRNNAlgo_t`` CUDNN_RNN_ALGO_<NAME>), and ``"auto"``, with
+#: which the cuDNN backend picks one per call from what the GPU benchmark measured
+#: (``_cudnn_settings.AUTO_RULES``), the standard one where it measured nothing. The reference
+#: backend computes the same math for all.
+ALGOS: tuple[str, ...] = ("standard", "persist_static", "persist_dynamic", "persist_static_small_h", "auto")
+
+#: The persistent algorithms, which keep the recurrent weights on chip across steps (fast for small
+#: batches). cuDNN runs them without projection only, and ``persist_static_small_h`` only on batches
+#: whose sequences all have one length.
+PERSISTENT_ALGOS: tuple[str, ...] = ("persist_static", "persist_dynamic", "persist_static_small_h")
 
 #: the type of ``RNNConfig.layout_key``, (rnn_mode, input_mode, direction, num_layers, num_units, input_size,
 #: num_proj)
@@ -118,7 +149,11 @@ def _int(name: str, value: object, *, minimum: int | None = None, maximum: int |
 
 
 def dtype_name(dtype: object, argument: str = "dtype") -> str:
-    """Return the canonical name ("float32", ...) of a supported dtype, else TypeError."""
+    """Return the canonical name ("float32", ...) of a supported dtype, else TypeError.
+
+    Takes a name, a NumPy dtype or a scalar type (``np.float32``, ``ml_dtypes.bfloat16``); the
+    name ``"bfloat16"`` needs no ml_dtypes (:func:`numpy_dtype` does).
+    """
     try:  # anything np.dtype does not take raises the TypeError handled here
         name: str = np.dtype(cast(DTypeLike, dtype)).name
     except TypeError:
@@ -126,6 +161,41 @@ def dtype_name(dtype: object, argument: str = "dtype") -> str:
     if name not in DTYPES:
         raise TypeError(f"{argument} must be one of {DTYPES}; got {name!r}")
     return name
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    """The dtype of a name of :data:`DTYPES`, importing its package (:data:`DTYPE_PACKAGES`) first."""
+    package = DTYPE_PACKAGES.get(name)
+    if package is None:
+        return np.dtype(name)
+    try:
+        module = importlib.import_module(package)
+    except ImportError as error:
+        raise ImportError(f"dtype {name!r} needs the {package!r} package: pip install {package} "
+                          f"(or pip install 'cudnn_rnn[{name}]')") from error
+    dtype: np.dtype = np.dtype(getattr(module, name))  # the scalar type the package names after the dtype
+    return dtype
+
+
+def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
+    """The NumPy dtype of a supported dtype (a name, a NumPy dtype or a scalar type).
+
+    ``"bfloat16"`` is ``ml_dtypes.bfloat16``: ml_dtypes is imported here, when that dtype is first
+    asked for, and never otherwise.
+
+    Args:
+        dtype: what :func:`dtype_name` takes.
+        argument: names ``dtype`` in error messages.
+
+    Returns:
+        The ``numpy.dtype``.
+
+    Raises:
+        TypeError: an unsupported dtype.
+        ImportError: ``"bfloat16"`` without the ml_dtypes package (the message says what to install).
+    """
+    return _numpy_dtype(dtype_name(dtype, argument))
 
 
 def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
@@ -188,8 +258,13 @@ class RNNConfig:
             while training.
         seed: TF's op-level dropout seed (a C ``int``).
         seed2: TF's second dropout seed (a C ``int``).
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"``, or a NumPy dtype of one of them;
-            stored as its name.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"``, or a NumPy dtype or
+            scalar type of one of them (``ml_dtypes.bfloat16``); stored as its name. float16 and
+            bfloat16 compute in float32; bfloat16 arrays need ml_dtypes, and on the cuDNN backend
+            cuDNN >= 9.13 and a GPU of compute capability >= 8.0.
+        algo: the cuDNN algorithm, one of :data:`cudnn_rnn.config.ALGOS` (``"standard"`` by default; the persistent
+            ones need ``num_proj == 0``; ``"auto"`` lets the cuDNN backend choose per call). It
+            changes how cuDNN computes, not the result or the params layout.
 
     Attributes:
         mode: the :data:`cudnn_rnn.config.MODES` entry of ``rnn_mode`` (gate names, cell state, cuDNN's number).
@@ -199,7 +274,8 @@ class RNNConfig:
             unsupported dtype).
         ValueError: an unknown string, a non-positive size, ``num_proj`` with a
             non-LSTM mode or ``num_proj >= num_units``, ``skip_input`` with
-            ``input_size != num_units``, or ``dropout`` outside [0, 1).
+            ``input_size != num_units``, ``dropout`` outside [0, 1), or a persistent ``algo``
+            with ``num_proj > 0``.
     """
 
     rnn_mode: str
@@ -213,6 +289,7 @@ class RNNConfig:
     seed: int = 0
     seed2: int = 0
     dtype: str = "float32"
+    algo: str = "standard"
     mode: ModeSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -226,6 +303,7 @@ class RNNConfig:
         set_(self, "seed", _int("seed", self.seed, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "seed2", _int("seed2", self.seed2, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "dtype", dtype_name(self.dtype))
+        set_(self, "algo", _choice("algo", self.algo, ALGOS))
         set_(self, "mode", MODES[self.rnn_mode])
         set_(self, "input_mode", resolve_input_mode(self.input_mode, self.input_size, self.num_units))
 
@@ -242,6 +320,9 @@ class RNNConfig:
                                  f"num_proj={self.num_proj}")
             if self.num_proj >= self.num_units:
                 raise ValueError(f"num_proj must be < num_units={self.num_units}; got num_proj={self.num_proj}")
+            if self.algo in PERSISTENT_ALGOS:
+                raise ValueError(f"num_proj > 0 needs algo='standard' or 'auto' (cuDNN runs projection with the "
+                                 f"standard algorithm only); got algo={self.algo!r}, num_proj={self.num_proj}")
         if self.input_mode == "skip_input" and self.input_size != self.num_units:
             raise ValueError(
                 f"input_mode='skip_input' needs input_size == num_units; got input_size={self.input_size}, "
@@ -311,7 +392,7 @@ class RNNConfig:
 
     @property
     def layout_key(self) -> LayoutKey:
-        """The fields that determine the params layout (dropout, seeds and dtype do not).
+        """The fields that determine the params layout (dropout, seeds, dtype and algo do not).
 
         ``(rnn_mode, input_mode, direction, num_layers, num_units, input_size, num_proj)``.
         """
@@ -333,6 +414,6 @@ class RNNConfig:
         """
         fields = {name: getattr(self, name) for name in (
             "rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction",
-            "num_proj", "dropout", "seed", "seed2", "dtype")}
+            "num_proj", "dropout", "seed", "seed2", "dtype", "algo")}
         fields.update(changes)
         return RNNConfig(**fields)

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
+from . import _graph_watch
 from ._arrays import Array, array_kind, array_module, copy_into, to_host
-from .config import RNNConfig, dtype_name, is_count
+from .config import RNNConfig, dtype_name, is_count, numpy_dtype
 from .layout import ParamEntry, params_layout
 from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
@@ -146,7 +147,7 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
             forget = layout.entry(k, g + config.mode.gates.index("f"), "bias")
             assert forget is not None, "every pseudo-layer has its recurrent biases"
             layout.view(params, forget)[...] = 1.0
-    return params.astype(config.dtype)
+    return params.astype(numpy_dtype(config.dtype))
 
 
 # ---- the layer --------------------------------------------------------------------------------
@@ -192,10 +193,13 @@ class RecurrentLayer:
         num_proj: P < N to project an LSTM's emitted state (0: none).
         dropout: in [0, 1), on the outputs of every layer but the last, while training.
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
         xp: numpy (the default; reference backend) or cupy (cuDNN).
         seed: initialisation and dropout seed (a C int).
         unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
 
     Attributes:
         config: the ``RNNConfig`` (``seed`` is the layer's seed; the dropout seed2 of each
@@ -219,7 +223,7 @@ class RecurrentLayer:
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
                  bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
                  input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
-                 seed: int = 0, unit_forget_bias: bool = False) -> None:
+                 seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
         if not isinstance(bidirectional, (bool, np.bool_)):
             raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__} {bidirectional!r}")
         if not isinstance(unit_forget_bias, (bool, np.bool_)):
@@ -227,7 +231,7 @@ class RecurrentLayer:
                             f"{unit_forget_bias!r}")
         config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode,
                            direction=_DIRECTION[bool(bidirectional)], num_proj=num_proj, dropout=dropout,
-                           seed=seed, seed2=0, dtype=dtype_name(dtype))
+                           seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
         module = _array_module_named(xp)
         host = keras_init_params(config, seed=config.seed, unit_forget_bias=bool(unit_forget_bias))
         self._attach(config, module, host, step=0)
@@ -320,13 +324,14 @@ class RecurrentLayer:
             h0 = self.xp.zeros(self._state_shape(batch, config.state_size, time_major), dtype=x.dtype)
         if config.has_cell and c0 is None:
             c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
-        if lengths is not None and array_kind(lengths) is None:
+        if lengths is not None and array_kind(lengths) is None:  # an array goes to the op as it is
+            _graph_watch.saw_call(lengths, x)  # a CUDA graph being recorded watches the caller's list, not the copy
             lengths = np.asarray(lengths, dtype=np.int32)
         seed2 = self.step % _SEED2_PERIOD
         outputs = cudnn_rnn_v3(x, h0, c0, self.params, lengths, rnn_mode=config.rnn_mode,
                                input_mode=config.input_mode, direction=config.direction, dropout=config.dropout,
                                seed=config.seed, seed2=seed2, num_proj=config.num_proj, is_training=bool(training),
-                               time_major=time_major)
+                               time_major=time_major, algo=config.algo)
         if training:
             self._saved = _SavedForward(x, h0, c0, lengths, outputs, seed2, time_major)
             self.step += 1
@@ -371,7 +376,7 @@ class RecurrentLayer:
             out.output_c if config.has_cell else None, dy, dh, dc, out.reserve_space, out.host_reserved,
             rnn_mode=config.rnn_mode, input_mode=config.input_mode, direction=config.direction,
             dropout=config.dropout, seed=config.seed, seed2=saved.seed2, num_proj=config.num_proj,
-            time_major=saved.time_major)
+            time_major=saved.time_major, algo=config.algo)
         self.grad += grads.params_backprop
         self._saved = None
         return grads.input_backprop, grads.input_h_backprop, (grads.input_c_backprop if config.has_cell else None)
@@ -468,6 +473,9 @@ class RecurrentLayer:
     def load_state_dict(self, state: dict[str, Any], *, keep_seed: bool = False) -> None:
         """Take the params (copied into this layer's buffer, in place), step and seed of ``state``.
 
+        The layer keeps its own ``algo`` (how cuDNN computes, not what): a state saved with
+        another algorithm loads.
+
         Args:
             state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
             keep_seed: keep this layer's own dropout seed instead of the saved one (data-parallel
@@ -475,7 +483,7 @@ class RecurrentLayer:
 
         Raises:
             ValueError: ``state`` is malformed, or its configuration differs from this layer's in
-                anything but the seed (each differing field is named).
+                anything but the seed and the algorithm (each differing field is named).
             TypeError: ``state``'s params is not a NumPy or CuPy array.
         """
         self.state_loader(state, keep_seed=keep_seed)()
@@ -500,9 +508,10 @@ class RecurrentLayer:
             TypeError: as :meth:`load_state_dict`.
         """
         saved = parse_layer_state(state, where)
-        config = replace(saved.config, seed=self.config.seed) if keep_seed else saved.config
+        seed = self.config.seed if keep_seed else saved.config.seed
+        config = replace(saved.config, algo=self.config.algo, seed=seed)
         differing = [f"{name}={getattr(saved.config, name)!r} there, {getattr(self.config, name)!r} here"
-                     for name in CONFIG_FIELDS if name != "seed"
+                     for name in CONFIG_FIELDS if name not in ("seed", "algo")
                      and getattr(saved.config, name) != getattr(self.config, name)]
         if differing:
             raise ValueError(f"{where} holds a layer of another configuration than this {type(self).__name__}: "
@@ -573,7 +582,7 @@ class RecurrentLayer:
         parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
         optional = [("bidirectional", c.num_directions == 2, False), ("num_proj", c.num_proj, 0),
                     ("dropout", c.dropout, 0.0), ("input_mode", c.input_mode, "linear_input"),
-                    ("dtype", c.dtype, "float32"), ("seed", c.seed, 0)]
+                    ("dtype", c.dtype, "float32"), ("seed", c.seed, 0), ("algo", c.algo, "standard")]
         parts += [f"{name}={value!r}" for name, value, default in optional if value != default]
         return parts
 
@@ -602,10 +611,13 @@ class LSTM(RecurrentLayer):
         num_proj: P < N to project the emitted state (0: none).
         dropout: in [0, 1), on the outputs of every layer but the last, while training.
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
         xp: numpy (the default; reference backend) or cupy (cuDNN).
         seed: initialisation and dropout seed (a C int).
         unit_forget_bias: put 1.0 in the forget gate's recurrent bias bR_f (bW_f stays 0).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
 
     Raises:
         TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
@@ -618,10 +630,10 @@ class LSTM(RecurrentLayer):
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
                  num_proj: int = 0, dropout: float = 0.0, input_mode: str = "linear_input",
                  dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
-                 unit_forget_bias: bool = True) -> None:
+                 unit_forget_bias: bool = True, algo: str = "standard") -> None:
         super().__init__(input_size, num_units, num_layers, rnn_mode="lstm", bidirectional=bidirectional,
                          num_proj=num_proj, dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed,
-                         unit_forget_bias=unit_forget_bias)
+                         unit_forget_bias=unit_forget_bias, algo=algo)
 
 
 class GRU(RecurrentLayer):
@@ -641,9 +653,12 @@ class GRU(RecurrentLayer):
         bidirectional: D = 2 if True.
         dropout: in [0, 1), on the outputs of every layer but the last, while training.
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
         xp: numpy (the default; reference backend) or cupy (cuDNN).
         seed: initialisation and dropout seed (a C int).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
 
     Raises:
         TypeError: as :class:`LSTM`.
@@ -654,9 +669,9 @@ class GRU(RecurrentLayer):
 
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
                  dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32",
-                 xp: types.ModuleType | None = None, seed: int = 0) -> None:
+                 xp: types.ModuleType | None = None, seed: int = 0, algo: str = "standard") -> None:
         super().__init__(input_size, num_units, num_layers, rnn_mode="gru", bidirectional=bidirectional,
-                         dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed)
+                         dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed, algo=algo)
 
 
 class RNN(RecurrentLayer):
@@ -672,9 +687,12 @@ class RNN(RecurrentLayer):
         bidirectional: D = 2 if True.
         dropout: in [0, 1), on the outputs of every layer but the last, while training.
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype).
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
         xp: numpy (the default; reference backend) or cupy (cuDNN).
         seed: initialisation and dropout seed (a C int).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
 
     Raises:
         TypeError: as :class:`LSTM`.
@@ -685,12 +703,13 @@ class RNN(RecurrentLayer):
 
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, activation: str = "tanh",
                  bidirectional: bool = False, dropout: float = 0.0, input_mode: str = "linear_input",
-                 dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0) -> None:
+                 dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
+                 algo: str = "standard") -> None:
         if activation not in _ACTIVATION_MODES:
             raise ValueError(f"activation must be one of {tuple(_ACTIVATION_MODES)}; got {activation!r}")
         super().__init__(input_size, num_units, num_layers, rnn_mode=_ACTIVATION_MODES[activation],
                          bidirectional=bidirectional, dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp,
-                         seed=seed)
+                         seed=seed, algo=algo)
 
     @property
     def activation(self) -> str:

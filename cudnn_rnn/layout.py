@@ -347,8 +347,8 @@ def cudnn_rnn_params_size(num_layers: int, num_units: int, input_size: int, *, r
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
         direction: ``"unidirectional"`` or ``"bidirectional"``.
         num_proj: P < N for an LSTM with projection; 0 for none.
-        dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (or that NumPy dtype); checked, but the
-            count does not depend on it.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype);
+            checked, but the count does not depend on it.
 
     Returns:
         The element count, a Python int.
@@ -373,7 +373,7 @@ def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: i
         num_units: N >= 1.
         input_size: I >= 1.
         params: [params_size]: the buffer, ``cudnn_rnn_params_size(...)`` elements (NumPy or CuPy,
-            float16, float32 or float64).
+            float16, float32, float64 or bfloat16).
         rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
         input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
         direction: ``"unidirectional"`` or ``"bidirectional"``.

@@ -10,7 +10,9 @@ device the caller has current.
 
 Host synchronisation: none with NumPy ``sequence_lengths`` (or None). CuPy
 ``sequence_lengths`` are read back to the host (the one unavoidable wait: cuDNN's data
-descriptors take the lengths from host memory); pass NumPy lengths in a hot loop.
+descriptors take the lengths from host memory); pass NumPy lengths in a hot loop. A step recorded
+as a CUDA graph (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays
+tells the recording which lengths and shapes its graph freezes (``_graph_watch``).
 
 Shapes (L layers, D directions, B batch, T max length, I input size, N num_units,
 P = num_proj or N):
@@ -39,9 +41,9 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from . import _reserve
+from . import _graph_watch, _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
-from .config import DIRECTIONS, MODES, RNNConfig, dtype_name
+from .config import DIRECTIONS, MODES, RNNConfig, numpy_dtype
 from .layout import params_layout
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
@@ -198,7 +200,8 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
 
 def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array, sequence_lengths: object, *,
              rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
-             time_major: bool, extra: dict[str, Array | None] | None = None) -> _ValidatedCall:
+             time_major: bool, algo: str = "standard", extra: dict[str, Array | None] | None = None
+             ) -> _ValidatedCall:
     """Validate the arguments every op shares and build the call record."""
     rnn_mode = _choice("rnn_mode", rnn_mode, MODES)
     direction = _choice("direction", direction, DIRECTIONS)
@@ -218,7 +221,7 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     device = device_of(**arrays)
 
     _check_rank("input", input, 3)
-    dtype = np.dtype(dtype_name(input.dtype, "input.dtype"))
+    dtype = numpy_dtype(input.dtype, "input.dtype")
     for name in ("input_h", "input_c") if has_cell else ("input_h",):
         _check_rank(name, arrays[name], 3)
         _check_dtype(name, arrays[name], dtype)
@@ -254,28 +257,36 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
                              f"{tuple(input_h.shape)} and input_c {tuple(cell.shape)}")
     config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
                        direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
-                       dtype=dtype.name)
+                       dtype=dtype.name, algo=algo)
     size = params_layout(config).size
     if params.shape[0] != size:
         raise ValueError(f"params must have {size} elements (cudnn_rnn_params_size for this configuration); "
                          f"got {params.shape[0]}")
     if array_kind(sequence_lengths) == "cupy":
         device_of(**arrays, sequence_lengths=sequence_lengths)
+    _graph_watch.saw_call(sequence_lengths, input)  # a CUDA graph being recorded freezes these lengths and shapes
     lengths = _host_lengths(sequence_lengths, batch, max_time)
+    if algo == "persist_static_small_h" and batch and lengths.min() != lengths.max():
+        raise ValueError("algo='persist_static_small_h' runs only batches whose sequences all have one length "
+                         f"(cuDNN refuses mixed lengths with it); got sequence_lengths from {int(lengths.min())} "
+                         f"to {int(lengths.max())}: use algo='standard' or 'auto'")
     return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h, cell, params)
 
 
 def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,
                  sequence_lengths: Array | None = None, *, rnn_mode: str = "lstm", input_mode: str = "linear_input",
                  direction: str = "unidirectional", dropout: float = 0.0, seed: int = 0, seed2: int = 0,
-                 num_proj: int = 0, is_training: bool = True, time_major: bool = True) -> RNNOutputs:
+                 num_proj: int = 0, is_training: bool = True, time_major: bool = True,
+                 algo: str = "standard") -> RNNOutputs:
     """Run a multi-layer RNN: TensorFlow's ``CudnnRNNV3`` on NumPy (reference) or CuPy (cuDNN) arrays.
 
     The sizes L, D, N, I and P are read from the shapes of ``input``, ``input_h`` and ``input_c``
     (see the module docstring); every array must be of one kind, on one GPU for CuPy.
 
     Args:
-        input: [T, B, I] (time_major) or [B, T, I], float16, float32 or float64.
+        input: [T, B, I] (time_major) or [B, T, I], float16, float32, float64 or bfloat16
+            (``ml_dtypes.bfloat16``). float16 and bfloat16 compute in float32; bfloat16 CuPy arrays
+            need cuDNN >= 9.13 and a GPU of compute capability >= 8.0.
         input_h: [L*D, B, P] or [B, L*D, P]: initial hidden states, input's dtype.
         input_c: [L*D, B, N] or [B, L*D, N]: initial cell states for LSTM; ignored (None accepted)
             otherwise.
@@ -293,6 +304,11 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
         num_proj: P < N for an LSTM with projection; 0 for none.
         is_training: keep a reserve space for backprop and apply dropout.
         time_major: the layout of input, output and the states.
+        algo: cuDNN's algorithm: ``"standard"``, ``"persist_static"``, ``"persist_dynamic"``,
+            ``"persist_static_small_h"`` (one length for every sequence of the batch) or ``"auto"``
+            (see :data:`cudnn_rnn.config.ALGOS`). The persistent ones need ``num_proj == 0``. The
+            result is the same math whichever runs; the reference backend checks it and computes
+            as always.
 
     Returns:
         :class:`cudnn_rnn.RNNOutputs` ``(output [T, B, D*P], output_h [L*D, B, P], output_c
@@ -303,12 +319,16 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
 
     Raises:
         TypeError: an argument that is not an array (or None where allowed), arrays of mixed
-            kinds or dtypes, an unsupported dtype, or a flag that is not a bool.
+            kinds or dtypes, an unsupported dtype (bfloat16 CuPy arrays where cuDNN or the GPU is
+            too old), or a flag that is not a bool.
         ValueError: a shape that does not fit the others, params of the wrong size, lengths
-            outside [0, T], arrays on different GPUs, or an attribute TF would refuse.
+            outside [0, T], arrays on different GPUs, an attribute TF would refuse, or an ``algo``
+            the call cannot run (a persistent one with projection; ``persist_static_small_h`` with
+            mixed lengths).
+        ~cudnn_rnn.CudnnError: cuDNN refused the persistent ``algo`` named for this call.
     """
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
-                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj,
+                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
                     time_major=time_major)
     is_training = _flag("is_training", is_training)
     with call.on_device():
@@ -335,7 +355,7 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
                           output_c_backprop: Array | None, reserve_space: Array, host_reserved: Array | None = None,
                           *, rnn_mode: str = "lstm", input_mode: str = "linear_input",
                           direction: str = "unidirectional", dropout: float = 0.0, seed: int = 0, seed2: int = 0,
-                          num_proj: int = 0, time_major: bool = True) -> RNNGradients:
+                          num_proj: int = 0, time_major: bool = True, algo: str = "standard") -> RNNGradients:
     """Gradients of :func:`cudnn_rnn_v3`: TensorFlow's ``CudnnRNNBackpropV3``.
 
     Takes the forward's inputs, outputs and reserve_space (from a call with is_training=True and
@@ -367,6 +387,7 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
         seed2: the forward's seed2.
         num_proj: the forward's num_proj.
         time_major: the forward's time_major.
+        algo: the forward's algo (the reserve of one algorithm is refused by another).
 
     Returns:
         :class:`cudnn_rnn.RNNGradients` ``(input_backprop [T, B, I], input_h_backprop [L*D, B, P],
@@ -385,7 +406,7 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     if has_cell:
         extra.update(output_c=output_c, output_c_backprop=output_c_backprop)
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
-                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj,
+                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
                     time_major=time_major, extra=extra)
     config, dtype = call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), tuple(input_h.shape)

@@ -4,7 +4,8 @@ Written by :meth:`cudnn_rnn.LSTM.save` (and GRU, RNN) and by ``cudnn-rnn convert
 :meth:`cudnn_rnn.LSTM.load` and by the converter, so a converted model loads straight into a
 layer::
 
-    params  [S]   the buffer in cuDNN's layout, in its own dtype (stored bit for bit)
+    params  [S]   the buffer in cuDNN's layout, in its own dtype (stored bit for bit; bfloat16, which
+                  an .npy cannot name, as its uint16 bit patterns: ``config`` names the dtype)
     config  ()    JSON of the RNNConfig fields (rnn_mode, num_layers, ..., seed2, dtype)
     step    ()    int64: the layer's training-step counter (0 for a converted model)
     format  ()    int64: this file layout's version, FORMAT_VERSION
@@ -29,23 +30,27 @@ from typing import IO, Any
 import numpy as np
 
 from ._arrays import Array, array_kind, to_host
-from .config import RNNConfig, is_count
+from .config import RNNConfig, is_count, numpy_dtype
 from .files import atomic_write
 from .layout import params_size
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
-           "check_params_buffer",
+           "check_params_buffer", "STORED_BITS",
            "is_params_file", "config_fields", "config_from_fields", "parse_layer_state"]
 
 #: the version of this file layout, stored in ``format``
 FORMAT_VERSION = 1
+
+#: dtypes an ``.npy`` cannot name (NumPy would write anonymous void data) -> the unsigned type whose bit
+#: patterns store them; the configuration names the dtype, so reading views them back exactly
+STORED_BITS: dict[str, str] = {"bfloat16": "uint16"}
 
 #: the arrays of a params file
 KEYS: tuple[str, ...] = ("params", "config", "step", "format")
 
 #: the RNNConfig fields stored in ``config``
 CONFIG_FIELDS: tuple[str, ...] = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction",
-                                  "num_proj", "dropout", "seed", "seed2", "dtype")
+                                  "num_proj", "dropout", "seed", "seed2", "dtype", "algo")
 
 
 @dataclass(frozen=True)
@@ -91,11 +96,12 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, c
     """
     host = to_host(params)
     check_params_buffer(host, config, "params")
+    stored = host.view(STORED_BITS[config.dtype]) if config.dtype in STORED_BITS else host
     config_text = np.array(json.dumps(config_fields(config)))
     step_value, version = np.array(int(step), np.int64), np.array(FORMAT_VERSION, np.int64)
 
     def save(target: IO[bytes]) -> None:
-        np.savez(target, params=host, config=config_text, step=step_value, format=version)
+        np.savez(target, params=stored, config=config_text, step=step_value, format=version)
 
     if isinstance(file, (str, os.PathLike)):
         with atomic_write(file) as handle:
@@ -152,6 +158,8 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
     if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
         raise ValueError(f"{where}: 'step' must be an integer scalar >= 0; got {step.dtype} {step!r:.40}")
     params = np.array(arrays["params"])
+    if config.dtype in STORED_BITS and params.dtype == np.dtype(STORED_BITS[config.dtype]):
+        params = params.view(numpy_dtype(config.dtype))
     check_params_buffer(params, config, f"params in {where}")
     return ParamsFile(params, config, int(step))
 

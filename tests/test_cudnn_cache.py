@@ -20,15 +20,31 @@ from fake_gpu import FakeCudnn
 def test_network_key_ignores_dropout_where_cudnn_does(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_cudnn_settings, "_tf32", False)
     two = RNNConfig("lstm", 2, 4, 3, dropout=0.5, seed=7, seed2=-3)
-    key = NetworkKey.of
+    def key(config: RNNConfig, training: bool) -> NetworkKey:
+        return NetworkKey.of(config, training, "standard", 3)
+
     assert key(two, training=False) == key(two.replace(dropout=0.0, seed=0, seed2=0), training=False)
     assert key(two, training=True).dropout == 0.5
-    assert key(two, training=True) == NetworkKey(two.layout_key, "float32", MathType.FMA_MATH, 0.5)
+    assert key(two, training=True) == NetworkKey(two.layout_key, "float32", MathType.FMA_MATH, 0.5, "standard",
+                                                 "standard", 0)
     assert key(two, training=True) != key(two.replace(dropout=0.25), training=True)
     # seeds are applied to a network's dropout state, not keyed: an advancing seed reuses the network
     assert key(two, training=True) == key(two.replace(seed=8, seed2=3), training=True)
     one = RNNConfig("gru", 1, 4, 3, dropout=0.5, seed=1)
     assert key(one, training=True) == key(one.replace(dropout=0.0, seed=0), training=True)
+
+
+def test_network_key_holds_the_algorithm_asked_for_and_the_one_run() -> None:
+    config = RNNConfig("gru", 1, 4, 3)
+    auto = NetworkKey.of(config.replace(algo="auto"), True, "standard", 8)
+    assert (auto.requested_algo, auto.algo) == ("auto", "standard")
+    assert auto != NetworkKey.of(config, True, "standard", 8), "auto and standard reserves carry other headers"
+    static = NetworkKey.of(config.replace(algo="persist_static"), True, "persist_static", 8)
+    assert static.dynamic_batch == 0 and static == NetworkKey.of(config.replace(algo="persist_static"), True,
+                                                                 "persist_static", 16)
+    dynamic = config.replace(algo="persist_dynamic")
+    assert NetworkKey.of(dynamic, True, "persist_dynamic", 8).dynamic_batch == 8
+    assert NetworkKey.of(dynamic, True, "persist_dynamic", 8) != NetworkKey.of(dynamic, True, "persist_dynamic", 16)
 
 
 def test_clear_caches_and_cache_info_without_a_gpu() -> None:
@@ -62,7 +78,7 @@ def test_fake_steady_calls_create_nothing_and_caches_are_bounded(fake_cudnn: Fak
 def test_fake_dropout_state_is_rewound_before_every_training_forward(fake_cudnn: FakeCudnn) -> None:
     a = backend_inputs(LSTMP, 4, 3)
     backend_forward(LSTMP, a, [4, 2, 3])
-    network = _cudnn_cache.thread_context(0).network(LSTMP, True, fake_cudnn.gpu.current_stream())
+    network = _cudnn_cache.thread_context(0).networks.values()[-1]  # the one that call built
     fake_cudnn.seen["dropout_states"] = network.dropout.working
     created = dict(fake_cudnn.open)
     for seed2 in (1, 1, 5, 6, 1, 1):  # the seed of each call; the state it must start from is the seed's own

@@ -135,7 +135,7 @@ def test_a_plan_used_on_a_second_stream(fake_cudnn: FakeCudnn, monkeypatch: pyte
     start = len(log)
     if release == "eviction":
         monkeypatch.setattr(_cudnn_cache, "PLAN_CACHE_SIZE", 1)
-        _cudnn_cache.thread_context(0).network(case.config(), True, home).plans.maxsize = 1
+        _cudnn_cache.thread_context(0).networks.values()[-1].plans.maxsize = 1  # the step's network
         with home:
             train_step(case, a.with_(lengths=np.array([1, 2, 3], np.int32)))
     elif release == "clear_caches":

@@ -22,7 +22,8 @@ def test_layout_grid_covers_every_case() -> None:
     seen = {(c.rnn_mode, c.num_layers, c.direction, c.input_mode, bool(c.num_proj), c.dtype) for c in grid}
     expected = {(m, n, d, i, p, t) for m, n, d, i, p, t in itertools.product(
         ("rnn_relu", "rnn_tanh", "lstm", "gru"), (1, 2, 3), ("unidirectional", "bidirectional"),
-        ("linear_input", "skip_input"), (False, True), ("float16", "float32", "float64")) if m == "lstm" or not p}
+        ("linear_input", "skip_input"), (False, True), ("float16", "float32", "float64", "bfloat16"))
+        if m == "lstm" or not p}
     assert seen == expected
 
 

@@ -208,7 +208,7 @@ def test_dropout_descriptor_round_trip() -> None:
     a = on_gpu(random_arrays(case, np.random.default_rng(15)))
     run(case, a)
     context = _cudnn_cache.thread_context(cupy.cuda.Device().id)
-    network = context.network(case.config(), True, cupy.cuda.get_current_stream())
+    network = context.networks.values()[-1]  # the one the call used last
     probability, states, seed = _lib.get_dropout(network.dropout.descriptor.pointer, context.handle.pointer)
     assert probability == pytest.approx(0.25) and seed == case.config().seed64 == (5 << 32) | 9
     assert states == network.dropout.working.data.ptr

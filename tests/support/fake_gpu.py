@@ -15,6 +15,8 @@ puts both in place; what they model is recorded on the returned :class:`FakeGpu`
 * host transfers, counted in ``counts``: ``d2h`` (``get``, ``asnumpy``, ``item``, ``bool(...)``),
   ``h2d`` (``asarray`` of host data, ``set``) and ``sync`` (any ``synchronize``). While the
   current stream captures a graph they raise, as CUDA and CuPy refuse them.
+* what gates a dtype: the cuDNN version (``FakeCudnn.version``, 9.28.0 by default) and every GPU's
+  compute capability (``FakeGpu.compute_capability``, (9, 0) by default, in its device properties).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import _cudnn_cache, _cudnn_settings, _cudnn_streams, _lib
-from cudnn_rnn.config import MODES, RNNConfig
+from cudnn_rnn.config import MODES, RNNConfig, numpy_dtype
 from cudnn_rnn.errors import CudnnError
 
 _GPU: "FakeGpu | None" = None  # the installed fake (one test at a time)
@@ -263,10 +265,14 @@ class FakeEvent:
 
 
 class FakeGraph:
+    """``cupy.cuda.Graph``: ``launches`` counts its launches (each also logged with its stream)."""
+
     def __init__(self, stream: FakeStream) -> None:
         self.stream = stream
+        self.launches = 0
 
     def launch(self, stream: FakeStream | None = None) -> None:
+        self.launches += 1
         gpu().log.append(("launch", (stream or gpu().current_stream()).ptr))
 
 
@@ -280,6 +286,7 @@ class FakeGpu:
 
     def __init__(self, device_count: int = 2) -> None:
         self.device_count = device_count
+        self.compute_capability = (9, 0)  # every fake GPU's (major, minor), in its device properties
         self.counts: collections.Counter[str] = collections.Counter()
         self.log: list[tuple] = []
         self.violations: list[str] = []
@@ -368,7 +375,9 @@ def _zeros_like(a: ndarray, dtype: Any = None) -> ndarray:
 
 def make_cupy() -> types.SimpleNamespace:
     """The slice of the ``cupy`` module the backend, ops and the graph capture use."""
-    runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"Fake GPU"},
+    runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"Fake GPU",
+                                                                   "major": gpu().compute_capability[0],
+                                                                   "minor": gpu().compute_capability[1]},
                                     getDeviceCount=lambda: gpu().device_count)
     cuda = types.SimpleNamespace(Device=FakeDevice, Stream=FakeStream, Event=FakeEvent,
                                  get_current_stream=lambda: gpu().current_stream(), runtime=runtime,
@@ -394,7 +403,13 @@ def to_device(value: np.ndarray, device: int = 0) -> ndarray:
 
 
 # ==== cuDNN ======================================================================================
-_DTYPES = {_lib.DataType.HALF: np.float16, _lib.DataType.FLOAT: np.float32, _lib.DataType.DOUBLE: np.float64}
+_DTYPE_NAMES = {_lib.DataType.HALF: "float16", _lib.DataType.FLOAT: "float32", _lib.DataType.DOUBLE: "float64",
+                _lib.DataType.BFLOAT16: "bfloat16"}
+
+
+def _dtype(data_type: int) -> np.dtype:
+    """The NumPy dtype of a cuDNN data type (bfloat16: ml_dtypes')."""
+    return numpy_dtype(_DTYPE_NAMES[_lib.DataType(data_type)])
 
 
 class FakeCudnn:
@@ -409,6 +424,8 @@ class FakeCudnn:
     def __init__(self, facts: Any = None) -> None:
         self.facts = facts
         self.refuse_absent = False  # True: refuse queries of absent weights instead of returning NULL
+        self.version = 92800  # what cudnnGetVersion() reports (the library record's version)
+        self.refused_algos: set[_lib.RNNAlgo] = set()  # cudnnGetRNNTempSpaceSizes refuses networks of these
         self.calls: list[tuple] = []
         self.open: dict[int, str] = {}
         self.created_on: dict[int, int] = {}
@@ -425,9 +442,9 @@ class FakeCudnn:
         for name in ("create", "destroy", "set_stream", "set_tensor_nd", "get_tensor_nd", "dropout_states_size",
                      "set_dropout", "set_rnn_descriptor", "set_rnn_data_descriptor", "rnn_weight_space_size",
                      "rnn_weight_params", "rnn_temp_space_sizes", "rnn_forward", "rnn_backward_data",
-                     "rnn_backward_weights"):
+                     "rnn_backward_weights", "build_rnn_dynamic"):
             monkeypatch.setattr(_lib, name, getattr(self, name))
-        monkeypatch.setattr(_lib, "library", lambda: _lib.Library("fake", 92800, {}))
+        monkeypatch.setattr(_lib, "library", lambda: _lib.Library("fake", self.version, {}))
 
     # -- objects ------------------------------------------------------------------------------
     def create(self, kind: str) -> int:
@@ -479,7 +496,7 @@ class FakeCudnn:
                            input_mode=("linear_input", "skip_input")[f.input_mode],
                            direction=("unidirectional", "bidirectional")[f.dir_mode],
                            num_proj=0 if f.proj_size == f.hidden_size else f.proj_size,
-                           dtype=np.dtype(_DTYPES[f.data_type]).name)
+                           dtype=_DTYPE_NAMES[f.data_type])
         return params_layout(config, self.facts), np.dtype(config.dtype).itemsize
 
     def rnn_weight_space_size(self, handle: int, rnn: int) -> int:
@@ -501,7 +518,13 @@ class FakeCudnn:
         return tuple(addresses)
 
     def rnn_temp_space_sizes(self, handle: int, rnn: int, mode: int, x_desc: int) -> tuple[int, int]:
+        if self.rnns[rnn].algo in self.refused_algos:
+            raise CudnnError("CUDNN_STATUS_NOT_SUPPORTED", 3000, "cudnnGetRNNTempSpaceSizes")
         return self.WORKSPACE, 0 if mode == _lib.ForwardMode.INFERENCE else self.RESERVE
+
+    def build_rnn_dynamic(self, handle: int, rnn: int, mini_batch: int) -> None:
+        assert self.rnns[rnn].algo == _lib.RNNAlgo.PERSIST_DYNAMIC, "only persist_dynamic networks are built"
+        self.calls.append(("build_dynamic", rnn, mini_batch))
 
     # -- compute --------------------------------------------------------------------------------
     def _on_device(self, function: str, handle: int, *pointers: int) -> None:
@@ -521,11 +544,11 @@ class FakeCudnn:
         f = self.data[desc]
         shape = ((f.max_seq_length, f.batch_size) if f.layout == _lib.RNNDataLayout.SEQ_MAJOR_UNPACKED
                  else (f.batch_size, f.max_seq_length))
-        return memory(address, _DTYPES[f.data_type], shape + (f.vector_size,))
+        return memory(address, _dtype(f.data_type), shape + (f.vector_size,))
 
     def _tensor(self, desc: int, address: int) -> np.ndarray:
         data_type, dims, _ = self.tensors[desc]
-        return memory(address, _DTYPES[data_type], dims)
+        return memory(address, _dtype(data_type), dims)
 
     def rnn_forward(self, handle, rnn, mode, lengths, x_desc, x, y_desc, y, h_desc, hx, hy, c_desc, cx, cy,
                     weight_size, weights, work_size, work, reserve_size, reserve) -> None:
@@ -560,7 +583,7 @@ class FakeCudnn:
         self._on_device("cudnnRNNBackwardWeights_v8", handle, lengths, x, hx, y, dweights, work, reserve)
         assert mode == _lib.WgradMode.ADD and reserve == self.seen["backward_reserve"]
         self.seen.update(weights_x=self._sequence(x_desc, x).copy())
-        dtype = _DTYPES[self.rnns[rnn].data_type]
+        dtype = _dtype(self.rnns[rnn].data_type)
         memory(dweights, dtype, (weight_size // np.dtype(dtype).itemsize,))[...] += 1.0
 
 
@@ -581,4 +604,5 @@ def install(monkeypatch: pytest.MonkeyPatch, facts: Any = None, device_count: in
     monkeypatch.setattr(_cudnn_cache, "_local", threading.local())  # no contexts yet
     monkeypatch.setattr(_cudnn_streams, "_local", threading.local())  # no CUDA graph being recorded
     monkeypatch.setattr(_cudnn_settings, "_tf32", False)
+    monkeypatch.setattr(_cudnn_settings, "_dtype_refusals", {})  # the GPUs' dtype checks are asked again
     return cudnn
