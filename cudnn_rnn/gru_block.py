@@ -31,7 +31,7 @@ import types
 from typing import Any, Callable
 
 from ._arrays import Array, array_module
-from .config import dtype_name
+from .config import BUILTIN_DTYPES, dtype_name
 
 __all__ = ["gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads"]
 
@@ -47,6 +47,9 @@ def _validate(arrays: dict[str, Array],
     b, i, h = _sizes(arrays["x"], arrays["h_prev"])
     expected_shapes = shapes(b, i, h)
     dtype = dtype_name(arrays["x"].dtype, "x.dtype")
+    if dtype not in BUILTIN_DTYPES:  # no float32 compute path here, and NumPy's bfloat16 matmul returns float32
+        raise TypeError(f"x.dtype must be one of {BUILTIN_DTYPES} (the cell computes in its arrays' own dtype; cast "
+                        f"bfloat16 arrays to float32); got {dtype!r}")
     for name, value in arrays.items():
         if value.dtype != dtype:
             raise TypeError(f"{name} must have the dtype of x ({dtype}); got {value.dtype}")

@@ -16,7 +16,8 @@ Update rules (``g`` the gradient, ``p`` the parameter, ``t`` the 1-based step co
 
 These are PyTorch's ``torch.optim.SGD`` (dampening 0, no weight decay) and
 ``torch.optim.Adam`` (no weight decay, no amsgrad). Optimiser state is kept in at least
-float32, so float16 parameters are updated from float32 moments.
+float32, so float16 and bfloat16 parameters are updated from float32 moments (each step computes
+in float32 and rounds the parameters once).
 
 ``state_dict()`` returns everything a step depends on, as plain values and lists of arrays
 (one per parameter array; the optimiser's own, not copies), and ``load_state_dict`` checks
@@ -37,7 +38,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ._arrays import Array, array_kind, array_module, copy_into, device_of, on_device
-from .config import is_count
+from .config import DTYPES, is_count
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
 
@@ -73,6 +74,11 @@ def _betas(name: str, value: object) -> tuple[float, float]:
     return (_unit_interval(f"{name}[0]", value[0]), _unit_interval(f"{name}[1]", value[1]))
 
 
+def _is_floating(dtype: DTypeLike) -> bool:
+    """NumPy's floating types, and bfloat16 (ml_dtypes' type, of NumPy kind "V")."""
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype).name in DTYPES
+
+
 def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
     """Check a list of floating NumPy/CuPy arrays and return it as a list."""
     if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
@@ -81,13 +87,13 @@ def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
     for i, array in enumerate(arrays):
         if array_kind(array) is None:
             raise TypeError(f"{name}[{i}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
-        if np.dtype(array.dtype).kind != "f":
+        if not _is_floating(array.dtype):
             raise TypeError(f"{name}[{i}] must have a floating dtype; got {array.dtype}")
     return arrays
 
 
 def _state_dtype(dtype: DTypeLike) -> np.dtype:
-    """float16 parameters keep float32 optimiser state; wider types keep their own."""
+    """float16 and bfloat16 parameters keep float32 optimiser state; wider types keep their own."""
     return np.result_type(dtype, np.float32)
 
 

@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+import ml_dtypes  # noqa: F401  (registers NumPy's "bfloat16", one of the drawn dtypes)
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -163,7 +164,7 @@ def cases(draw: st.DrawFn) -> Case:
         input_size=draw(st.integers(1, 4)), direction=draw(st.sampled_from(["unidirectional", "bidirectional"])),
         num_proj=draw(st.integers(1, num_units - 1)) if mode == "lstm" and draw(st.booleans()) else 0,
         max_time=max_time, batch=batch, lengths=lengths, time_major=draw(st.booleans()),
-        dtype=draw(st.sampled_from(["float32", "float64"])),
+        dtype=draw(st.sampled_from(["float32", "float64", "bfloat16"])),
         dropout=draw(st.sampled_from([0.0, 0.5])), seed=draw(st.integers(-5, 5)))
 
 

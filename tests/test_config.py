@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
-from cudnn_rnn.config import MODES, RNNConfig, tf_seed64
+from cudnn_rnn.config import MODES, RNNConfig, dtype_name, tf_seed64
 
 
 def test_derived_sizes_for_bidirectional_projected_lstm() -> None:
@@ -53,6 +54,22 @@ def test_invalid_configurations_are_named(kwargs: dict, error: type, words: list
         RNNConfig(**fields)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("spelling, name", [
+    ("bfloat16", "bfloat16"), (ml_dtypes.bfloat16, "bfloat16"), (np.dtype(ml_dtypes.bfloat16), "bfloat16"),
+    ("float16", "float16"), (np.float16, "float16"), (np.dtype("float32"), "float32"), ("float64", "float64"),
+])
+def test_every_spelling_of_a_dtype_is_stored_as_its_name(spelling: object, name: str) -> None:
+    assert dtype_name(spelling) == name
+    config = RNNConfig("lstm", 1, 4, 3, dtype=spelling)
+    assert config.dtype == name and config == RNNConfig("lstm", 1, 4, 3, dtype=name)
+
+
+@pytest.mark.parametrize("spelling", [ml_dtypes.float8_e4m3fn, "float8_e5m2", np.int16, "bfloat", np.dtype("V2")])
+def test_other_narrow_types_are_refused_by_name(spelling: object) -> None:
+    with pytest.raises(TypeError, match=r"^dtype must be one of \('float16', 'float32', 'float64', 'bfloat16'\); "):
+        RNNConfig("lstm", 1, 4, 3, dtype=spelling)
 
 
 def test_config_is_hashable_and_equal_by_value() -> None:

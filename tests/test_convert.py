@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ml_dtypes  # noqa: F401  (registers NumPy's "bfloat16")
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -233,8 +234,8 @@ ROUND_TRIP_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_c
 
 
 @ROUND_TRIP_SETTINGS
-@given(config=configs(), fmt=st.sampled_from(FORMATS), dtype=st.sampled_from(("float16", "float32", "float64")),
-       seed=st.integers(0, 2**32 - 1))
+@given(config=configs(), fmt=st.sampled_from(FORMATS),
+       dtype=st.sampled_from(("float16", "float32", "float64", "bfloat16")), seed=st.integers(0, 2**32 - 1))
 def test_format_to_params_to_format_is_bit_exact(config: RNNConfig, fmt: str, dtype: str, seed: int) -> None:
     if fmt in RESET_BEFORE:
         config = RNNConfig("gru", 1, config.num_units, config.input_size, input_mode=config.input_mode)

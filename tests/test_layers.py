@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import ml_dtypes  # noqa: F401  (registers NumPy's "bfloat16")
 import numpy as np
 import pytest
 
@@ -271,7 +272,7 @@ def test_named_views_write_through_and_cover_the_buffer() -> None:
     assert layer.grad.sum() == 4
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "bfloat16"])
 def test_save_load_round_trip_is_bit_exact(dtype: str, tmp_path, rng: np.random.Generator) -> None:
     layer = LSTM(3, 5, 2, bidirectional=True, num_proj=3, dropout=0.2, dtype=dtype, seed=-6)
     layer.params += rng.standard_normal(layer.params.size).astype(dtype)  # not just the init

@@ -149,7 +149,7 @@ def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
     Raises:
         TypeError: a value of a kind that cannot be stored (not a layer, optimiser or array where
             one is expected, a dict key that is not a str, an array of another dtype than bool,
-            integer or float16/32/64), named by its place.
+            integer, float16/32/64 or bfloat16), named by its place.
         ValueError: a value that cannot be stored as it is (a negative step, the reserved key
             ``"$array"``, an integer of more than 4000 digits), named by its place.
     """

@@ -12,9 +12,9 @@ Layout (every integer little-endian; any safetensors reader opens the file)::
 The checksum is the SHA-256 of the whole file with its 64 hex digits written as zeros, so any
 changed, missing or added byte (a bit flip, a truncation, a torn write) is caught before a
 single value is used. Reading never unpickles and never trusts a size it has not checked:
-the header is bounded, every array's dtype comes from :data:`DTYPES`, its byte count is its
-shape's product times its item size (in Python integers, no overflow), and the arrays tile
-the data exactly.
+the header is bounded, every array's dtype comes from :data:`DTYPES` (or :data:`EXTENSION_DTYPES`:
+bfloat16, read with ml_dtypes), its byte count is its shape's product times its item size (in
+Python integers, no overflow), and the arrays tile the data exactly.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from ..config import numpy_dtype
 from ..errors import CheckpointError
 
-__all__ = ["FORMAT", "VERSION", "DTYPES", "MAX_HEADER_BYTES", "encode", "decode"]
+__all__ = ["FORMAT", "VERSION", "DTYPES", "EXTENSION_DTYPES", "MAX_HEADER_BYTES", "encode", "decode"]
 
 FORMAT = "cudnn_rnn.checkpoint"
 VERSION = "1"
@@ -40,8 +41,22 @@ DTYPES: dict[str, np.dtype] = {code: np.dtype(name).newbyteorder("<") for code, 
     ("I32", "int32"), ("U64", "uint64"), ("I64", "int64"), ("F16", "float16"), ("F32", "float32"),
     ("F64", "float64"))}
 
+#: safetensors dtype code -> (dtype name, item size) of the dtypes NumPy has no type for without an extension
+#: (bfloat16: ml_dtypes, imported only when such an array is written or read)
+EXTENSION_DTYPES: dict[str, tuple[str, int]] = {"BF16": ("bfloat16", 2)}
+
 #: NumPy dtype name -> safetensors code
-_CODES: dict[str, str] = {dtype.name: code for code, dtype in DTYPES.items()}
+_CODES: dict[str, str] = {**{dtype.name: code for code, dtype in DTYPES.items()},
+                          **{name: code for code, (name, _) in EXTENSION_DTYPES.items()}}
+
+
+def _dtype(code: str) -> np.dtype:
+    """The NumPy dtype of a dtype code of :data:`DTYPES` or :data:`EXTENSION_DTYPES` (little-endian)."""
+    return DTYPES[code] if code in DTYPES else numpy_dtype(EXTENSION_DTYPES[code][0]).newbyteorder("<")
+
+
+def _itemsize(code: str) -> int:
+    return DTYPES[code].itemsize if code in DTYPES else EXTENSION_DTYPES[code][1]
 
 #: the largest header read (the safetensors library's own bound is 100 MB)
 MAX_HEADER_BYTES = 64 * 2**20
@@ -73,7 +88,8 @@ _MAGICS: dict[bytes, str] = {
 def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryview]:
     """The file's bytes as a list of chunks to write back to back: the header, then each array's buffer.
 
-    ``arrays`` are host NumPy arrays of a dtype in :data:`DTYPES`; ``contents`` is a JSON text.
+    ``arrays`` are host NumPy arrays of a dtype in :data:`DTYPES` or :data:`EXTENSION_DTYPES`; ``contents`` is a
+    JSON text.
     """
     entries: dict[str, Any] = {}
     buffers: list[memoryview] = []
@@ -82,8 +98,8 @@ def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryv
         code = _CODES.get(array.dtype.name)
         if code is None:
             raise TypeError(f"array {name!r} has dtype {array.dtype}; a checkpoint holds {sorted(_CODES)}")
-        data = np.asarray(array, dtype=DTYPES[code], order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
-        buffers.append(data.reshape(-1).data.cast("B"))
+        data = np.asarray(array, dtype=_dtype(code), order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
+        buffers.append(data.reshape(-1).view(np.uint8).data)  # (as bytes: a memoryview cannot hold bfloat16)
         entries[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
         offset += data.nbytes
     metadata = {"format": FORMAT, "version": VERSION, "checksum": _CHECKSUM_PREFIX + _ZERO_DIGEST,
@@ -126,7 +142,7 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
     metadata = _metadata(header.pop("__metadata__", None), where)
     entries = _entries(header, len(view) - data_start, where)
     _check_digest(view, header_bytes, metadata["checksum"], where)
-    arrays = {name: np.frombuffer(view, DTYPES[dtype], math.prod(shape), data_start + begin).reshape(shape).copy()
+    arrays = {name: np.frombuffer(view, _dtype(dtype), math.prod(shape), data_start + begin).reshape(shape).copy()
               for name, (dtype, shape, begin) in entries.items()}
     return arrays, metadata["contents"]
 
@@ -171,19 +187,19 @@ def _entries(header: dict[str, Any], data_bytes: int, where: str) -> dict[str, t
             raise CheckpointError(where, f"array {name[:80]!r}: its entry must hold exactly dtype, shape and "
                                          "data_offsets")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str) or dtype not in DTYPES:
+        if not isinstance(dtype, str) or (dtype not in DTYPES and dtype not in EXTENSION_DTYPES):
             raise CheckpointError(where, f"array {name[:80]!r}: dtype {str(dtype)[:20]!r} is not one of "
-                                         f"{sorted(DTYPES)}")
+                                         f"{sorted([*DTYPES, *EXTENSION_DTYPES])}")
         if not _integers(shape, MAX_DIMENSIONS):
             raise CheckpointError(where, f"array {name[:80]!r}: shape must be a list of at most {MAX_DIMENSIONS} "
                                          f"non-negative integers; got {str(shape)[:80]}")
         if not _integers(offsets, 2) or len(offsets) != 2 or offsets[0] > offsets[1]:
             raise CheckpointError(where, f"array {name[:80]!r}: data_offsets must be [begin, end] with "
                                          f"0 <= begin <= end; got {str(offsets)[:80]}")
-        if math.prod(max(size, 1) for size in shape) * DTYPES[dtype].itemsize >= MAX_ARRAY_BYTES:
+        if math.prod(max(size, 1) for size in shape) * _itemsize(dtype) >= MAX_ARRAY_BYTES:
             raise CheckpointError(where, f"array {name[:80]!r}: shape {str(shape)[:80]} is larger than any array "
                                          "can be")
-        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+        nbytes = math.prod(shape) * _itemsize(dtype)
         if offsets[1] - offsets[0] != nbytes:
             raise CheckpointError(where, f"array {name[:80]!r}: {dtype} {shape} needs {nbytes} bytes; its offsets "
                                          f"span {offsets[1] - offsets[0]}")

@@ -5,9 +5,10 @@
 
 A tree is made of None, bool, int, float (NaN and infinities included), str, lists (tuples
 come back as lists), dicts with str keys, NumPy or CuPy arrays (they come back as NumPy
-arrays) and NumPy scalars (they come back as Python numbers). An array's name is its path from
-the root, keys joined by "/" ("~" written "~0" and "/" written "~1", as in a JSON pointer), so
-names never collide. Nothing else is stored: no pickle, so reading a tree never runs code.
+arrays; bfloat16 ones are read with ml_dtypes) and NumPy scalars (they come back as Python
+numbers). An array's name is its path from the root, keys joined by "/" ("~" written "~0" and
+"/" written "~1", as in a JSON pointer), so names never collide. Nothing else is stored: no
+pickle, so reading a tree never runs code.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ def _flatten(value: Any, path: list[str], arrays: dict[str, np.ndarray]) -> Any:
         return _flatten(value.item(), path, arrays)
     if array_kind(value) is not None:
         host = to_host(value)
-        if host.dtype.kind not in "biuf" or host.dtype.itemsize > 8:
+        if (host.dtype.kind not in "biuf" or host.dtype.itemsize > 8) and host.dtype.name != "bfloat16":
             raise TypeError(f"{_where(path)}: a {host.dtype} array cannot be stored in a checkpoint; arrays of "
-                            "bool, integer and float16/32/64 can")
+                            "bool, integer, float16/32/64 and bfloat16 can")
         name = "/".join(part.replace("~", "~0").replace("/", "~1") for part in path)
         arrays[name] = host
         return {ARRAY_KEY: name}

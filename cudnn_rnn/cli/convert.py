@@ -10,8 +10,9 @@ flag that is missing, by name). OUT is written by its extension:
 
 * ``.npz``: ``--to params`` (the default) writes a params file (params + configuration, see
   :mod:`cudnn_rnn.params_file`) that ``cudnn_rnn.LSTM.load`` etc. read directly; ``--to FORMAT``
-  writes that format's named tensors.
-* ``.pt``: the named tensors as a ``torch.save``-d state_dict (needs torch).
+  writes that format's named tensors (not bfloat16 ones, which an ``.npz`` cannot name).
+* ``.pt``: the named tensors as a ``torch.save``-d state_dict (needs torch; bfloat16 stays
+  ``torch.bfloat16``).
 * ``.onnx``: a runnable ONNX model (``--to onnx``; needs onnx).
 
 The command refuses unreadable or mismatched input with one message line and exit status 2,
@@ -33,7 +34,7 @@ from ..convert._core import describe
 from ..convert.onnx_export import DEFAULT_OPSET, export_onnx
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
 from ..files import write_through_path
-from ..params_file import write_params_file
+from ..params_file import STORED_BITS, write_params_file
 from ._flags import in_flags
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
@@ -83,13 +84,25 @@ def _import(module: str, purpose: str) -> Any:
 
 
 def _write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
+    if narrow:  # np.savez would write anonymous void data
+        raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt "
+                        f"(torch.bfloat16) or a params file (--to {PARAMS_FORMAT})")
     with open(path, "wb") as handle:  # numeric tensors: nothing to pickle, and no name taken for savez's flag
         np.savez(handle, allow_pickle=False, **tensors)
 
 
+def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
+    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
+    value = np.ascontiguousarray(value)
+    if value.dtype.name == "bfloat16":
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
+
+
 def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
     torch = _import("torch", "writing .pt files")
-    torch.save({name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in tensors.items()}, path)
+    torch.save({name: _torch_tensor(torch, value) for name, value in tensors.items()}, path)
 
 
 #: output extension -> how named tensors are written (.onnx is export_onnx's model, written apart)

@@ -80,7 +80,7 @@ def to_format(fmt: str, params: Array, config: RNNConfig, *, allow_approximation
 
     Args:
         fmt: one of :data:`FORMATS`.
-        params: ``[params_size]`` array (NumPy or CuPy, float16/32/64), ``params_size`` being
+        params: ``[params_size]`` array (NumPy or CuPy, float16/32/64 or bfloat16), ``params_size`` being
             :func:`cudnn_rnn.cudnn_rnn_params_size` of ``config``.
         config: the configuration ``params`` belongs to.
         allow_approximation: accept a conversion that changes the function (reported).

@@ -48,6 +48,12 @@ MIN_OPSET = 10
 
 DIRECTIONS: dict[int, str] = {1: "forward", 2: "bidirectional"}
 
+#: params dtype -> the oldest opset whose LSTM, GRU and RNN take it (the others run from MIN_OPSET)
+DTYPE_MIN_OPSET: dict[str, int] = {"bfloat16": 22}
+
+#: the dtypes ONNX Runtime's CPU LSTM, GRU and RNN kernels take (a model of another one is written, with a warning)
+ORT_CPU_DTYPES: tuple[str, ...] = ("float16", "float32")
+
 
 def _import_onnx() -> types.ModuleType:
     try:
@@ -70,7 +76,7 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
             X ``[T, B, I]`` and Y ``[T, B, D*N]`` when True, ``[B, T, I]`` and ``[B, T, D*N]``
             when False.
         opset: the ONNX opset to write, from ``MIN_OPSET`` (10) to the newest the installed
-            onnx knows.
+            onnx knows; bfloat16 params need 22 or newer.
         with_initial_state: whether the graph takes initial_h (and initial_c) ``[L*D, B, N]``;
             else they are zeros.
 
@@ -78,11 +84,11 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
         The ``onnx.ModelProto`` written (already checked with ``onnx.checker``).
 
     Warns:
-        UserWarning: params are float64 (ONNX Runtime's CPU RNN kernels do not run float64).
+        UserWarning: params are float64 or bfloat16 (ONNX Runtime's CPU RNN kernels do not run them).
 
     Raises:
         ValueError: a projection (num_proj > 0), params of the wrong shape, or an opset out of
-            range.
+            range (bfloat16 params need opset >= 22).
         TypeError: ``params`` is not a NumPy or CuPy float array, or ``config`` is not an
             :class:`~cudnn_rnn.RNNConfig`.
         ImportError: the onnx package is missing.
@@ -99,8 +105,12 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
         raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx_module.defs.onnx_opset_version()}]; "
                          f"got {opset!r}")
     check_params(params, config)
-    if np.dtype(params.dtype) == np.float64:
-        warnings.warn("export_onnx: the model is float64, but ONNX Runtime's CPU LSTM, GRU and RNN kernels take only "
+    dtype = np.dtype(params.dtype).name
+    if opset < DTYPE_MIN_OPSET.get(dtype, MIN_OPSET):
+        raise ValueError(f"export_onnx: {dtype} params need opset >= {DTYPE_MIN_OPSET[dtype]} (the first whose LSTM, "
+                         f"GRU and RNN take {dtype}); got opset={opset}")
+    if dtype not in ORT_CPU_DTYPES:
+        warnings.warn(f"export_onnx: the model is {dtype}, but ONNX Runtime's CPU LSTM, GRU and RNN kernels take only "
                       "float32 (and float16); convert params to float32 first to run it there",
                       UserWarning, stacklevel=2)
     weights = {name: _to_host(value) for name, value in to_format("onnx", params, config).value.items()}

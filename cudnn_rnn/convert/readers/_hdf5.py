@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ...config import DTYPES
+from ...config import BUILTIN_DTYPES
 from ._found import FileReadError, check_declared_size, one_line
 from ._hdf5_heaps import check_global_heaps
 
@@ -95,8 +95,8 @@ class H5File:
             name = dataset.name
             if dataset.is_virtual or dataset.external:
                 raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
-            if dtype not in DTYPES:
-                raise self.fail(f"dataset {name} holds {dtype}, not one of {DTYPES}")
+            if dtype not in BUILTIN_DTYPES:
+                raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES}")
             compressed = dataset.id.get_create_plist().get_nfilters() > 0
             stored = min(int(dataset.id.get_storage_size()), self.size)
             check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize, stored,

@@ -66,7 +66,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..._arrays import Array
-from ...config import DTYPES, MODES
+from ...config import BUILTIN_DTYPES, MODES
 from .._core import reorder_gates
 from .._gru_block_cell import keras_reset_before_to_gru_block_cell
 from .._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
@@ -158,7 +158,7 @@ def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
     recurrent, kernel = weights.get("recurrent_kernel"), weights.get("kernel")
     if recurrent is not None and kernel is not None and len(recurrent.shape) == 2 and len(kernel.shape) == 2:
         fields.update(num_units=int(recurrent.shape[0]), input_size=int(kernel.shape[0]))
-        if kernel.dtype.name in DTYPES:
+        if kernel.dtype.name in BUILTIN_DTYPES:
             fields["dtype"] = kernel.dtype.name
     return fields
 
@@ -214,10 +214,11 @@ def _read_weights(h5: H5File, layer: RNNLayer, version: str) -> _ReadLayer:
         layer.refusal = layer.refusal or BIDIRECTIONAL_RESET_BEFORE
     if not layer.refusal:
         _check_weights(h5, layer)
-        odd = sorted({h5.dtype(dataset) for weights in layer.weights for dataset in weights.values()} - set(DTYPES))
+        stored = {h5.dtype(dataset) for weights in layer.weights for dataset in weights.values()}
+        odd = sorted(stored - set(BUILTIN_DTYPES))
         if odd:
-            layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {DTYPES}: cast the model's "
-                             "weights first")
+            layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {BUILTIN_DTYPES}: cast the "
+                             "model's weights first")
     if layer.refusal:
         return _ReadLayer(dataclasses.replace(layer, weights=[]), source, fields=_shape_fields(layer))
     units = config.get("units")
