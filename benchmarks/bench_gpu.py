@@ -16,6 +16,11 @@ ours/torch (eager against eager) with its target, and the achieved TFLOP/s by an
 3.1 (per layer and direction a forward does 2*B*G*H*(I_l + H)*T FLOPs, G = 4 LSTM, 3 GRU; the
 backward twice that). Steps are timed with CUDA events after warm-up.
 
+Then cuDNN's persistent algorithms (``algo=``: persist_static, persist_dynamic,
+persist_static_small_h) on every configuration and precision: our eager ms per step with each,
+beside the standard algorithm's, or "refused" where cuDNN refuses it. A persistent algorithm that
+beats the standard one here is what ``_cudnn_settings.AUTO_RULES`` (``algo="auto"``) is made from.
+
 Then the host overhead per call (microseconds per training step on a tiny configuration, where
 the GPU waits for the host): ours eager, ours as a graph replay, torch; and what re-seeding the
 dropout state costs (cudnnSetDropoutDescriptor, which the layer classes cause every step by
@@ -81,7 +86,7 @@ def _use_precision(precision: str) -> str:
     return "float16" if precision == "fp16" else "float32"
 
 
-def _ours(bench: Bench, dtype: str) -> Step:
+def _ours(bench: Bench, dtype: str, algo: str = "standard") -> Step:
     """One training forward + backprop through cudnn_rnn on CuPy arrays (on the current stream)."""
     import cupy
 
@@ -102,7 +107,7 @@ def _ours(bench: Bench, dtype: str) -> Step:
     params = draw(size, 0.05)
     dy = draw((bench.max_time, bench.batch, bench.directions * bench.hidden))
     dhy, dcy = cupy.ones_like(h0), (cupy.ones_like(c0) if lstm else None)
-    attrs = dict(rnn_mode=bench.mode, direction=direction)
+    attrs = dict(rnn_mode=bench.mode, direction=direction, algo=algo)
 
     def step() -> None:
         out = cudnn_rnn.cudnn_rnn_v3(x, h0, c0, params, is_training=True, **attrs)
@@ -208,6 +213,20 @@ def _ours_eager_and_graph(bench: Bench, dtype: str, steps: int) -> tuple[float, 
     return eager, replayed
 
 
+def _algorithm_ms(bench: Bench, dtype: str, steps: int) -> dict[str, float | None]:
+    """Our eager ms per step with each persistent algorithm; None where cuDNN refuses it."""
+    from cudnn_rnn.config import PERSISTENT_ALGOS
+    from cudnn_rnn.errors import CudnnError
+
+    times: dict[str, float | None] = {}
+    for algo in PERSISTENT_ALGOS:
+        try:
+            times[algo] = _gpu_ms(_ours(bench, dtype, algo), steps, _cupy_timer())
+        except CudnnError:
+            times[algo] = None
+    return times
+
+
 def _host_overheads() -> dict[str, float]:
     import cupy
 
@@ -249,7 +268,7 @@ def _dropout_reseed(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
         params = cupy.zeros(cudnn_rnn.cudnn_rnn_params_size(2, SMALL.hidden, SMALL.inputs), dtype=cupy.float32)
         cudnn_rnn.cudnn_rnn_v3(x, states, states, params, dropout=0.1, seed=1)  # builds the network
         context = _cudnn_cache.thread_context(cupy.cuda.Device().id)
-        network = context.network(config, True, stream)
+        network = context.networks.values()[-1]  # the one that call built
         handle = context.handle.bind(stream.ptr)
         seeds = iter(range(1 << 20, 1 << 21))
 
@@ -326,12 +345,22 @@ def main(argv: list[str] | None = None) -> int:
                       f"{gflop / ours:>9.2f}{gflop / theirs:>7.2f}  <= {bench.target} {verdict}", flush=True)
                 results.append({**asdict(bench), "name": bench.name(), "precision": precision, "ours_ms": ours,
                                 "graph_ms": graph, "torch_ms": theirs, "ratio": ratio, "verdict": verdict,
-                                "ours_tflops": gflop / ours, "torch_tflops": gflop / theirs})
+                                "ours_tflops": gflop / ours, "torch_tflops": gflop / theirs,
+                                "algo_ms": _algorithm_ms(bench, dtype, args.steps)})
         small_fp32 = next(r["ours_ms"] for r in results if r["name"] == SMALL.name() and r["precision"] == "fp32")
         overheads = _host_overheads()
         reseed = _dropout_reseed(small_fp32)
     finally:
         _cudnn_settings.allow_tf32(tf32_before)
+    print("\ncuDNN's algorithms, our eager ms per step ('refused' where cuDNN refuses one):")
+    names = ("standard",) + tuple(results[0]["algo_ms"])
+    print(f"{'configuration':<36}{'prec':>5}" + "".join(f"{name:>24}" for name in names) + "  fastest")
+    for r in results:
+        times = {"standard": r["ours_ms"], **r["algo_ms"]}
+        fastest = min((t, name) for name, t in times.items() if t is not None)[1]
+        print(f"{r['name']:<36}{r['precision']:>5}"
+              + "".join(f"{'refused' if t is None else format(t, '.3f'):>24}" for t in times.values())
+              + f"  {fastest}")
     print(f"\nhost overhead per training step ({TINY.name()}, fp32): "
           + ", ".join(f"{name} {value:.0f} us" for name, value in overheads.items()))
     print(f"dropout re-seed ({reseed['states_bytes']} bytes of RNG state): GPU {reseed['gpu_ms']['reseed']:.3f} ms "
