@@ -10,95 +10,198 @@
         x[...] = batch             # inputs change in place; the graph reads the same memory
         graph.replay()             # the recorded work, with no Python or per-call driver work
 
+    graph = capture(step, on_new_lengths="recapture", max_graphs=8)
+    lengths[...] = other_lengths   # in place: the graph watches the array the step passes
+    graph.replay()                 # new lengths: the step runs eagerly now, and is recorded for them
+
+Lengths and shapes. cuDNN takes the sequence lengths from host memory when a call is enqueued,
+so a graph freezes the lengths, and the shapes, of the run it recorded. That run watches what
+each op call on CuPy arrays was given: the ``sequence_lengths`` object as passed (a NumPy array,
+or the list given to a layer) and the ``input`` array. Every :meth:`CapturedStep.replay` first
+checks on the host, with no device work and no wait, that they still hold the recorded lengths
+and shapes. If not, it raises ValueError (``on_new_lengths="raise"``, the default), or
+(``"recapture"``) runs the step eagerly, which is this replay's work, and records one more graph
+for the new lengths; a later replay with any lengths recorded before launches that graph, and
+the ``max_graphs`` most recently used graphs are kept. The watch sees changes made in place
+(``lengths[...] = ...``); a step that builds its lengths array anew on every call, or a name
+rebound to another array, is not seen: the graph replays what it recorded. CuPy
+``sequence_lengths`` are refused while recording (they are read back to the host).
+
 What a step may do: enqueue device work on arrays that outlive it (inputs, params, gradients and
-optimiser state updated in place with ``a[...] = ...``), with host ``sequence_lengths`` (NumPy)
-equal to the warm-up's. It must not read a result on the host, change the shapes, the lengths
-or the dropout seed, or use values that change on the host between steps: a replay repeats the
-recorded work exactly (the same dropout masks too, as a fixed seed gives on every call;
-``optim.SGD`` is exact; ``optim.Adam`` would repeat the bias correction of the recorded step).
-Anything the capture cannot record (a host transfer or wait) raises inside :func:`capture`.
+optimiser state updated in place with ``a[...] = ...``), with host ``sequence_lengths`` (NumPy).
+It must not read a result on the host, replace its arrays, change the dropout seed, or use other
+values that change on the host between steps: a replay repeats the recorded work exactly (the
+same dropout masks too, as a fixed seed gives on every call; ``optim.SGD`` is exact;
+``optim.Adam`` would repeat the bias correction of the recorded step). Anything the capture
+cannot record (a host transfer or wait) raises inside :func:`capture` (or inside the replay that
+records, with ``"recapture"``).
 
 How: the warm-up runs on the capture stream, so the cuDNN backend builds its handle, plans and
 dropout state there (a plan's upload is the one host-to-device copy, and it happens now). The
 recorded run allocates from a memory pool that belongs to the graph alone, so its temporaries
 keep their addresses for every replay and nothing else can be given that memory; the cached
 device arrays the step reads (plans, dropout states) are kept with the graph, even after they
-leave the backend's caches.
+leave the backend's caches. A graph dropped from a :class:`CapturedStep` releases both.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
+from . import _graph_watch
 from ._cudnn_streams import import_cupy, keeping_buffers_alive
 
-__all__ = ["CapturedStep", "capture"]
+__all__ = ["ON_NEW_LENGTHS", "CapturedStep", "capture"]
+
+#: What :meth:`CapturedStep.replay` does when the watched lengths or shapes differ from every kept graph's
+ON_NEW_LENGTHS: dict[str, str] = {
+    "raise": "raise ValueError, naming the recorded and the current values",
+    "recapture": "run the step eagerly (this replay's work), then record a graph for the new lengths",
+}
+
+
+@dataclass
+class _Recorded:
+    """One graph with what it reads (its memory pool, the backend's cached arrays) and what it froze."""
+
+    graph: Any
+    pool: Any
+    kept: list[Any]
+    frozen: _graph_watch.Frozen
+
+
+def _record_run(cupy: Any, step: Callable[[], Any], stream: Any) -> _Recorded:
+    """Record one run of ``step`` on ``stream`` (the current stream), into a memory pool of its own."""
+    pool = cupy.cuda.MemoryPool()
+    with (cupy.cuda.using_allocator(pool.malloc), keeping_buffers_alive() as kept,
+          _graph_watch.recording() as frozen):
+        stream.begin_capture()
+        try:
+            step()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the recording may be invalid: the step's error matters
+                stream.end_capture()
+            raise
+        graph = stream.end_capture()
+    return _Recorded(graph, pool, kept, frozen)
 
 
 class CapturedStep:
-    """A recorded step: :meth:`replay` launches it on :attr:`stream`.
+    """A recorded step: :meth:`replay` launches its graph on :attr:`stream`.
 
-    Made by :func:`capture`. Holds what the graph reads: its private memory pool and the
-    backend's cached arrays.
-
-    Args:
-        graph: the recorded ``cupy.cuda.Graph``.
-        stream: the CuPy stream it was recorded on.
-        pool: the memory pool its temporaries live in.
-        kept: the cached device arrays it reads, kept alive with it.
+    Made by :func:`capture`, not directly. Holds each graph with what it reads (its private
+    memory pool and the backend's cached arrays) and the lengths and shapes it froze, which
+    every replay checks first.
 
     Attributes:
-        graph: the recorded ``cupy.cuda.Graph``.
+        step: the recorded function (run again, eagerly, when ``"recapture"`` meets new lengths).
         stream: the CuPy stream the step was recorded on and is replayed on.
+        on_new_lengths: ``"raise"`` or ``"recapture"`` (see :data:`ON_NEW_LENGTHS`).
+        max_graphs: the most graphs kept with ``"recapture"``.
     """
 
-    def __init__(self, graph: Any, stream: Any, pool: Any, kept: list[Any]) -> None:
-        self.graph = graph
+    def __init__(self, step: Callable[[], Any], stream: Any, *, on_new_lengths: Literal["raise", "recapture"],
+                 max_graphs: int) -> None:
+        self.step = step
         self.stream = stream
-        self._pool = pool
-        self._kept = kept
+        self.on_new_lengths = on_new_lengths
+        self.max_graphs = max_graphs
+        self._graphs: list[_Recorded] = []  # least recently used first
+
+    @property
+    def graph(self) -> Any:
+        """The ``cupy.cuda.Graph`` launched last (before any replay, the one :func:`capture` recorded)."""
+        return self._graphs[-1].graph
 
     def replay(self) -> None:
-        """Enqueue the recorded step on :attr:`stream` (returns at once; the work runs on the GPU)."""
-        self.graph.launch(self.stream)
+        """Enqueue the recorded step on :attr:`stream` (returns at once; the work runs on the GPU).
+
+        First checks on the host (no device work, no wait) that the watched ``sequence_lengths``
+        and input shapes hold what the graph was recorded with. With ``on_new_lengths=
+        "recapture"``, lengths that a kept graph was recorded with launch that graph; other
+        lengths run the step eagerly on :attr:`stream` (this replay's work, done once, with a
+        new cuDNN plan's upload if the lengths are new to the backend too) and then record a
+        graph for them, which this replay does not launch; beyond ``max_graphs`` graphs, the
+        least recently used one is dropped with its memory pool.
+
+        Raises:
+            ValueError: (``"raise"``) ``sequence_lengths`` or an input shape differ from the
+                recorded ones; the message gives both.
+            Exception: (``"recapture"``) whatever the eager run or the recording raises; the
+                graphs kept before stay as they were.
+        """
+        graphs = self._graphs
+        change = graphs[-1].frozen.change()
+        if change is not None:
+            found = next((g for g in reversed(graphs[:-1]) if g.frozen.change() is None), None)
+            if found is None:
+                if self.on_new_lengths == "raise":
+                    raise ValueError(
+                        f"cannot replay this CUDA graph: {change}. A graph freezes the sequence_lengths and "
+                        "shapes it was recorded with (cuDNN takes the lengths from host memory): put them back, "
+                        "capture the step again for the new ones, or capture it with "
+                        "on_new_lengths='recapture' to record a graph for each lengths pattern")
+                with self.stream:
+                    self.step()  # this replay's work
+                    self._record()
+                return
+            graphs.remove(found)
+            graphs.append(found)
+        graphs[-1].graph.launch(self.stream)
+
+    def _record(self) -> None:
+        """Record one run of the step (not run) as the most recently used graph, on the current stream."""
+        self._graphs.append(_record_run(import_cupy(), self.step, self.stream))
+        del self._graphs[:-self.max_graphs]  # the least recently used: their pools and kept arrays go too
 
 
-def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1) -> CapturedStep:
+def _check_count(name: str, value: object, why: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 ({why}); got {value!r}")
+
+
+def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1,
+            on_new_lengths: Literal["raise", "recapture"] = "raise", max_graphs: int = 8) -> CapturedStep:
     """Run ``step`` ``warmup`` times, then record one more run of it as a CUDA graph.
 
-    Whatever the step raises while it is recorded (a host transfer or wait, for instance) comes
-    out of this call; the capture is ended first, so the stream stays usable.
+    Whatever the step raises while it is recorded (a host transfer or wait, CuPy
+    ``sequence_lengths``, for instance) comes out of this call; the capture is ended first, so
+    the stream stays usable.
 
     Args:
         step: a function that only enqueues device work (see the module docstring).
         stream: a non-default CuPy stream to run, record and replay on (a new non-blocking one
             by default). Work on other streams is not ordered with it: synchronise as usual.
         warmup: eager runs before recording (>= 1): they build the backend's cached objects.
+        on_new_lengths: what a replay does when the step's ``sequence_lengths`` (or input
+            shapes) no longer hold what a graph was recorded with: ``"raise"`` ValueError, or
+            ``"recapture"``: run the step eagerly and record a graph for them
+            (:data:`ON_NEW_LENGTHS`).
+        max_graphs: with ``"recapture"``, the most graphs kept (each with its own memory pool),
+            the least recently used dropped first.
 
     Returns:
-        The :class:`CapturedStep`. The warm-up runs really happen; the recorded run does not
-        (replay it to run it).
+        The :class:`CapturedStep`. The warm-up runs really happen (they update the step's
+        arrays, as eager calls do); the recorded run does not (replay it to run it).
 
     Raises:
-        ValueError: ``warmup`` is not an int >= 1.
+        ValueError: ``warmup`` or ``max_graphs`` is not an int >= 1, or ``on_new_lengths`` is
+            not a key of :data:`ON_NEW_LENGTHS`.
+        TypeError: the recorded run passes CuPy ``sequence_lengths``.
         ~cudnn_rnn.CudnnNotAvailableError: CuPy is not installed.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-        raise ValueError(f"warmup must be an int >= 1 (the backend builds its caches then); got {warmup!r}")
+    _check_count("warmup", warmup, "the backend builds its caches then")
+    _check_count("max_graphs", max_graphs, "the graphs kept with on_new_lengths='recapture'")
+    if not isinstance(on_new_lengths, str) or on_new_lengths not in ON_NEW_LENGTHS:
+        raise ValueError(f"on_new_lengths must be one of {', '.join(map(repr, ON_NEW_LENGTHS))}; "
+                         f"got {on_new_lengths!r}")
     cupy = import_cupy()
     stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
-    pool = cupy.cuda.MemoryPool()
+    captured = CapturedStep(step, stream, on_new_lengths=on_new_lengths, max_graphs=max_graphs)
     with stream:
         for _ in range(warmup):
             step()
-        with cupy.cuda.using_allocator(pool.malloc), keeping_buffers_alive() as kept:
-            stream.begin_capture()
-            try:
-                step()
-            except BaseException:
-                with contextlib.suppress(Exception):  # the recording may be invalid: the step's error matters
-                    stream.end_capture()
-                raise
-            graph = stream.end_capture()
-    return CapturedStep(graph, stream, pool, kept)
+        captured._record()
+    return captured

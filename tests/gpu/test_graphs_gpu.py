@@ -1,6 +1,8 @@
 """A whole training step (forward, backprop, SGD update of the flat params) recorded as a CUDA
 graph and replayed gives what the same steps give eagerly; recording it also proves that the
-steady-state step makes no host transfer or wait (CUDA refuses them while recording)."""
+steady-state step makes no host transfer or wait (CUDA refuses them while recording). A replay
+after the lengths changed in place is refused (and changes nothing), or with
+``on_new_lengths="recapture"`` gives what eager steps with those lengths give."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from gpu_support import on_gpu  # noqa: E402
 from rnn_testing import Case, random_arrays, relative_error, stable_seed  # noqa: E402
 
 STEPS = 4
+#: the lengths of step i of a run whose lengths change in place between steps (CASES[0]'s batch of 5)
+LENGTHS = [(7, 0, 3, 7, 1), (2, 7, 7, 1, 0), (2, 7, 7, 1, 0), (7, 0, 3, 7, 1), (5, 5, 5, 5, 5), (2, 7, 7, 1, 0)]
 CASES = [
     Case("lstm", num_layers=2, num_units=16, input_size=8, direction="bidirectional", num_proj=6, max_time=7,
          batch=5, lengths=(7, 0, 3, 7, 1), dropout=0.3, seed=5, seed2=2, time_major=False),
@@ -25,11 +29,12 @@ CASES = [
 ]
 
 
-def _trainer(case: Case) -> tuple[Callable[[int], Callable[[], None]], Any, SGD]:
-    """A step factory for ``case``: step(i) loads batch i into x in place, then trains on it."""
+def _trainer(case: Case, varying_lengths: bool = False) -> tuple[Callable[[int], Callable[[], None]], Any, SGD]:
+    """A step factory for ``case``: step(i) loads batch i into x (and, with ``varying_lengths``,
+    ``LENGTHS[i]`` into the lengths array) in place, then trains on it."""
     rng = np.random.default_rng(stable_seed(case))
     a = on_gpu(random_arrays(case, rng))
-    batches = [cupy.asarray(rng.uniform(-1, 1, a.x.shape).astype(case.dtype)) for _ in range(STEPS)]
+    batches = [cupy.asarray(rng.uniform(-1, 1, a.x.shape).astype(case.dtype)) for _ in range(len(LENGTHS))]
     target = cupy.asarray(rng.uniform(-1, 1, a.dy.shape).astype(case.dtype))
     params = a.params.copy()
     optimiser = SGD([params], lr=0.05, momentum=0.9)
@@ -44,6 +49,8 @@ def _trainer(case: Case) -> tuple[Callable[[int], Callable[[], None]], Any, SGD]
 
     def step(i: int) -> Callable[[], None]:
         a.x[...] = batches[i]
+        if varying_lengths:
+            a.lengths[...] = LENGTHS[i]  # the NumPy array the op calls get: the graph watches it
         return train
 
     return step, params, optimiser
@@ -70,3 +77,37 @@ def test_replayed_steps_equal_eager_steps(case: Case) -> None:
     assert relative_error(eager_params.get(), start.get()) > 1e-3, "the steps really train"
     assert relative_error(params.get(), eager_params.get()) <= tolerance
     assert relative_error(optimiser.velocity[0].get(), eager_optimiser.velocity[0].get()) <= tolerance
+
+
+def test_a_replay_with_other_lengths_is_refused_and_changes_nothing() -> None:
+    step, params, _ = _trainer(CASES[0], varying_lengths=True)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        captured = capture(step(0), stream=stream)
+        before = params.copy()
+        step(1)
+        with pytest.raises(ValueError, match=r"sequence_lengths now holds \[2, 7, 7, 1, 0\] but the graph was "
+                                             r"recorded with \[7, 0, 3, 7, 1\]"):
+            captured.replay()
+    stream.synchronize()
+    assert cupy.array_equal(params, before), "the refused replay launched nothing"
+
+
+def test_recaptured_replays_with_changing_lengths_equal_eager_steps() -> None:
+    case = CASES[0]
+    step, eager_params, eager_optimiser = _trainer(case, varying_lengths=True)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        for i in range(len(LENGTHS)):
+            step(i)()
+    stream.synchronize()
+
+    step, params, optimiser = _trainer(case, varying_lengths=True)
+    with stream:  # with 2 graphs kept, (5, 5, 5, 5, 5) drops the graph of LENGTHS[1], recorded again at the end
+        captured = capture(step(0), stream=stream, on_new_lengths="recapture", max_graphs=2)
+        for i in range(1, len(LENGTHS)):
+            step(i)
+            captured.replay()
+    stream.synchronize()
+    assert relative_error(params.get(), eager_params.get()) <= 1e-12
+    assert relative_error(optimiser.velocity[0].get(), eager_optimiser.velocity[0].get()) <= 1e-12
