@@ -11,8 +11,7 @@
                                        padding mask (uploaded with one asynchronous copy)
 
     context = thread_context(device_id)                    (with device_id current)
-    network = context.network(config, training, stream, batch, equal_lengths)
-    plan = network.plan(handle, max_time, batch, time_major, lengths, stream)
+    network, plan = context.network_and_plan(config, training, stream, max_time, batch, time_major, lengths)
     clear_caches(); cache_info()
 
 Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context,
@@ -226,7 +225,6 @@ class Network:
                  stream: Any) -> None:
         self.device_id = device_id
         self.config = config
-        self.algo = key.algo
         self.plans: LRUCache[tuple[int, int, bool, bytes], BatchPlan] = LRUCache(PLAN_CACHE_SIZE)
         self.dropout = _DropoutState(device_id, handle, key.dropout, seed, stream)
         try:
@@ -299,24 +297,23 @@ class _Context:
         the plan) is remembered, and the call runs the standard algorithm; a persistent algorithm
         named in ``config.algo`` is never replaced: cuDNN's refusal is raised with its name.
         """
+        def built(key: NetworkKey) -> tuple[Network, BatchPlan]:
+            network = self.networks.get(key, lambda: Network(self.device_id, self.handle.pointer, config, key,
+                                                             config.seed64, stream))
+            return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
+
         algo = choose_algo(config, batch, bool(lengths.min() == lengths.max()))
         key = NetworkKey.of(config, training, algo, batch)
         if algo != "standard" and key not in self.refused:
             try:
-                network = self._network(config, key, stream)
-                return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
+                return built(key)
             except CudnnError as error:
                 if config.algo != "auto":
                     raise CudnnError(error.status_name, error.status, error.function,
                                      f"{error.detail} [cuDNN refused algo={algo!r} for this call; "
                                      "algo='standard' runs every configuration]".lstrip()) from error
                 self.refused.add(key)
-        network = self._network(config, NetworkKey.of(config, training, "standard", batch), stream)
-        return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
-
-    def _network(self, config: RNNConfig, key: NetworkKey, stream: Any) -> "Network":
-        return self.networks.get(key, lambda: Network(self.device_id, self.handle.pointer, config, key,
-                                                      config.seed64, stream))
+        return built(NetworkKey.of(config, training, "standard", batch))
 
     def close(self) -> None:
         self.networks.clear()
