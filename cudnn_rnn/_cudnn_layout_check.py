@@ -2,6 +2,9 @@
 
     check_layout_against_cudnn(config) -> the differences in words ([] when the table is right)
     layout_check_configs()             -> the grid: every mode, 1-3 layers, both directions, ...
+    check_layout_grid(configs)         -> one GridResult per configuration: agrees, differs, skipped
+                                          (a dtype this cuDNN or GPU cannot run) or failed (the error),
+                                          so that one failure hides nothing else
     cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
 
 Each check builds an uncached RNN descriptor on the calling thread's cached handle
@@ -12,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator, Literal
+from dataclasses import dataclass
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -25,7 +29,8 @@ from ._descriptors import DropoutDescriptor, RNNDescriptor
 from .config import DIRECTIONS, DTYPES, MODES, RNNConfig
 from .layout import PROJECTION_ID, LayoutAssumptions
 
-__all__ = ["check_layout_against_cudnn", "layout_check_configs", "cudnn_layout_facts"]
+__all__ = ["check_layout_against_cudnn", "layout_check_configs", "GridResult", "check_layout_grid",
+           "cudnn_layout_facts"]
 
 
 @contextlib.contextmanager
@@ -79,6 +84,59 @@ def layout_check_configs() -> list[RNNConfig]:
     return configs
 
 
+@dataclass(frozen=True)
+class GridResult:
+    """What cuDNN answered for one configuration of the layout grid."""
+
+    config: RNNConfig
+    differences: tuple[str, ...] = ()  # the layout table against cuDNN, in words
+    skipped: str = ""                  # why this cuDNN or GPU cannot run the dtype (nothing was asked)
+    error: str = ""                    # what the check raised: a cuDNN refusal names its status and function
+
+    @property
+    def verdict(self) -> str:
+        """``"OK"``, ``"DIFFERS"``, ``"SKIPPED"`` or ``"FAILED"``."""
+        if self.error:
+            return "FAILED"
+        if self.skipped:
+            return "SKIPPED"
+        return "DIFFERS" if self.differences else "OK"
+
+    @property
+    def details(self) -> tuple[str, ...]:
+        """What to print under the verdict: the differences, the reason for the skip, or the error."""
+        return self.differences + tuple(reason for reason in (self.skipped, self.error) if reason)
+
+
+def check_layout_grid(configs: Sequence[RNNConfig] | None = None) -> list[GridResult]:
+    """:func:`check_layout_against_cudnn` for every configuration, each on its own, on the current GPU.
+
+    A configuration that fails (cuDNN refuses it, say) is reported with its error and the others
+    are still checked; a dtype this cuDNN or GPU cannot run is skipped, with the reason.
+
+    Args:
+        configs: the configurations; :func:`layout_check_configs` by default.
+
+    Returns:
+        One :class:`GridResult` per configuration, in order.
+    """
+    device_id = import_cupy().cuda.Device().id
+    results = []
+    for config in layout_check_configs() if configs is None else configs:
+        try:
+            check_dtype_supported(config.dtype, device_id, "config.dtype")
+        except TypeError as refusal:
+            results.append(GridResult(config, skipped=str(refusal)))
+            continue
+        try:
+            differences = check_layout_against_cudnn(config)
+        except Exception as error:  # every configuration is asked: one failure must not hide the others
+            results.append(GridResult(config, error=f"{type(error).__name__}: {error}"))
+            continue
+        results.append(GridResult(config, differences=tuple(differences)))
+    return results
+
+
 def cudnn_layout_facts() -> LayoutAssumptions:
     """cuDNN's answers to the layout questions public sources leave open (see ``layout.UNCONFIRMED``).
 
@@ -87,7 +145,7 @@ def cudnn_layout_facts() -> LayoutAssumptions:
     cupy = import_cupy()
     lstmp = RNNConfig("lstm", 2, 6, 5, direction="bidirectional", num_proj=3, dtype="float32")
     with _standalone_rnn(lstmp) as (handle, rnn):
-        _, reported = cudnn_weights(handle, rnn, lstmp)
+        reported = cudnn_weights(handle, rnn, lstmp).reported
     itemsize, g = 4, lstmp.num_gates
     projection = reported[0, PROJECTION_ID, "matrix"][0] // itemsize
     last_recurrent = reported[0, 2 * g - 1, "matrix"][0] // itemsize + lstmp.num_units * lstmp.state_size
@@ -100,7 +158,7 @@ def cudnn_layout_facts() -> LayoutAssumptions:
                            f"its recurrent matrices ({last_recurrent}) nor after all matrices ({max(matrices)})")
     skip = RNNConfig("rnn_tanh", 1, 4, 4, input_mode="skip_input", direction="bidirectional", dtype="float32")
     with _standalone_rnn(skip) as (handle, rnn):
-        _, reported = cudnn_weights(handle, rnn, skip)
+        reported = cudnn_weights(handle, rnn, skip).reported
     device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     device = device.decode() if isinstance(device, bytes) else str(device)
     return LayoutAssumptions(projection_position=positions[projection],

@@ -1,18 +1,23 @@
 """Where cuDNN puts each matrix and bias of an RNN descriptor's weight space, against the layout table::
 
-    cudnn_weights(handle, rnn, config) -> (weight-space bytes, {(pseudo-layer, linLayerID, kind): reported})
+    cudnn_weights(handle, rnn, config) -> WeightSpace: bytes, {(pseudo-layer, linLayerID, kind): reported},
+                                          {(pseudo-layer, linLayerID, kind): cuDNN's status where it refused}
     layout_differences(handle, rnn, config) -> the differences in words ([] when the table is right)
 
 Asks cudnnGetRNNWeightSpaceSize and, for every pseudo-layer and linLayerID (0..2G-1, and 8 for
 the LSTM projection), cudnnGetRNNWeightParams for the matrix and the bias; compares presence,
-offset, shape and data type with ``layout.params_layout``. Every new network of the backend runs
-this once (``_cudnn_cache``), so that a params layout that disagrees with cuDNN fails loudly
-instead of computing garbage; ``_cudnn_layout_check`` runs it for any configuration.
+offset, shape and data type with ``layout.params_layout``. cuDNN answers an absent entry with a
+NULL address; where it refuses a query instead, its status is kept and named wherever the table
+has that entry, so a systematic refusal (every query, say) shows as itself rather than as missing
+weights. Every new network of the backend runs this once (``_cudnn_cache``), so that a params
+layout that disagrees with cuDNN fails loudly instead of computing garbage; ``_cudnn_layout_check``
+runs it for any configuration.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from . import _lib
 from ._cudnn_settings import PRECISIONS
@@ -23,20 +28,30 @@ from .config import RNNConfig, numpy_dtype
 from .errors import CudnnError
 from .layout import PROJECTION_ID, ParamEntry, params_layout
 
-__all__ = ["Reported", "cudnn_weights", "layout_differences"]
+__all__ = ["Reported", "WeightSpace", "cudnn_weights", "layout_differences"]
 
 Reported = tuple[int, DataType, tuple[int, ...]]  # (byte offset, data type, dims)
 _Key = tuple[int, int, str]  # (pseudo-layer, linLayerID, kind)
 
 
-def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> tuple[int, dict[_Key, Reported]]:
-    """Ask cuDNN: weight-space bytes and, per (pseudo-layer, linLayerID, kind), what it reports."""
+@dataclass(frozen=True)
+class WeightSpace:
+    """What cuDNN answers about one RNN descriptor's weight space."""
+
+    size: int                      # cudnnGetRNNWeightSpaceSize, bytes
+    reported: dict[_Key, Reported]  # every entry cuDNN gave an address
+    refused: dict[_Key, str]        # every query cuDNN refused: its status, e.g. "CUDNN_STATUS_BAD_PARAM (2000)"
+
+
+def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> WeightSpace:
+    """Ask cuDNN: weight-space bytes and, per (pseudo-layer, linLayerID, kind), what it reports or why it refused."""
     cupy = import_cupy()
     size = _lib.rnn_weight_space_size(handle, rnn.pointer)
     scratch = cupy.empty(max(size, 1), dtype=cupy.uint8)  # cuDNN only computes addresses inside it
     base = scratch.data.ptr
     lin_ids = list(range(2 * config.num_gates)) + ([PROJECTION_ID] if config.num_proj else [])
     reported: dict[_Key, Reported] = {}
+    refused: dict[_Key, str] = {}
     with TensorDescriptor(None) as matrix, TensorDescriptor(None) as bias:
         for pseudo_layer, lin_id in itertools.product(range(config.num_pseudo_layers), lin_ids):
             for kind, desc in (("matrix", matrix), ("bias", bias)):
@@ -46,13 +61,14 @@ def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> tuple[i
                 try:
                     m_addr, b_addr = _lib.rnn_weight_params(handle, rnn.pointer, pseudo_layer, size, base, lin_id,
                                                             *asked)
-                except CudnnError:  # a refusal counts as "none": it differs wherever the table has an entry
-                    m_addr = b_addr = None
+                except CudnnError as error:
+                    refused[pseudo_layer, lin_id, kind] = f"{error.status_name} ({error.status})"
+                    continue
                 address = m_addr if kind == "matrix" else b_addr
                 if address:
                     data_type, dims, _ = desc.read()
                     reported[pseudo_layer, lin_id, kind] = (address - base, data_type, dims)
-    return size, reported
+    return WeightSpace(size, reported, refused)
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -64,8 +80,13 @@ def layout_differences(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> li
     layout = params_layout(config)
     itemsize = numpy_dtype(config.dtype).itemsize
     data_type = PRECISIONS[config.dtype].data_type
-    size, reported = cudnn_weights(handle, rnn, config)
+    space = cudnn_weights(handle, rnn, config)
+    size, reported = space.size, space.reported
     differences = []
+    if space.refused and not reported:
+        statuses = sorted(set(space.refused.values()))
+        differences.append(f"cuDNN refused every cudnnGetRNNWeightParams query ({len(space.refused)}) with "
+                           + ", ".join(statuses))
     if size != layout.size * itemsize:
         differences.append(f"weight space: cuDNN has {size} bytes ({size / itemsize:g} elements), "
                            f"the layout table {layout.size} elements")
@@ -79,7 +100,9 @@ def layout_differences(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> li
             continue
         name, found = entry.describe(), reported.get(key)
         if found is None:
-            differences.append(f"{name}: the layout table has it at offset {entry.offset}, cuDNN has none")
+            answer = (f"cuDNN refused the query with {space.refused[key]}" if key in space.refused
+                      else "cuDNN has none")
+            differences.append(f"{name}: the layout table has it at offset {entry.offset}, {answer}")
             continue
         offset, found_type, dims = found
         if offset != entry.offset * itemsize:

@@ -2,7 +2,9 @@
 
 For every configuration of ``cudnn_rnn._cudnn_layout_check.layout_check_configs()`` (every mode, 1-3 layers,
 both directions, linear/skip input, LSTM projection, each dtype) it asks
-cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams and prints OK or the differences. Then it
+cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams and prints OK, the differences, SKIPPED
+(a dtype this cuDNN or GPU cannot run) or FAILED with the error; one failing configuration hides
+none of the others. Then it
 prints cuDNN's answers to the questions public sources leave open (``layout.UNCONFIRMED``) next
 to the values the table assumes, so a disagreement says exactly what to change there.
 
@@ -12,6 +14,7 @@ Usage: python scripts/check_layout.py
 
 from __future__ import annotations
 
+import collections
 import sys
 from pathlib import Path
 
@@ -28,30 +31,26 @@ def main() -> int:
     from cudnn_rnn import _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
-    configs = _cudnn_layout_check.layout_check_configs()
-    failed, skipped = 0, {}
-    for config in configs:
-        try:
-            differences = _cudnn_layout_check.check_layout_against_cudnn(config)
-        except TypeError as refusal:  # a dtype this cuDNN or GPU cannot run (bfloat16 before 9.13 or sm_80)
-            skipped[config.dtype] = skipped.get(config.dtype, 0) + 1
-            print(f"SKIPPED {config!r}: {refusal}")
-            continue
-        failed += bool(differences)
-        print(("DIFFERS " if differences else "OK      ") + repr(config))
-        for line in differences:
+    results = _cudnn_layout_check.check_layout_grid()
+    counts = collections.Counter(result.verdict for result in results)
+    for result in results:
+        print(f"{result.verdict:<8}{result.config!r}")
+        for line in result.details:
             print("    " + line)
-    facts = _cudnn_layout_check.cudnn_layout_facts()
-    checked = len(configs) - sum(skipped.values())
-    print(f"\n{checked - failed} of {checked} configurations agree with cuDNN"
-          + "".join(f"; {count} {dtype} ones skipped" for dtype, count in skipped.items()) + ".")
+    print(f"\n{counts['OK']} of {len(results) - counts['SKIPPED']} configurations agree with cuDNN "
+          f"({counts['DIFFERS']} differ, {counts['FAILED']} failed; {counts['SKIPPED']} skipped for their dtype).")
+    try:
+        facts = _cudnn_layout_check.cudnn_layout_facts()
+    except Exception as error:  # the grid is printed already; say why the open questions got no answer
+        print(f"cuDNN's answers to layout.UNCONFIRMED: not asked: {type(error).__name__}: {error}")
+        return 1
     print(f"cuDNN's answers ({facts.verified_on}):")
     settled = True
     for field in ("projection_position", "skip_input_keeps_input_biases"):
         ours, theirs = getattr(UNCONFIRMED, field), getattr(facts, field)
         settled &= ours == theirs
         print(f"  {field}: cuDNN {theirs!r}; layout.UNCONFIRMED {ours!r}" + ("" if ours == theirs else "  <- change"))
-    return 0 if failed == 0 and settled else 1
+    return 0 if counts["DIFFERS"] + counts["FAILED"] == 0 and settled else 1
 
 
 if __name__ == "__main__":

@@ -3,15 +3,19 @@
 Each step prints PASS or FAIL (with the error's last lines) and its time, and the run goes on
 after a failure, so one run shows everything that is wrong:
 
-  environment   the GPU, driver, CUDA runtime, cuDNN and CuPy versions; a cuDNN handle
+  environment   the GPU, driver, CUDA runtime, cuDNN, CuPy, NVRTC, mpi4py and ml_dtypes versions;
+                a cuDNN handle
   modes         per mode, one training forward and backprop on CuPy against the float64 reference
                 backend (2 layers, bidirectional, batch-major, unsorted lengths with 0 and padding;
                 LSTM with projection), then float32 (FMA math) and float16 once each
+  bf16 math     which math types cuDNN runs bfloat16 with (each against the reference; the
+                settings table's must run), or why this cuDNN or GPU runs no bfloat16
   padding       NaN and inf in the padded positions of x and dy change nothing
   reserve       a second backprop on the same reserve gives the same gradients
   graph         a training step recorded as a CUDA graph replays like eager steps
-  layout        the params layout table against cuDNN over layout_check_configs(), and cuDNN's
-                answers to layout.UNCONFIRMED
+  layout        the params layout table against cuDNN over layout_check_configs(), each
+                configuration on its own (one error hides no other), and cuDNN's answers to
+                layout.UNCONFIRMED
 
 Exit status: 0 when every step passed, 1 otherwise, 2 without a usable GPU.
 Usage: python3 scripts/gpu_smoke.py
@@ -34,7 +38,7 @@ from cudnn_rnn import info  # noqa: E402
 from rnn_testing import Case, forward_backward, random_arrays, relative_error  # noqa: E402
 
 RESULTS = ("y", "hy", "cy", "dx", "dh0", "dc0", "dparams")
-TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-2}
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 2e-2, "bfloat16": 5e-2}
 LENGTHS = (6, 0, 3, 6, 1)
 
 
@@ -65,13 +69,27 @@ def _compare(case: Case, tolerance: float) -> str:
     return f"max relative error {errors[worst]:.2g} ({worst})"
 
 
+def _version(module: str, attribute: str = "__version__") -> str:
+    """A module's version, or why there is none (for the record: what persist_dynamic, MPI and bf16 run on)."""
+    import importlib
+
+    try:
+        value = importlib.import_module(module)
+        for name in attribute.split("."):
+            value = getattr(value, name)
+        return str(value() if callable(value) else value)
+    except Exception as error:  # a missing package is an answer too
+        return f"none ({type(error).__name__}: {error})"
+
+
 def step_environment() -> str:
     facts = info.collect()
     cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
     return (f"GPU {', '.join(cupy_facts.get('gpus', [])) or 'none'}; driver CUDA {facts['cuda_driver']}; "
             f"runtime CUDA {cupy_facts.get('cuda_runtime')}; CuPy {cupy_facts.get('version')}; "
             f"cuDNN {cudnn_facts.get('version')} ({cudnn_facts.get('path')}); "
-            f"backend: {facts['backends']['cupy (cuDNN)']}")
+            f"NVRTC {_version('cupy.cuda.nvrtc', 'getVersion')}; mpi4py {_version('mpi4py')}; "
+            f"ml_dtypes {_version('ml_dtypes')}; backend: {facts['backends']['cupy (cuDNN)']}")
 
 
 def _mode_case(mode: str, dtype: str = "float64") -> Case:
@@ -161,21 +179,61 @@ def step_graph() -> str:
 
 
 def step_layout() -> str:
+    import collections
+
     from cudnn_rnn import _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
-    configs = _cudnn_layout_check.layout_check_configs()
-    differing = {repr(c): d for c in configs for d in [_cudnn_layout_check.check_layout_against_cudnn(c)] if d}
-    facts = _cudnn_layout_check.cudnn_layout_facts()
-    answers = {field: (getattr(facts, field), getattr(UNCONFIRMED, field))
-               for field in ("projection_position", "skip_input_keeps_input_biases")}
-    unsettled = {field: pair for field, pair in answers.items() if pair[0] != pair[1]}
-    summary = (f"{len(configs) - len(differing)} of {len(configs)} configurations agree; cuDNN says "
-               + ", ".join(f"{field} = {cudnn!r}" for field, (cudnn, _) in answers.items()))
-    if differing or unsettled:
-        first = next(iter(differing.items()), None)
-        raise AssertionError(summary + (f"; first difference: {first[0]}: {first[1][:3]}" if first else "")
-                             + (f"; layout.UNCONFIRMED differs: {unsettled}" if unsettled else ""))
+    results = _cudnn_layout_check.check_layout_grid()  # each configuration on its own: one error hides nothing
+    counts = collections.Counter(result.verdict for result in results)
+    summary = (f"{counts['OK']} of {len(results) - counts['SKIPPED']} configurations agree ({counts['DIFFERS']} "
+               f"differ, {counts['FAILED']} failed; {counts['SKIPPED']} skipped for their dtype)")
+    problems = [f"first {verdict.lower()}: {result.config!r}: {list(result.details[:3])}"
+                for verdict in ("DIFFERS", "FAILED")
+                for result in [next((r for r in results if r.verdict == verdict), None)] if result is not None]
+    try:
+        facts = _cudnn_layout_check.cudnn_layout_facts()
+    except Exception as error:  # the grid's answers still get reported
+        problems.append(f"layout.UNCONFIRMED not answered: {type(error).__name__}: {error}")
+    else:
+        answers = {field: (getattr(facts, field), getattr(UNCONFIRMED, field))
+                   for field in ("projection_position", "skip_input_keeps_input_biases")}
+        summary += "; cuDNN says " + ", ".join(f"{field} = {cudnn!r}" for field, (cudnn, _) in answers.items())
+        unsettled = {field: pair for field, pair in answers.items() if pair[0] != pair[1]}
+        if unsettled:
+            problems.append(f"layout.UNCONFIRMED differs (cuDNN, table): {unsettled}")
+    if problems:
+        raise AssertionError("; ".join([summary, *problems]))
+    return summary
+
+
+def step_bfloat16_math() -> str:
+    """Which math types cuDNN runs bfloat16 RNNs with on this GPU; the one the settings table names must run."""
+    import dataclasses
+
+    from cudnn_rnn import _cudnn_settings
+    from cudnn_rnn._lib import MathType, library
+
+    refusal = _cudnn_settings.dtype_refusal("bfloat16", library().version, _cudnn_settings.compute_capability(0))
+    if refusal is not None:
+        return f"not run: {refusal}"
+    table = _cudnn_settings.PRECISIONS["bfloat16"]
+    case = _mode_case("lstm", "bfloat16").with_(time_major=True)
+    answers, failed = [], []
+    try:
+        for math_type in MathType:  # each math type builds networks of its own (it is part of their key)
+            _cudnn_settings.PRECISIONS["bfloat16"] = dataclasses.replace(table, math_type=math_type,
+                                                                         tf32_math_type=math_type)
+            try:
+                answers.append(f"{math_type.name} ran ({_compare(case, TOLERANCE['bfloat16'])})")
+            except Exception as error:  # a refusal or a wrong answer: reported, and the next type is tried
+                answers.append(f"{math_type.name} {type(error).__name__}: {str(error)[:160]}")
+                failed.append(math_type)
+    finally:
+        _cudnn_settings.PRECISIONS["bfloat16"] = table
+    summary = "; ".join(answers)
+    if table.math_type in failed:
+        raise AssertionError(f"the table's {table.math_type.name} did not run: {summary}")
     return summary
 
 
@@ -187,6 +245,7 @@ def main() -> int:
     steps: list[tuple[str, Callable[[], str]]] = [("environment", step_environment)]
     steps += [(f"mode {mode}", step_mode(mode)) for mode in ("rnn_relu", "rnn_tanh", "lstm", "gru")]
     steps += [(f"lstm {dtype}", step_precision(dtype)) for dtype in ("float32", "float16")]
+    steps += [("bf16 math", step_bfloat16_math)]
     steps += [("padding", step_padding), ("reserve", step_reserve), ("graph", step_graph), ("layout", step_layout)]
     failed = 0
     for name, step in steps:
