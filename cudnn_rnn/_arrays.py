@@ -17,7 +17,8 @@ from typing import Any, ContextManager, TypeAlias, TypeGuard
 
 import numpy as np
 
-__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "device_of", "on_device", "to_host", "copy_into"]
+__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "device_of", "on_device", "beside", "to_host",
+           "copy_into"]
 
 #: A NumPy or CuPy ndarray. CuPy ships no type information, so to the type checker this is ``Any``;
 #: in annotations it says "an array" where a plain ``Any`` would say nothing.
@@ -83,6 +84,11 @@ def on_device(device_id: int | None) -> ContextManager[Any]:
 
     device: ContextManager[Any] = cupy.cuda.Device(device_id)
     return device
+
+
+def beside(array: Array) -> ContextManager[Any]:
+    """A context with ``array``'s GPU current, so that what is made inside lands beside it (nothing for NumPy)."""
+    return on_device(array.data.device_id if is_cupy_array(array) else None)
 
 
 def to_host(array: Array) -> np.ndarray:

@@ -25,6 +25,7 @@ backend's modules, each importing only modules listed below it::
     _cudnn_cache         handles, networks and plans per (device, thread); clear_caches, cache_info
     _cudnn_weight_space  where cuDNN puts each weight, against the layout table (every new network asks)
     _cudnn_settings      precision per dtype, allow_tf32, the algorithm a call runs, the RNN descriptor's fields
+    _dropout_rng         a layer's own dropout RNG state, seeded once per GPU and advancing between steps
     _cudnn_streams       CuPy, devices, and the ordering of streams that share cached device arrays
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
@@ -45,8 +46,9 @@ What cuDNN refuses or leaves open is handled here:
   buffer of the wrong size raises ValueError.
 
 Dropout masks come from the network's RNG state, rewound to the call's seed before every training
-forward (``_cudnn_cache``); backprop reads the forward's masks from the reserve, and runs on a copy
-of it (see RESERVE_SURVIVES_BACKWARD). Masks differ from the reference backend's.
+forward of an op call, or restored from a layer's own advancing RNG (``_cudnn_cache``,
+``_dropout_rng``); backprop reads the forward's masks from the reserve, and runs on a copy of it
+(see RESERVE_SURVIVES_BACKWARD). Masks differ from the reference backend's.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from . import _arrays, _lib, _reserve
 from ._cudnn_cache import BatchPlan, Network, thread_context
 from ._cudnn_settings import check_dtype_supported
 from ._cudnn_streams import copy, import_cupy, use
+from ._dropout_rng import DropoutRNG
 from ._lib import ForwardMode, WgradMode
 from .config import RNNConfig, numpy_dtype
 
@@ -131,8 +134,11 @@ def _without_padding(values: Any, plan: BatchPlan) -> Any:
 
 
 def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: np.ndarray, *,
-            is_training: bool, time_major: bool) -> tuple[Any, Any, Any, Any]:
-    """cudnnRNNForward: (y, hy, cy, reserve); see the module docstring for shapes."""
+            is_training: bool, time_major: bool, dropout_rng: DropoutRNG | None = None) -> tuple[Any, Any, Any, Any]:
+    """cudnnRNNForward: (y, hy, cy, reserve); see the module docstring for shapes.
+
+    Dropout masks come from ``config``'s seeds, or from a layer's ``dropout_rng``, which advances.
+    """
     cupy = import_cupy()
     device_id = _device_of(x=x, h0=h0, c0=c0, params=params)
     with cupy.cuda.Device(device_id):
@@ -148,7 +154,10 @@ def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: n
             copy(_reserve.header_view(reserve), plan.header, stream)
             reserve_pointer = _pointer(_reserve.payload(reserve))
             workspace = cupy.empty(plan.training_workspace, dtype=cupy.uint8)
-            network.dropout.rewind(handle, stream, config.seed64)
+            if dropout_rng is None:
+                network.dropout.rewind(handle, stream, config.seed64)
+            else:
+                network.dropout.restore(handle, stream, dropout_rng, config.seed64)
         else:
             reserve, reserve_size, reserve_pointer = cupy.empty(0, dtype=x.dtype), 0, 0
             workspace = cupy.empty(plan.inference_workspace, dtype=cupy.uint8)
@@ -159,6 +168,8 @@ def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: n
             plan.y_desc.pointer, y.data.ptr, plan.h_desc.pointer, h0.data.ptr, hy.data.ptr,
             plan.c_pointer, _pointer(c0), _pointer(cy), params.nbytes, params.data.ptr,
             workspace.nbytes, _pointer(workspace), reserve_size, reserve_pointer)
+        if is_training and dropout_rng is not None:
+            network.dropout.keep(stream, dropout_rng)
         if plan.zero_rows is not None:
             rows = plan.zero_rows
             y[_rows(rows, time_major)] = 0

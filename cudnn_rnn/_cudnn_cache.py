@@ -23,11 +23,12 @@ without waiting (CuPy stages it in pinned memory), so that a call whose plan is 
 dropout seed is unchanged enqueues device work only.
 
 Dropout: each network keeps a pristine copy of its RNG state as cudnnSetDropoutDescriptor
-initialised it from TF's 64-bit seed, and copies it back before every training forward, so the
-same (seed, seed2) gives the same masks on every call. A call with another seed re-initialises
-the same state buffer from that seed (and keeps a new pristine copy), so a training loop whose
-seed advances every step reuses its descriptors and plans; a repeated seed costs a copy instead
-of cuRAND's state set-up.
+initialised it from TF's 64-bit seed, and copies it back before every training forward of an op
+call, so the same (seed, seed2) gives the same masks on every call. A call with another seed
+re-initialises the same state buffer from that seed (and keeps a new pristine copy), so a loop
+whose seed changes reuses its descriptors and plans; a repeated seed costs a copy instead of
+cuRAND's state set-up. A layer's call brings its own RNG (``_dropout_rng``): its advanced state
+is copied in before the forward and out after it, with no set-up but the first.
 
 Algorithms: a network runs the algorithm ``_cudnn_settings.choose_algo`` gives the call. Where
 cuDNN refuses a persistent algorithm that ``algo="auto"`` chose (building the network or a
@@ -49,6 +50,7 @@ from ._cudnn_streams import DeviceBuffers, copy, device_scope, import_cupy, use
 from ._cudnn_weight_space import layout_differences
 from ._descriptors import (DropoutDescriptor, Handle, LRUCache, Resource, RNNDataDescriptor, RNNDescriptor,
                            TensorDescriptor, live_counts)
+from ._dropout_rng import DropoutRNG, device_identity
 from ._lib import ForwardMode, MathType
 from .config import LayoutKey, RNNConfig, numpy_dtype
 from .errors import CudnnError
@@ -100,17 +102,25 @@ class _HostBlock:
 class _DropoutState:
     """One network's dropout descriptor and the RNG state behind it.
 
-    cuDNN draws masks from ``working`` (device memory) and advances it. With p > 0,
-    :meth:`rewind` puts a seed's initial state back before each training forward: a copy of
-    ``pristine`` when the seed is the one set up last, else the descriptor is re-seeded
-    (cudnnSetDropoutDescriptor: cuRAND's state set-up) and a new pristine copy kept. Both halves
-    live in one block; ``buffers`` orders the streams that use it.
+    cuDNN draws masks from ``working`` (device memory) and advances it. With p > 0, before each
+    training forward, either
+
+    * :meth:`rewind` (an op call: its masks are a function of its seeds) puts a seed's initial
+      state back: a copy of ``pristine`` when the seed is the one set up last, else the descriptor
+      is re-seeded (cudnnSetDropoutDescriptor: cuRAND's state set-up) and a new pristine copy kept;
+    * or :meth:`restore` (a layer's call) copies the layer's own advanced state in, and
+      :meth:`keep` copies it back out after the forward (``_dropout_rng``): no set-up but the
+      first on each GPU.
+
+    Both halves live in one block; ``buffers`` orders the streams that use it.
     """
 
     def __init__(self, device_id: int, handle: int, probability: float, seed: int, stream: Any) -> None:
         cupy = import_cupy()
         device = device_scope(device_id)
+        self.device_id = device_id
         self.working = self.pristine = self.buffers = None
+        self.identity = ""  # the GPU model, cuDNN version and state size a layer's saved state must match
         if probability == 0.0:
             self.descriptor = DropoutDescriptor(handle, 0.0, 0, 0, 0, device=device)
             return
@@ -120,6 +130,7 @@ class _DropoutState:
         self.descriptor = DropoutDescriptor(handle, probability, self.working.data.ptr, size, seed, device=device)
         copy(self.pristine, self.working, stream)  # same stream: ordered after cuDNN's initialisation
         self.buffers = DeviceBuffers(device_id, stream, block)
+        self.identity = device_identity(device_id, size, _lib.library().version)
 
     def rewind(self, handle: int, stream: Any, seed: int) -> None:
         """Put the initial RNG state of ``seed`` in place, in order on ``stream`` (the handle's stream)."""
@@ -131,6 +142,22 @@ class _DropoutState:
         else:
             self.descriptor.reseed(handle, seed)
             copy(self.pristine, self.working, stream)
+
+    def restore(self, handle: int, stream: Any, rng: DropoutRNG, seed: int) -> None:
+        """Put the layer RNG ``rng``'s state in place, in order on ``stream``; at its first use here, ``seed``'s."""
+        if self.buffers is None:
+            return
+        states = rng.restorable(self.device_id, self.identity, stream)
+        if states is None:
+            self.rewind(handle, stream, seed)  # cuRAND's set-up: once per layer and GPU
+            return
+        use(self.buffers, stream, exclusive=True)
+        copy(self.working, states, stream)
+
+    def keep(self, stream: Any, rng: DropoutRNG) -> None:
+        """After a training forward that :meth:`restore` prepared: the advanced state goes back to ``rng``."""
+        if self.buffers is not None:
+            rng.keep(self.device_id, self.identity, self.working, stream)
 
     def close(self) -> None:
         self.descriptor.close()
@@ -302,7 +329,7 @@ class _Context:
                                                              config.seed64, stream))
             return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
 
-        algo = choose_algo(config, batch, bool(lengths.min() == lengths.max()))
+        algo = choose_algo(config, batch, bool(lengths.min() == lengths.max() >= 1), time_major)
         key = NetworkKey.of(config, training, algo, batch)
         if algo != "standard" and key not in self.refused:
             try:

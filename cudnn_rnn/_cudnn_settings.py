@@ -8,14 +8,15 @@
     rnn_fields(config, algo, math_type, dropout_desc) -> _lib.RNNDescriptorFields
     DATA_LAYOUTS[time_major]    the RNN data layout of x and y
     CUDNN_ALGOS[algo]           cudnnRNNAlgo_t of each algorithm name but "auto"
-    choose_algo(config, batch, equal_lengths)   the algorithm a call runs: config.algo, or what
-                                "auto" picks from AUTO_RULES (the GPU benchmark's measurements)
+    choose_algo(config, batch, uniform_lengths, time_major)   the algorithm a call runs: config.algo,
+                                or what "auto" picks from AUTO_RULES (the GPU benchmark's measurements)
 
 cuDNN settings: the call's algorithm (standard by default), DOUBLE_BIAS, PADDED_IO_ENABLED with SEQ_MAJOR_UNPACKED or
 BATCH_MAJOR_UNPACKED data and a zero paddingFill, projSize = hiddenSize without projection.
-float16 and bfloat16 compute in float32 with tensor-op math; float32 uses true float32 (CUDNN_FMA_MATH)
-unless TF32 is allowed (:func:`allow_tf32`, or ``CUDNN_RNN_ALLOW_TF32=1`` in the environment);
-float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of compute capability 8.0 and newer
+float16 and bfloat16 compute in float32: float16 with tensor-op math, bfloat16 as PyTorch runs it
+(CUDNN_FMA_MATH, or CUDNN_DEFAULT_MATH while TF32 is allowed); float32 uses true float32
+(CUDNN_FMA_MATH) unless TF32 is allowed (:func:`allow_tf32`, or ``CUDNN_RNN_ALLOW_TF32=1`` in the
+environment); float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of compute capability 8.0 and newer
 (PyTorch gates them the same way); elsewhere a call is refused before any cuDNN object is made.
 """
 
@@ -50,8 +51,9 @@ PRECISIONS: dict[str, _Precision] = {
     "float16": _Precision(DataType.HALF, DataType.FLOAT, MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH),
     "float32": _Precision(DataType.FLOAT, DataType.FLOAT, MathType.FMA_MATH, MathType.DEFAULT_MATH),
     "float64": _Precision(DataType.DOUBLE, DataType.DOUBLE, MathType.DEFAULT_MATH, MathType.DEFAULT_MATH),
-    # cuDNN refuses a BFLOAT16 math precision; PyTorch promotes bfloat16 (and half) to FLOAT as well
-    "bfloat16": _Precision(DataType.BFLOAT16, DataType.FLOAT, MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH,
+    # cuDNN refuses a BFLOAT16 math precision; PyTorch promotes bfloat16 (and half) to FLOAT as well, and sets
+    # tensor-op math for half only: bfloat16 gets FMA math, or the default math (tensor cores) with TF32 allowed
+    "bfloat16": _Precision(DataType.BFLOAT16, DataType.FLOAT, MathType.FMA_MATH, MathType.DEFAULT_MATH,
                            min_cudnn=91300, min_compute_capability=(8, 0)),
 }
 
@@ -156,25 +158,31 @@ class AutoRule:
 AUTO_RULES: tuple[AutoRule, ...] = ()
 
 
-def choose_algo(config: RNNConfig, batch: int, equal_lengths: bool) -> str:
+def choose_algo(config: RNNConfig, batch: int, uniform_lengths: bool, time_major: bool) -> str:
     """The algorithm a call of ``config`` on ``batch`` sequences runs.
+
+    cuDNN's persistent kernels take one sequence length for the whole batch and time-major data
+    (PyTorch uses them for nothing else; pytorch PR 73211 met NOT_SUPPORTED with mixed lengths).
+    ``ops`` refuses ragged lengths with a persistent algorithm named, and runs a batch-major call
+    that names one time-major; ``"auto"`` picks one only where the call already fits.
 
     Args:
         config: the call's configuration; its ``algo`` is used as it is unless it is ``"auto"``.
         batch: B.
-        equal_lengths: whether every sequence of the call has the same length
-            (``persist_static_small_h`` runs only such batches).
+        uniform_lengths: whether every sequence of the call has the same length, at least 1.
+        time_major: whether the call's data is time-major.
 
     Returns:
         A key of :data:`CUDNN_ALGOS`: for ``"auto"``, the first of :data:`AUTO_RULES` that the call
-        matches and the algorithm can run (no projection; equal lengths for the small-h one),
-        else ``"standard"``.
+        matches, where a persistent algorithm can run it (no projection, uniform lengths,
+        time-major data); else ``"standard"``.
     """
     if config.algo != "auto":
         return config.algo
+    if config.num_proj or not uniform_lengths or not time_major:
+        return "standard"
     for rule in AUTO_RULES:
-        runnable = not config.num_proj and (equal_lengths or rule.algo != "persist_static_small_h")
-        if runnable and rule.matches(config, batch):
+        if rule.matches(config, batch):
             return rule.algo
     return "standard"
 

@@ -105,8 +105,9 @@ DTYPE_PACKAGES: dict[str, str] = {"bfloat16": "ml_dtypes"}
 ALGOS: tuple[str, ...] = ("standard", "persist_static", "persist_dynamic", "persist_static_small_h", "auto")
 
 #: The persistent algorithms, which keep the recurrent weights on chip across steps (fast for small
-#: batches). cuDNN runs them without projection only, and ``persist_static_small_h`` only on batches
-#: whose sequences all have one length.
+#: batches). cuDNN runs them without projection only, on time-major data, and on batches whose
+#: sequences all have one length of at least 1 (the ops refuse other lengths, and run a batch-major
+#: call time-major on cuDNN).
 PERSISTENT_ALGOS: tuple[str, ...] = ("persist_static", "persist_dynamic", "persist_static_small_h")
 
 #: the type of ``RNNConfig.layout_key``, (rnn_mode, input_mode, direction, num_layers, num_units, input_size,

@@ -29,10 +29,13 @@ rebound to another array, is not seen: the graph replays what it recorded. CuPy
 
 What a step may do: enqueue device work on arrays that outlive it (inputs, params, gradients and
 optimiser state updated in place with ``a[...] = ...``), with host ``sequence_lengths`` (NumPy).
-It must not read a result on the host, replace its arrays, change the dropout seed, or use other
-values that change on the host between steps: a replay repeats the recorded work exactly (the
-same dropout masks too, as a fixed seed gives on every call; ``optim.SGD`` is exact;
-``optim.Adam`` would repeat the bias correction of the recorded step). Anything the capture
+It must not read a result on the host, replace its arrays, change an op call's dropout seed, or
+use other values that change on the host between steps: a replay repeats the recorded work
+exactly (``optim.SGD`` is exact; ``optim.Adam`` would repeat the bias correction of the recorded
+step). Dropout: an op call with fixed seeds draws the same masks on every replay, as it does on
+every call; a layer's training forward draws from the layer's own RNG state on the GPU, which
+every replay advances as every eager step does (the layer's ``step`` counter, a host value,
+stays where the recording left it). Anything the capture
 cannot record (a host transfer or wait) raises inside :func:`capture` (or inside the replay that
 records, with ``"recapture"``).
 

@@ -14,6 +14,9 @@ descriptors take the lengths from host memory); pass NumPy lengths in a hot loop
 as a CUDA graph (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays
 tells the recording which lengths and shapes its graph freezes (``_graph_watch``).
 
+The layer classes call :func:`forward_with_rng`: :func:`cudnn_rnn_v3` whose dropout masks, on
+cuDNN, come from the layer's own advancing RNG state (``_dropout_rng``) instead of the seeds.
+
 Shapes (L layers, D directions, B batch, T max length, I input size, N num_units,
 P = num_proj or N):
 
@@ -43,7 +46,8 @@ import numpy as np
 
 from . import _graph_watch, _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
-from .config import DIRECTIONS, MODES, RNNConfig, numpy_dtype
+from ._dropout_rng import DropoutRNG
+from .config import DIRECTIONS, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
 from .layout import params_layout
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
@@ -113,9 +117,20 @@ class _ValidatedCall:
         return _cudnn
 
     @property
+    def run_time_major(self) -> bool:
+        """The layout the backend runs: the caller's, but time-major for a persistent algorithm on cuDNN.
+
+        cuDNN's persistent kernels run time-major input only (PyTorch sends them nothing else), so a
+        batch-major call that names one runs time-major: x and dy go in transposed, y and dx come back
+        in the caller's layout. ``"auto"`` is left alone: on batch-major input it runs the standard
+        algorithm.
+        """
+        return self.time_major or (self.xp is not np and self.config.algo in PERSISTENT_ALGOS)
+
+    @property
     def reserve_key(self) -> _reserve.ForwardKey:
-        """The forward call whose reserve this call writes (a forward) or needs (a backprop)."""
-        return _reserve.ForwardKey(self.backend_name, self.config, self.max_time, self.batch, self.time_major,
+        """The forward call whose reserve this call writes (a forward) or needs (a backprop), as the backend runs it."""
+        return _reserve.ForwardKey(self.backend_name, self.config, self.max_time, self.batch, self.run_time_major,
                                    self.lengths)
 
     def on_device(self) -> Any:
@@ -123,10 +138,23 @@ class _ValidatedCall:
         return on_device(self.device)
 
     def placed(self) -> "_ValidatedCall":
-        """The call with contiguous x and params and time-major [L*D, B, X] states; run inside :meth:`on_device`."""
-        xp = self.xp
-        return dataclasses.replace(self, x=xp.ascontiguousarray(self.x), params=xp.ascontiguousarray(self.params),
+        """The call with x contiguous in the run layout, contiguous params and [L*D, B, X] states.
+
+        Run inside :meth:`on_device`.
+        """
+        return dataclasses.replace(self, x=self.seq_in(self.x), params=self.xp.ascontiguousarray(self.params),
                                    h0=self.states_in(self.h0), c0=None if self.c0 is None else self.states_in(self.c0))
+
+    def seq_in(self, values: Array) -> Array:
+        """A sequence ([T, B, F] or [B, T, F] as the caller lays it out) in the run layout, contiguous."""
+        swap = self.time_major != self.run_time_major
+        return self.xp.ascontiguousarray(values.transpose(1, 0, 2) if swap else values)
+
+    def seq_out(self, values: Array) -> Array:
+        """A sequence in the run layout back in the caller's layout (itself when they agree)."""
+        if self.time_major == self.run_time_major:
+            return values
+        return self.xp.ascontiguousarray(values.transpose(1, 0, 2))
 
     def seq_shape(self, width: int) -> tuple[int, int, int]:
         t, b = self.max_time, self.batch
@@ -266,10 +294,11 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
         device_of(**arrays, sequence_lengths=sequence_lengths)
     _graph_watch.saw_call(sequence_lengths, input)  # a CUDA graph being recorded freezes these lengths and shapes
     lengths = _host_lengths(sequence_lengths, batch, max_time)
-    if algo == "persist_static_small_h" and batch and lengths.min() != lengths.max():
-        raise ValueError("algo='persist_static_small_h' runs only batches whose sequences all have one length "
-                         f"(cuDNN refuses mixed lengths with it); got sequence_lengths from {int(lengths.min())} "
-                         f"to {int(lengths.max())}: use algo='standard' or 'auto'")
+    if config.algo in PERSISTENT_ALGOS and batch and max_time and (lengths.min() != lengths.max() or not lengths.min()):
+        raise ValueError(f"algo={config.algo!r} runs only batches whose sequences all have one length of at least 1 "
+                         "(cuDNN's persistent kernels take one sequence length for the whole batch); got "
+                         f"sequence_lengths from {int(lengths.min())} to {int(lengths.max())}: use algo='standard' "
+                         "or 'auto'")
     return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h, cell, params)
 
 
@@ -305,10 +334,12 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
         is_training: keep a reserve space for backprop and apply dropout.
         time_major: the layout of input, output and the states.
         algo: cuDNN's algorithm: ``"standard"``, ``"persist_static"``, ``"persist_dynamic"``,
-            ``"persist_static_small_h"`` (one length for every sequence of the batch) or ``"auto"``
-            (see :data:`cudnn_rnn.config.ALGOS`). The persistent ones need ``num_proj == 0``. The
-            result is the same math whichever runs; the reference backend checks it and computes
-            as always.
+            ``"persist_static_small_h"`` or ``"auto"`` (see :data:`cudnn_rnn.config.ALGOS`). The
+            persistent ones need ``num_proj == 0`` and one length, at least 1, for every sequence of
+            the batch; on cuDNN a batch-major call that names one runs time-major (x and y
+            transposed around it), and ``"auto"`` runs the standard algorithm where a persistent
+            one cannot run the call. The result is the same math whichever runs; the reference
+            backend checks the call and computes as always.
 
     Returns:
         :class:`cudnn_rnn.RNNOutputs` ``(output [T, B, D*P], output_h [L*D, B, P], output_c
@@ -323,27 +354,46 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
             too old), or a flag that is not a bool.
         ValueError: a shape that does not fit the others, params of the wrong size, lengths
             outside [0, T], arrays on different GPUs, an attribute TF would refuse, or an ``algo``
-            the call cannot run (a persistent one with projection; ``persist_static_small_h`` with
-            mixed lengths).
+            the call cannot run (a persistent one with projection, or with sequence lengths that
+            are not all equal and at least 1).
         ~cudnn_rnn.CudnnError: cuDNN refused the persistent ``algo`` named for this call.
+    """
+    return forward_with_rng(input, input_h, input_c, params, sequence_lengths, None, rnn_mode=rnn_mode,
+                            input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
+                            num_proj=num_proj, is_training=is_training, time_major=time_major, algo=algo)
+
+
+def forward_with_rng(input: Array, input_h: Array, input_c: Array | None, params: Array,
+                     sequence_lengths: Array | None, dropout_rng: DropoutRNG | None, *, rnn_mode: str,
+                     input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
+                     is_training: bool, time_major: bool, algo: str) -> RNNOutputs:
+    """:func:`cudnn_rnn_v3` whose masks on cuDNN come from a layer's ``dropout_rng`` (the layers' forward).
+
+    With ``dropout_rng`` None this is :func:`cudnn_rnn_v3`. Otherwise the cuDNN backend draws the
+    dropout masks from ``dropout_rng``, seeded from (seed, seed2) at its first training forward on
+    a GPU and advancing from call to call (see ``_dropout_rng``); the reference backend draws them
+    from (seed, seed2) as always. Arguments, results and errors as :func:`cudnn_rnn_v3`'s.
     """
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
                     direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
                     time_major=time_major)
     is_training = _flag("is_training", is_training)
     with call.on_device():
-        return _forward(call.placed(), is_training)
+        return _forward(call.placed(), is_training, dropout_rng)
 
 
-def _forward(call: _ValidatedCall, is_training: bool) -> RNNOutputs:
+def _forward(call: _ValidatedCall, is_training: bool, dropout_rng: DropoutRNG | None) -> RNNOutputs:
     xp, config, key = call.xp, call.config, call.reserve_key
     if call.max_time == 0 or call.batch == 0:
         y = xp.zeros(call.seq_shape(config.output_size), dtype=call.x.dtype)
         hy, cy = call.h0.copy(), None if call.c0 is None else call.c0.copy()
         reserve = _reserve.header_only(xp, y.dtype, key) if is_training else xp.empty(0, y.dtype)
     else:  # the backend writes the header of its training reserves
+        # the reference backend's masks always come from the seeds: only cuDNN takes a layer's RNG
+        rng = {} if dropout_rng is None or call.xp is np else {"dropout_rng": dropout_rng}
         y, hy, cy, reserve = call.backend().forward(config, call.x, call.h0, call.c0, call.params, call.lengths,
-                                                     is_training=is_training, time_major=call.time_major)
+                                                     is_training=is_training, time_major=call.run_time_major, **rng)
+        y = call.seq_out(y)
     host_reserved = _reserve.record(reserve, key)
     output_c = call.empty() if cy is None else call.states_out(cy)
     return RNNOutputs(y, call.states_out(hy), output_c, reserve, host_reserved)
@@ -430,18 +480,20 @@ def _backprop(call: _ValidatedCall, output: Array, output_backprop: Array | None
               output_c_backprop: Array | None, reserve_space: Array) -> RNNGradients:
     xp, config, dtype = call.xp, call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
-    dy = xp.zeros(y_shape, dtype=dtype) if output_backprop is None else xp.ascontiguousarray(output_backprop)
+    dy = xp.zeros(y_shape, dtype=dtype) if output_backprop is None else output_backprop
     dhy = call.states_in(xp.zeros(h_shape, dtype=dtype) if output_h_backprop is None else output_h_backprop)
     dcy = None
     if config.has_cell:
         c_shape = call.state_shape(config.num_units)
         dcy = call.states_in(xp.zeros(c_shape, dtype=dtype) if output_c_backprop is None else output_c_backprop)
     if call.max_time == 0 or call.batch == 0:
-        dx, dh0, dc0 = xp.zeros(call.x.shape, dtype=dtype), dhy.copy(), None if dcy is None else dcy.copy()
+        dx = xp.zeros(call.seq_shape(config.input_size), dtype=dtype)
+        dh0, dc0 = dhy.copy(), None if dcy is None else dcy.copy()
         dparams = xp.zeros(call.params.shape, dtype=dtype)
     else:
         dx, dh0, dc0, dparams = call.backend().backward(
-            config, call.x, call.h0, call.c0, call.params, call.lengths, xp.ascontiguousarray(output), dy, dhy, dcy,
-            reserve_space, time_major=call.time_major)
+            config, call.x, call.h0, call.c0, call.params, call.lengths, call.seq_in(output), call.seq_in(dy), dhy,
+            dcy, reserve_space, time_major=call.run_time_major)
+        dx = call.seq_out(dx)
     input_c_backprop = call.empty() if dc0 is None else call.states_out(dc0)
     return RNNGradients(dx, call.states_out(dh0), input_c_backprop, dparams)

@@ -37,7 +37,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ._arrays import Array, array_kind, array_module, copy_into, device_of, on_device
+from ._arrays import Array, array_kind, array_module, beside, copy_into
 from .config import DTYPES, is_count
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
@@ -115,7 +115,7 @@ class _Optimizer:
         """Zero state arrays, each beside its parameter (on its GPU for CuPy)."""
         zeros = []
         for p in self.params_list:
-            with on_device(device_of(p=p)):
+            with beside(p):
                 zeros.append(array_module(p=p).zeros(p.shape, dtype=_state_dtype(p.dtype)))
         return zeros
 
@@ -146,7 +146,8 @@ class _Optimizer:
         grads = self._checked(grads_list)
         self.steps += 1
         for i, (p, g) in enumerate(zip(self.params_list, grads)):
-            p[...] = self._updated(i, p.astype(_state_dtype(p.dtype)), g.astype(_state_dtype(p.dtype)))
+            with beside(p):  # the update's temporaries live on p's GPU, whichever is current
+                p[...] = self._updated(i, p.astype(_state_dtype(p.dtype)), g.astype(_state_dtype(p.dtype)))
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -420,11 +421,13 @@ def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
     max_norm = _positive_float("max_norm", max_norm)
     total_sq = 0.0
     for g in grads:
-        wide = g.astype(_state_dtype(g.dtype))
-        total_sq += float((wide * wide).sum())
+        with beside(g):
+            wide = g.astype(_state_dtype(g.dtype))
+            total_sq += float((wide * wide).sum())
     total_norm = math.sqrt(total_sq)
     if math.isfinite(total_norm) and total_norm > max_norm:
         scale = max_norm / total_norm
         for g in grads:
-            g *= scale
+            with beside(g):
+                g *= scale
     return total_norm

@@ -14,9 +14,10 @@ Reading never unpickles (``allow_pickle=False``) and checks every field before u
 atomic (:mod:`cudnn_rnn.files`): a kill during a save leaves the previous file whole.
 
 The same three things, as a dict, are a layer's state (``layer.state_dict()``, which
-:mod:`cudnn_rnn.checkpoint` stores)::
+:mod:`cudnn_rnn.checkpoint` stores), with the dropout RNG state of a layer trained on cuDNN::
 
-    {"config": {"rnn_mode": ..., ..., "dtype": ...}, "step": int, "params": [S] array}
+    {"config": {"rnn_mode": ..., ..., "dtype": ...}, "step": int, "params": [S] array,
+     "dropout_rng": None or {"device": str, "states": uint8 array}}     (may be absent)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 from ._arrays import Array, array_kind, to_host
+from ._dropout_rng import checked_state
 from .config import RNNConfig, is_count, numpy_dtype
 from .files import atomic_write
 from .layout import params_size
@@ -199,7 +201,10 @@ def config_from_fields(fields: Any, where: str) -> RNNConfig:
 
 
 def parse_layer_state(state: Any, where: str) -> ParamsFile:
-    """Check a layer's state dict (``{"config": fields, "step": int, "params": array}``) and decode it.
+    """Check a layer's state dict (``{"config": fields, "step": int, "params": array, "dropout_rng": ...}``).
+
+    ``dropout_rng`` (a layer's cuDNN RNG state, or None) may be absent, as in states saved
+    before it existed; it is checked here and taken by the layer itself.
 
     Args:
         state: what should be a layer's ``state_dict()``.
@@ -213,9 +218,11 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
             params' size and dtype, naming ``where`` and the key.
         TypeError: ``params`` is not a NumPy or CuPy array.
     """
-    if not isinstance(state, dict) or set(state) != {"config", "step", "params"}:
+    if not isinstance(state, dict) or set(state) - {"dropout_rng"} != {"config", "step", "params"}:
         keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"{where}: a layer's state must be a dict with keys ['config', 'params', 'step']; got {keys}")
+        raise ValueError(f"{where}: a layer's state must be a dict with keys ['config', 'params', 'step'] (and "
+                         f"optionally 'dropout_rng'); got {keys}")
+    checked_state(state.get("dropout_rng"), where)
     config = config_from_fields(state["config"], where)
     step = state["step"]
     if not is_count(step):

@@ -10,6 +10,7 @@ This file puts tests/support/ on ``sys.path`` for every test, so any test import
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 from typing import Iterator
 
@@ -42,3 +43,17 @@ def fake_cudnn(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudnn]:
     _cudnn_cache.clear_caches()
     assert fake.open == {}, "every cuDNN object created was destroyed"
     assert fake.gpu.violations == []
+
+
+@pytest.fixture
+def fake_cupy(fake_cudnn: FakeCudnn, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """``fake_cudnn``, with the fake CuPy installed as a real module named ``cupy``, which is returned.
+
+    The layers accept only the numpy or cupy module as ``xp``, so with it ``LSTM(..., xp=cupy)``
+    lives on the fake GPU the way it lives on a real one.
+    """
+    module = types.ModuleType("cupy", "the fake of tests/support/fake_gpu.py as a module")
+    module.__dict__.update(vars(sys.modules["cupy"]))
+    module.sqrt = np.sqrt  # Adam's update; the ufunc runs through the fake array's kernel check
+    monkeypatch.setitem(sys.modules, "cupy", module)
+    return module

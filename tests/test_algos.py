@@ -1,7 +1,8 @@
 """cuDNN's RNN algorithms (``algo``), on the host.
 
-* validation shared by both backends: the names, persistent algorithms without projection,
-  ``persist_static_small_h`` on batches of one length only;
+* validation shared by both backends: the names, persistent algorithms without projection and
+  on batches whose sequences all have one length of at least 1 (named in the refusal with
+  ``sequence_lengths``); on the fake GPU a batch-major call that names one runs time-major;
 * the reference backend computes the same numbers whatever ``algo`` says, and a reserve of one
   algorithm is refused by a backprop that names another;
 * the layers carry ``algo`` through forward, backward, repr, state dicts and params files, and
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn_cache, _cudnn_settings, _lib
+from cudnn_rnn import _cudnn_cache, _cudnn_settings, _lib, ops
 from cudnn_rnn._cudnn_settings import AutoRule, choose_algo
 from cudnn_rnn.config import ALGOS, PERSISTENT_ALGOS, RNNConfig
 from cudnn_rnn.errors import CudnnError
@@ -30,7 +31,6 @@ from fake_gpu import FakeCudnn
 from rnn_testing import Case, forward_backward, random_arrays, stable_seed
 
 EQUAL = Case("gru", num_units=6, input_size=3, max_time=5, batch=4, lengths=(4, 4, 4, 4))
-MIXED = EQUAL.with_(lengths=(5, 0, 3, 2))
 
 
 # ==== the configuration ==========================================================================
@@ -69,14 +69,61 @@ def test_every_algorithm_computes_the_same_numbers_on_the_reference_backend() ->
             np.testing.assert_array_equal(ours[name], value, err_msg=f"{algo}: {name}")
 
 
-def test_small_h_runs_only_batches_of_one_length() -> None:
-    case = MIXED.with_(algo="persist_static_small_h")
+RAGGED = {"mixed": ((5, 1, 3, 2), "from 1 to 5"), "a length 0": ((4, 0, 4, 4), "from 0 to 4"),
+          "all of length 0": ((0, 0, 0, 0), "from 0 to 0")}
+
+
+@pytest.mark.parametrize("algo", PERSISTENT_ALGOS)
+@pytest.mark.parametrize("lengths, span", RAGGED.values(), ids=list(RAGGED))
+@pytest.mark.parametrize("backend", ["reference", "cudnn"])
+def test_persistent_algorithms_run_only_batches_of_one_length(request: pytest.FixtureRequest, backend: str,
+                                                              algo: str, lengths: tuple[int, ...], span: str) -> None:
+    case = EQUAL.with_(lengths=lengths)
     a = random_arrays(case, np.random.default_rng(1))
-    with pytest.raises(ValueError, match=r"algo='persist_static_small_h' runs only batches whose sequences all "
-                                         r"have one length .*from 0 to 5: use algo='standard' or 'auto'"):
-        forward_backward(case, a)
-    for algo in set(ALGOS) - {"persist_static_small_h"}:  # the others run mixed lengths
-        forward_backward(case.with_(algo=algo), a)
+    if backend == "cudnn":
+        request.getfixturevalue("fake_cudnn")
+        a = device_arrays(case)
+    with pytest.raises(ValueError, match=rf"algo='{algo}' runs only batches whose sequences all have one length "
+                                         rf"of at least 1 .*got sequence_lengths {span}: use algo='standard' "
+                                         r"or 'auto'"):
+        train_step(case.with_(algo=algo), a)
+    for other in ("standard", "auto"):  # they run any lengths
+        train_step(case.with_(algo=other), a)
+
+
+def test_running_a_batch_major_call_time_major_computes_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rewrite the cuDNN backend gets for a persistent algorithm, run on the reference backend's real
+    # math: x and dy transposed in, y and dx transposed back, the states and the reserve check untouched.
+    case = Case("lstm", num_layers=2, num_units=5, input_size=3, direction="bidirectional", max_time=5, batch=3,
+                lengths=(5, 2, 4), dropout=0.3, seed=2, time_major=False)
+    a = random_arrays(case, np.random.default_rng(4))
+    as_called = forward_backward(case, a)
+    monkeypatch.setattr(ops._ValidatedCall, "run_time_major", property(lambda call: True))
+    rewritten = forward_backward(case, a)
+    for name, value in as_called.items():
+        np.testing.assert_array_equal(rewritten[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("algo", ("persist_static", "persist_dynamic"))
+def test_a_batch_major_call_naming_a_persistent_algorithm_runs_time_major_on_cudnn(fake_cudnn: FakeCudnn,
+                                                                                    algo: str) -> None:
+    case = EQUAL.with_(time_major=False, lengths=(5,) * 4, algo=algo)  # unpadded: cuDNN sees x and dy whole
+    a = device_arrays(case)
+    out = cudnn_rnn.cudnn_rnn_v3(a.x, a.h0, a.c0, a.params, a.lengths, **case.attrs())
+    layouts = {call[1].layout for call in fake_cudnn.calls if call[0] == "data"}
+    assert layouts == {_lib.RNNDataLayout.SEQ_MAJOR_UNPACKED}, "cuDNN sees time-major data"
+    np.testing.assert_array_equal(fake_cudnn.seen["x"], np.asarray(a.x.view(np.ndarray)).transpose(1, 0, 2))
+    assert out.output.shape == (case.batch, case.max_time, case.num_units), "y comes back batch-major"
+    for reserve in (out.reserve_space, out.reserve_space.copy()):  # the copy is checked by its header
+        grads = cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
+                                                out.output_c, a.dy, a.dhy, a.dcy, reserve, None, **case.attrs())
+        np.testing.assert_array_equal(fake_cudnn.seen["dy"], np.asarray(a.dy.view(np.ndarray)).transpose(1, 0, 2))
+        assert grads.input_backprop.shape == a.x.shape and grads.input_backprop.flags.c_contiguous
+    standard = case.with_(algo="auto")  # auto leaves batch-major data as it is: the standard algorithm
+    fake_cudnn.calls.clear()
+    train_step(standard, a)
+    assert {call[1].layout for call in fake_cudnn.calls if call[0] == "data"} == {
+        _lib.RNNDataLayout.BATCH_MAJOR_UNPACKED}
 
 
 def test_a_reserve_is_refused_by_a_backprop_of_another_algorithm() -> None:
@@ -126,7 +173,7 @@ SMALL = AutoRule("persist_static_small_h", ("lstm", "gru"), ("float16", "float32
 
 @pytest.mark.parametrize("config, batch, equal, expected", [
     (RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 8, True, "persist_static_small_h"),
-    (RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 8, False, "standard"),   # mixed lengths
+    (RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 8, False, "standard"),   # mixed lengths or a 0
     (RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 12, True, "standard"),   # batch % 8
     (RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 72, True, "standard"),   # batch > 64
     (RNNConfig("gru", 1, 256, 3, dtype="float16", algo="auto"), 8, True, "standard"),    # hidden > 192
@@ -140,12 +187,14 @@ SMALL = AutoRule("persist_static_small_h", ("lstm", "gru"), ("float16", "float32
 def test_auto_takes_the_first_matching_rule_it_can_run(monkeypatch: pytest.MonkeyPatch, config: RNNConfig,
                                                        batch: int, equal: bool, expected: str) -> None:
     monkeypatch.setattr(_cudnn_settings, "AUTO_RULES", (SMALL,))
-    assert choose_algo(config, batch, equal) == expected
+    assert choose_algo(config, batch, equal, True) == expected
+    batch_major = "standard" if config.algo == "auto" else config.algo  # auto leaves batch-major data alone
+    assert choose_algo(config, batch, equal, False) == batch_major
 
 
 def test_auto_means_standard_until_a_gpu_run_measured_a_rule() -> None:
     assert _cudnn_settings.AUTO_RULES == ()
-    assert choose_algo(RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 8, True) == "standard"
+    assert choose_algo(RNNConfig("gru", 1, 128, 3, dtype="float16", algo="auto"), 8, True, True) == "standard"
     assert set(_cudnn_settings.CUDNN_ALGOS) == set(ALGOS) - {"auto"}
 
 

@@ -136,8 +136,9 @@ def test_bfloat16_reaches_cudnn_as_bfloat16_data_with_float_math(fake_cudnn: Fak
     a = device_arrays(FAKE_CASE)
     results = train_step(FAKE_CASE, a)
     (fields,) = fake_cudnn.rnns.values()
+    # PyTorch's math types for bfloat16 (tensor-op math is for half only): FMA, or DEFAULT with TF32 allowed
     assert (fields.data_type, fields.math_prec, fields.math_type) == (
-        _lib.DataType.BFLOAT16, _lib.DataType.FLOAT, _lib.MathType.TENSOR_OP_MATH)
+        _lib.DataType.BFLOAT16, _lib.DataType.FLOAT, _lib.MathType.FMA_MATH)
     data_types = {call[1].data_type for call in fake_cudnn.calls if call[0] == "data"}
     assert data_types == {_lib.DataType.BFLOAT16}  # x and y
     assert {data_type for data_type, _, _ in fake_cudnn.tensors.values()} == {_lib.DataType.BFLOAT16}  # h, c, weights

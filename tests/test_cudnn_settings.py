@@ -24,11 +24,11 @@ def test_math_type_per_dtype_and_tf32_opt_in(monkeypatch: pytest.MonkeyPatch) ->
     assert not _cudnn_settings.tf32_allowed()
     default = {dtype: NetworkKey.of(c, True, "standard", 4).math_type for dtype, c in configs.items()}
     assert default == {"float16": _lib.MathType.TENSOR_OP_MATH, "float32": _lib.MathType.FMA_MATH,
-                       "float64": _lib.MathType.DEFAULT_MATH, "bfloat16": _lib.MathType.TENSOR_OP_MATH}
+                       "float64": _lib.MathType.DEFAULT_MATH, "bfloat16": _lib.MathType.FMA_MATH}
     _cudnn_settings.allow_tf32(True)
     assert _cudnn_settings.tf32_allowed()
     opted = {dtype: NetworkKey.of(c, True, "standard", 4).math_type for dtype, c in configs.items()}
-    assert opted == {**default, "float32": _lib.MathType.DEFAULT_MATH}
+    assert opted == {**default, "float32": _lib.MathType.DEFAULT_MATH, "bfloat16": _lib.MathType.DEFAULT_MATH}
     _cudnn_settings.allow_tf32(False)
     with pytest.raises(TypeError, match="enabled must be a bool; got int 1"):
         _cudnn_settings.allow_tf32(1)  # type: ignore[arg-type]

@@ -416,7 +416,9 @@ class FakeCudnn:
     """The cuDNN calls of _descriptors and the cuDNN backend, recorded; weights laid out by ``facts``.
 
     The compute calls write constants (y = 1, hy = 2, cy = 3; dx = 7, dhx = 8, dcx = 9; the
-    weight gradient += 1) and record what they were given in ``seen``.
+    weight gradient += 1) and record what they were given in ``seen``. A training forward whose
+    RNN has a dropout state draws from it as cuDNN does: ``seen["states"]`` (and ``drawn``) get a
+    copy of the state it started from, and the state advances in place (every byte + 1).
     """
 
     WORKSPACE, RESERVE, DROPOUT_STATES = 256, 4096, 64
@@ -434,6 +436,8 @@ class FakeCudnn:
         self.rnns: dict[int, _lib.RNNDescriptorFields] = {}
         self.data: dict[int, _lib.RNNDataFields] = {}
         self.streams: dict[int, int] = {}  # handle -> the stream it is bound to
+        self.dropouts: dict[int, tuple[int, int]] = {}  # dropout descriptor -> (its states' address, their bytes)
+        self.drawn: list[bytes] = []  # the dropout state each training forward started from, in order
         self.seen: dict[str, Any] = {}
         self.gpu: FakeGpu | None = None
         self._next = 0x1000
@@ -475,6 +479,7 @@ class FakeCudnn:
 
     def set_dropout(self, desc: int, handle: int, probability: float, states: int, size: int, seed: int) -> None:
         self.calls.append(("set_dropout", probability, size, seed))
+        self.dropouts[desc] = (states, size)
         if states:
             self._on_device("cudnnSetDropoutDescriptor", handle, states)
             memory(states, np.uint8, (size,))[:] = seed % 251  # the seeded initial RNG state
@@ -554,14 +559,16 @@ class FakeCudnn:
                     weight_size, weights, work_size, work, reserve_size, reserve) -> None:
         self._on_device("cudnnRNNForward", handle, lengths, x, y, hx, hy, cx, cy, weights, work, reserve)
         fields = self.rnns[rnn]
-        states = self.seen.get("dropout_states")
+        address, size = self.dropouts.get(fields.dropout_desc, (0, 0))
+        states = memory(address, np.uint8, (size,)) if address and mode == _lib.ForwardMode.TRAINING else None
         batch = self.data[x_desc].batch_size
         self.seen.update(mode=mode, x=self._sequence(x_desc, x).copy(),
                          lengths=memory(lengths, np.int32, (batch,)).copy(), weight_size=weight_size,
                          work_size=work_size, reserve_size=reserve_size, reserve=reserve,
-                         states=None if states is None else np.array(states))
+                         states=None if states is None else states.copy())
         if states is not None:
-            states.view(np.ndarray)[:] = 0  # cuDNN advances the RNG state as it draws masks
+            self.drawn.append(states.tobytes())
+            states += 1  # cuDNN advances the RNG state as it draws masks
         self._sequence(y_desc, y)[...] = 1.0
         self._tensor(h_desc, hy)[...] = 2.0
         if fields.cell_mode == _lib.RNNMode.LSTM:

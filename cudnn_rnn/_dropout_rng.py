@@ -1,0 +1,151 @@
+"""A layer's dropout RNG on cuDNN: seeded once per layer and GPU, then advancing from step to step::
+
+    rng = DropoutRNG()                     one per layer (layers.py); holds nothing before a GPU training forward
+    ops.forward_with_rng(..., dropout_rng=rng)   on cuDNN: the network's dropout state is restored from the
+                                           layer's (a device copy) before the forward and kept after it; the
+                                           first forward on a GPU seeds it from (seed, step) instead
+    rng.state() -> {"device": str, "states": uint8 [S]} | None    for the layer's state dict and checkpoints
+    rng.load(saved)                        the state of another run: used as it is on the same GPU model and
+                                           cuDNN (exact resume); elsewhere the next forward seeds anew
+
+Why: cudnnSetDropoutDescriptor sets up cuRAND's state over the whole buffer (S is a few MB), which
+PyTorch calls very expensive and does once per device; TensorFlow seeds once per kernel and lets
+the masks advance. A layer that passed a new seed2 every step paid that set-up every step, and a
+step recorded as a CUDA graph replayed the recorded seed, so every replay drew the same masks. With
+an RNG per layer, a step costs two device copies of S bytes and a replayed graph draws new masks on
+every replay, as eager steps do. The reference backend keeps its masks per (seed, step).
+
+The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and S), and a
+state saved elsewhere is not used: the masks then start anew from (seed, step), deterministic but
+not those of the uninterrupted run (a warning says so).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._arrays import array_kind, copy_into
+from ._cudnn_streams import DeviceBuffers, copy, import_cupy, use
+
+__all__ = ["DropoutRNG", "checked_state", "device_identity"]
+
+
+def device_identity(device_id: int, states_size: int, cudnn_version: int) -> str:
+    """What a dropout RNG state depends on: the GPU model, the cuDNN version and the state's size.
+
+    Args:
+        device_id: the GPU.
+        states_size: cudnnDropoutGetStatesSize on it, bytes.
+        cudnn_version: cudnnGetVersion(), e.g. 92800.
+
+    Returns:
+        e.g. ``"NVIDIA H100 80GB HBM3, cuDNN 92800, 4194304 bytes"``.
+    """
+    name = import_cupy().cuda.runtime.getDeviceProperties(device_id)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return f"{name}, cuDNN {cudnn_version}, {states_size} bytes"
+
+
+def checked_state(value: Any, where: str) -> dict[str, Any] | None:
+    """Check a saved :meth:`DropoutRNG.state` (None, or ``{"device": str, "states": uint8 1-D array}``).
+
+    Args:
+        value: what a layer's state dict holds under ``"dropout_rng"``.
+        where: names the source in the message.
+
+    Returns:
+        ``value`` itself.
+
+    Raises:
+        ValueError: anything else, naming ``where``.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"device", "states"}:
+        keys = sorted(map(str, value)) if isinstance(value, dict) else type(value).__name__
+        raise ValueError(f"{where}: 'dropout_rng' must be None or a dict with keys ['device', 'states']; got {keys}")
+    states = value["states"]
+    if (not isinstance(value["device"], str) or array_kind(states) is None or states.dtype != np.uint8
+            or states.ndim != 1 or states.size == 0):
+        raise ValueError(f"{where}: 'dropout_rng' must hold a device name (str) and its states as a non-empty 1-D "
+                         f"uint8 array; got {type(value['device']).__name__} and "
+                         f"{getattr(states, 'dtype', type(states).__name__)} {getattr(states, 'shape', '')}")
+    return value
+
+
+@dataclass
+class _Live:
+    """The RNG state on the GPU where the layer runs."""
+
+    device_id: int
+    device: str           # device_identity of that GPU
+    states: Any           # CuPy uint8 [S] on device_id
+    buffers: DeviceBuffers
+
+
+class DropoutRNG:
+    """The dropout RNG of one layer on cuDNN (see the module docstring); empty on NumPy layers."""
+
+    def __init__(self) -> None:
+        self._live: _Live | None = None
+        self._saved: dict[str, Any] | None = None  # a loaded state, put on the GPU at the next forward
+
+    def state(self) -> dict[str, Any] | None:
+        """The state to save: ``{"device": device_identity, "states": the layer's own uint8 array}``, or None.
+
+        None before the first training forward with dropout on a GPU (and on NumPy layers).
+        """
+        if self._live is not None:
+            return {"device": self._live.device, "states": self._live.states}
+        return None if self._saved is None else dict(self._saved)
+
+    def load(self, saved: dict[str, Any] | None) -> None:
+        """Take a saved :meth:`state` (checked by :func:`checked_state`); None forgets the current one.
+
+        The next training forward on a GPU uses it where it was saved on the same GPU model and
+        cuDNN, and seeds anew from (seed, step) elsewhere.
+        """
+        if self._live is not None:
+            self._live.buffers.close()
+        self._live = None
+        # a copy of its own (the source layer's advances): on the host, or on a GPU without passing the host
+        self._saved = None if saved is None else {"device": saved["device"], "states": saved["states"].copy()}
+
+    def restorable(self, device_id: int, device: str, stream: Any) -> Any:
+        """The states to restore before a training forward on ``device_id`` (``device`` its identity), or None.
+
+        None means: seed anew (the first forward on this GPU, or a saved state of another GPU model
+        or cuDNN, which is then dropped with a warning). Orders the use on ``stream``.
+        """
+        live = self._live
+        if live is not None and (live.device_id, live.device) != (device_id, device):
+            self.load(None)
+            live = None
+        if live is None and self._saved is not None:
+            saved, self._saved = self._saved, None
+            if saved["device"] != device:
+                warnings.warn(f"the layer's dropout RNG state was saved on {saved['device']:.200}; this is {device}: "
+                              "the masks start anew from its seed and step, so they differ from those of the "
+                              "uninterrupted run", UserWarning, stacklevel=2)
+                return None
+            states = import_cupy().empty(saved["states"].shape, dtype=np.uint8)  # on the call's GPU, current
+            copy_into(states, saved["states"])  # one copy, at the first forward after a load
+            live = self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
+        if live is None:
+            return None
+        use(live.buffers, stream, exclusive=True)
+        return live.states
+
+    def keep(self, device_id: int, device: str, working: Any, stream: Any) -> None:
+        """After a training forward: the advanced state ``working`` (the network's) becomes the layer's."""
+        live = self._live
+        if live is None:
+            states = import_cupy().empty(working.shape, dtype=working.dtype)
+            live = self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
+        use(live.buffers, stream, exclusive=True)
+        copy(live.states, working, stream)
+

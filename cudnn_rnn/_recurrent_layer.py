@@ -1,0 +1,525 @@
+"""The base of the layer classes: :class:`RecurrentLayer` (see :mod:`cudnn_rnn.layers`, which exports it).
+
+One params buffer in cuDNN's layout, a gradient buffer, forward/backward through the ops, named
+views, state dicts and files::
+
+    layer.forward(x, lengths, h0, c0) -> (y, h, c);  layer.backward(dy, dh, dc) -> (dx, dh0, dc0)
+    layer.state_dict() / load_state_dict(state) / save(path) / load(path) / from_params(params, config)
+
+Each subclass (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`, :class:`cudnn_rnn.RNN`) names the
+modes it holds in ``modes``; :meth:`RecurrentLayer.load` and its kin build the class a
+configuration names from that registry.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from . import _graph_watch
+from ._arrays import Array, array_kind, array_module, beside, copy_into, to_host
+from ._dropout_rng import DropoutRNG
+from .config import RNNConfig, dtype_name, is_count
+from .layout import ParamEntry, params_layout
+from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
+                          write_params_file)
+from ._initializers import keras_init_params
+from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
+
+if TYPE_CHECKING:  # the converters import this module
+    from .convert import Converted
+
+__all__ = ["RecurrentLayer"]
+
+#: bidirectional flag -> TF direction string
+_DIRECTION: dict[bool, str] = {False: "unidirectional", True: "bidirectional"}
+
+#: (kind, side) of a params entry -> the prefix of its name in :meth:`RecurrentLayer.weights`
+_NAME_PREFIX: dict[tuple[str, str], str] = {
+    ("matrix", "input"): "W",
+    ("matrix", "recurrent"): "R",
+    ("matrix", "projection"): "P",
+    ("bias", "input"): "bW",
+    ("bias", "recurrent"): "bR",
+}
+
+#: the step counter (= dropout seed2) stays a non-negative C int
+_SEED2_PERIOD = 2**31
+
+
+# ---- the layer --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _SavedForward:
+    """What a training forward keeps for its backward."""
+
+    x: Array
+    h0: Array
+    c0: Array | None
+    lengths: Array | None  # None or a NumPy/CuPy int array [B]
+    outputs: RNNOutputs
+    seed2: int
+    time_major: bool
+
+
+def _array_module_named(xp: object) -> types.ModuleType:
+    if xp is None:
+        return np
+    if not isinstance(xp, types.ModuleType) or xp.__name__ not in ("numpy", "cupy"):
+        raise TypeError(f"xp must be the numpy or cupy module (or None for numpy); got {xp!r}")
+    return xp
+
+
+def _entry_name(entry: ParamEntry, num_directions: int) -> str:
+    layer, reverse = divmod(entry.pseudo_layer, num_directions)
+    suffix = f"_l{layer}" + ("_reverse" if reverse else "")
+    prefix = _NAME_PREFIX[entry.kind, entry.side]
+    return prefix + suffix if entry.side == "projection" else f"{prefix}_{entry.gate}{suffix}"
+
+
+class RecurrentLayer:
+    """A multi-layer cuDNN RNN with its own params buffer; the base of LSTM, GRU and RNN.
+
+    The subclasses' constructors are the way in; this one takes ``rnn_mode`` itself.
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        bidirectional: D = 2 if True.
+        num_proj: P < N to project an LSTM's emitted state (0: none).
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
+
+    Attributes:
+        config: the ``RNNConfig`` (``seed`` is the layer's seed; on NumPy the dropout seed2 of
+            each training forward is the step counter).
+        params: 1-D [params_size] buffer in cuDNN's layout, ``config.dtype``, on ``xp``.
+        grad: same shape; ``backward`` ADDS into it, ``zero_grad`` clears it.
+        xp: the array module (numpy -> reference backend, cupy -> cuDNN).
+        step: number of training forwards so far; on NumPy it is the dropout seed2 of the
+            next one, so masks change every step and a run is reproducible from ``seed`` alone.
+            On cuDNN the masks come from the layer's own RNG state, set up from (``seed``,
+            ``step``) at the first training forward on the GPU and advancing from step to step
+            (saved by :meth:`state_dict`).
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
+            dtype, or an ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string, a non-positive size, or an impossible combination
+            (see :class:`cudnn_rnn.RNNConfig`).
+    """
+
+    #: the modes this class can hold (``load`` and ``from_params`` check them)
+    modes: ClassVar[tuple[str, ...]] = ()
+    #: rnn_mode -> the class that holds it: each class that names its own ``modes`` registers them (first wins)
+    _classes: ClassVar[dict[str, type["RecurrentLayer"]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for mode in cls.__dict__.get("modes", ()):
+            RecurrentLayer._classes.setdefault(mode, cls)
+
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
+                 bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
+                 input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
+                 seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
+        if not isinstance(bidirectional, (bool, np.bool_)):
+            raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__} {bidirectional!r}")
+        if not isinstance(unit_forget_bias, (bool, np.bool_)):
+            raise TypeError(f"unit_forget_bias must be a bool; got {type(unit_forget_bias).__name__} "
+                            f"{unit_forget_bias!r}")
+        config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode,
+                           direction=_DIRECTION[bool(bidirectional)], num_proj=num_proj, dropout=dropout,
+                           seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
+        module = _array_module_named(xp)
+        host = keras_init_params(config, seed=config.seed, unit_forget_bias=bool(unit_forget_bias))
+        self._attach(config, module, host, step=0)
+
+    def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int) -> None:
+        self.config = config
+        self.xp = xp
+        self.params: Array = xp.asarray(params)
+        with beside(self.params):  # CuPy makes new arrays on the current GPU: the gradient goes beside the params
+            self.grad: Array = xp.zeros_like(self.params)
+        self.step = step
+        self._layout = params_layout(config)
+        self._saved: _SavedForward | None = None
+        self._dropout_rng = DropoutRNG()  # cuDNN's masks: seeded at the first GPU training forward, then advancing
+
+    # -- per-matrix views ------------------------------------------------------------------------
+    def named_views(self, buffer: Array) -> dict[str, Array]:
+        """Views of every matrix and bias inside ``buffer`` (``params``, ``grad`` or alike), by name.
+
+        Names: ``W_<gate>_l<layer>[_reverse]`` [N, width] input matrices, ``R_<gate>_l...`` [N, P]
+        recurrent matrices, ``P_l...`` [P, N] projection, ``bW_<gate>_l...`` / ``bR_<gate>_l...``
+        [N] biases; gates in cuDNN order (lstm i, f, g, o; gru r, u, n; rnn h).
+
+        Args:
+            buffer: [params_size]: a buffer in this layer's layout.
+
+        Returns:
+            The views by name, in buffer order; writes through a view change the buffer.
+        """
+        d = self.config.num_directions
+        layout = self._layout
+        return {_entry_name(e, d): layout.view(buffer, e) for e in layout.weights + layout.biases}
+
+    def weights(self) -> dict[str, Array]:
+        """Named views of ``params``.
+
+        Returns:
+            ``named_views(params)``: every matrix and bias by name (writes go through).
+        """
+        return self.named_views(self.params)
+
+    def grads(self) -> dict[str, Array]:
+        """Named views of ``grad``.
+
+        Returns:
+            ``named_views(grad)``: every matrix's and bias's gradient by name (writes go through).
+        """
+        return self.named_views(self.grad)
+
+    # -- forward / backward ----------------------------------------------------------------------
+    def _state_shape(self, batch: int, width: int, time_major: bool) -> tuple[int, int, int]:
+        layers = self.config.num_pseudo_layers
+        return (layers, batch, width) if time_major else (batch, layers, width)
+
+    def forward(self, x: Array, lengths: Array | Sequence[int] | None = None, h0: Array | None = None,
+                c0: Array | None = None, *, time_major: bool = False,
+                training: bool = True) -> tuple[Array, Array, Array | None]:
+        """Run the RNN over a batch of sequences.
+
+        Args:
+            x: [B, T, I] ([T, B, I] if time_major), the layer's dtype and array module.
+            lengths: None (every sequence has length T), or [B] ints in [0, T] (a list or an
+                int32/int64 array); outputs past a sequence's length are 0.
+            h0: initial hidden states [B, L*D, P] ([L*D, B, P]); None means zeros.
+            c0: initial cell states [B, L*D, N] ([L*D, B, N]) for LSTM; None means zeros.
+            time_major: the layout of x, y and the states.
+            training: apply dropout and keep what :meth:`backward` needs, then ``step`` += 1.
+                The masks come from seed = ``config.seed``, seed2 = ``step`` on NumPy; on cuDNN
+                from the layer's own RNG, seeded from (``config.seed``, ``step``) at the first
+                such forward on the GPU and advancing from step to step (never set up again).
+                With False, no dropout, nothing kept, ``step`` unchanged.
+
+        Returns:
+            (y [B, T, D*P], h [B, L*D, P], c [B, L*D, N] or None for GRU/RNN): the output
+            sequence and each sequence's final states ([T, B, D*P], [L*D, B, P], [L*D, B, N]
+            with time_major).
+
+        Raises:
+            TypeError: ``x`` is not an array of this layer's array module, or an argument has
+                the wrong dtype or kind.
+            ValueError: ``x`` is not 3-D, ``c0`` given to a GRU or RNN, or shapes or lengths that
+                do not fit.
+        """
+        config = self.config
+        if array_kind(x) is None or array_module(x=x) is not self.xp:
+            raise TypeError(f"x must be a {self.xp.__name__}.ndarray, the array module of this layer's params; "
+                            f"got {type(x).__module__}.{type(x).__name__}")
+        if x.ndim != 3:
+            raise ValueError(f"x must be 3-D ({'[T, B, I]' if time_major else '[B, T, I]'}); got shape {x.shape}")
+        if not config.has_cell and c0 is not None:
+            raise ValueError(f"c0 is only for LSTM; this layer is {config.rnn_mode!r}, so c0 must be None")
+        batch = x.shape[1] if time_major else x.shape[0]
+        with beside(self.params):  # default states on the params' GPU, whichever is current
+            if h0 is None:
+                h0 = self.xp.zeros(self._state_shape(batch, config.state_size, time_major), dtype=x.dtype)
+            if config.has_cell and c0 is None:
+                c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
+        if lengths is not None and array_kind(lengths) is None:  # an array goes to the op as it is
+            _graph_watch.saw_call(lengths, x)  # a CUDA graph being recorded watches the caller's list, not the copy
+            lengths = np.asarray(lengths, dtype=np.int32)
+        seed2 = self.step % _SEED2_PERIOD
+        outputs = forward_with_rng(x, h0, c0, self.params, lengths, self._dropout_rng, rnn_mode=config.rnn_mode,
+                                   input_mode=config.input_mode, direction=config.direction, dropout=config.dropout,
+                                   seed=config.seed, seed2=seed2, num_proj=config.num_proj,
+                                   is_training=bool(training), time_major=time_major, algo=config.algo)
+        if training:
+            self._saved = _SavedForward(x, h0, c0, lengths, outputs, seed2, time_major)
+            self.step += 1
+        else:
+            self._saved = None
+        return outputs.output, outputs.output_h, (outputs.output_c if config.has_cell else None)
+
+    __call__ = forward
+
+    def backward(self, dy: Array | None, dh: Array | None = None,
+                 dc: Array | None = None) -> tuple[Array, Array, Array | None]:
+        """Backpropagate through the last training forward.
+
+        Side effect: ``grad += d loss / d params`` (accumulates across calls until
+        :meth:`zero_grad`). The forward's saved arrays are released, so each training
+        forward supports one backward.
+
+        Args:
+            dy: d loss / d y, shaped like y (None means zeros; rows past a length are ignored).
+            dh: d loss / d h (final hidden states), shaped like h; None means zeros.
+            dc: d loss / d c (LSTM final cell states); None means zeros. Must be None for GRU/RNN.
+
+        Returns:
+            (dx, dh0, dc0 or None): gradients of the loss with respect to x, h0 and c0, shaped
+            like them.
+
+        Raises:
+            RuntimeError: no training forward since the last backward.
+            ValueError: ``dc`` given to a GRU or RNN, or a gradient shaped unlike its output.
+            TypeError: a gradient of another array kind or dtype.
+        """
+        saved = self._saved
+        if saved is None:
+            raise RuntimeError("backward needs a preceding forward(..., training=True) "
+                               "(each forward supports one backward)")
+        config = self.config
+        if not config.has_cell and dc is not None:
+            raise ValueError(f"dc is only for LSTM; this layer is {config.rnn_mode!r}, so dc must be None")
+        out = saved.outputs
+        grads = cudnn_rnn_backprop_v3(
+            saved.x, saved.h0, saved.c0, self.params, saved.lengths, out.output, out.output_h,
+            out.output_c if config.has_cell else None, dy, dh, dc, out.reserve_space, out.host_reserved,
+            rnn_mode=config.rnn_mode, input_mode=config.input_mode, direction=config.direction,
+            dropout=config.dropout, seed=config.seed, seed2=saved.seed2, num_proj=config.num_proj,
+            time_major=saved.time_major, algo=config.algo)
+        with beside(self.grad):
+            self.grad += grads.params_backprop
+        self._saved = None
+        return grads.input_backprop, grads.input_h_backprop, (grads.input_c_backprop if config.has_cell else None)
+
+    def zero_grad(self) -> None:
+        """Set ``grad`` to zero (in place)."""
+        with beside(self.grad):
+            self.grad[...] = 0
+
+    # -- persistence and export -------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write params, configuration and step counter to ``path`` (an ``.npz`` archive, exactly that path).
+
+        The params are stored bit for bit in their dtype (see :mod:`cudnn_rnn.params_file`), and
+        the file is replaced atomically: a kill during the save leaves the previous file whole.
+        :meth:`load` restores an equal layer.
+
+        Args:
+            path: the file to write (replaced if it exists).
+        """
+        write_params_file(path, self.params, self.config, self.step)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, xp: types.ModuleType | None = None) -> "RecurrentLayer":
+        """Read a layer written by :meth:`save` onto ``xp`` (numpy by default, or cupy).
+
+        ``RecurrentLayer.load`` returns whichever class was saved; ``LSTM.load`` (etc.) also
+        checks that the file holds that kind of layer.
+
+        Args:
+            path: a file written by :meth:`save` (or a converted model, see
+                :mod:`cudnn_rnn.params_file`).
+            xp: the array module of the new layer: numpy (None, the default) or cupy.
+
+        Returns:
+            A new layer of the saved class with the saved params, configuration and step counter.
+
+        Raises:
+            ValueError: not a whole layer file, another layer kind, or params not matching the config.
+            TypeError: ``xp`` is not numpy or cupy.
+        """
+        saved = read_params_file(path)
+        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
+
+    @classmethod
+    def from_params(cls, params: Array, config: RNNConfig, *, xp: types.ModuleType | None = None,
+                    step: int = 0) -> "RecurrentLayer":
+        """A new layer of ``config`` holding a copy of the params buffer ``params``.
+
+        The way in for weights that come from elsewhere: a converted file
+        (:meth:`cudnn_rnn.convert.FoundRNN.to_layer` calls this), :func:`cudnn_rnn.convert.from_format`,
+        or another layer's ``params``. ``RecurrentLayer.from_params`` builds the class ``config``
+        names; ``LSTM.from_params`` (etc.) also checks that ``config`` is of that kind.
+
+        Args:
+            params: 1-D [params_size(config)] array of ``config.dtype`` (NumPy or CuPy), in
+                cuDNN's layout (:mod:`cudnn_rnn.layout`). It is copied, never kept.
+            config: the :class:`~cudnn_rnn.config.RNNConfig` the buffer belongs to (its
+                ``dropout`` and ``seed`` become the layer's).
+            xp: the layer's array module (numpy or cupy); by default that of ``params``.
+            step: the training step counter to start from (the next dropout seed2).
+
+        Returns:
+            A new layer of the class ``config.rnn_mode`` names.
+
+        Raises:
+            TypeError: ``config`` is not an RNNConfig, ``params`` not an array, ``xp`` not numpy/cupy.
+            ValueError: ``params`` has another size or dtype than ``config`` needs; ``config`` is of
+                another mode than ``cls`` holds; ``step`` is not a non-negative int.
+        """
+        if not isinstance(config, RNNConfig):
+            raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
+        kind = array_kind(params)
+        if kind is None:
+            raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
+        check_params_buffer(params, config, "params")
+        if not is_count(step):
+            raise ValueError(f"step must be a non-negative int; got {type(step).__name__} {step!r}")
+        module = array_module(params=params) if xp is None else _array_module_named(xp)
+        with beside(params):  # a CuPy copy stays on the params' GPU
+            copy = params.copy() if module.__name__ == kind else to_host(params)  # crossing kinds copies anyway
+        return cls._from_saved(config, copy, int(step), module, "config", "from_params")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`.
+
+        Returns:
+            A dict of the configuration's fields, the step counter, the params buffer and the
+            dropout RNG state of a layer trained on cuDNN::
+
+                {"config": {"rnn_mode": ..., ..., "seed": ..., "dtype": ...},   # RNNConfig's fields
+                 "step": int,                                                  # the dropout stream's position
+                 "params": params,                                             # this layer's own buffer, not a copy
+                 "dropout_rng": None or {"device": str, "states": uint8 [S]}}  # cuDNN's RNG state (see below)
+
+            ``dropout_rng`` is None on NumPy and before the first training forward with dropout on
+            a GPU. Otherwise it holds cuRAND's state (the layer's own device array) and the GPU
+            model and cuDNN it was drawn on: a layer that loads it there resumes the same masks;
+            elsewhere its masks start anew from (seed, step), with a warning.
+        """
+        return {"config": config_fields(self.config), "step": self.step, "params": self.params,
+                "dropout_rng": self._dropout_rng.state()}
+
+    def load_state_dict(self, state: dict[str, Any], *, keep_seed: bool = False) -> None:
+        """Take the params (copied into this layer's buffer, in place), step and seed of ``state``.
+
+        The layer keeps its own ``algo`` (how cuDNN computes, not what): a state saved with
+        another algorithm loads.
+
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            keep_seed: keep this layer's own dropout seed instead of the saved one (data-parallel
+                ranks that each draw their own dropout masks).
+
+        Raises:
+            ValueError: ``state`` is malformed, or its configuration differs from this layer's in
+                anything but the seed and the algorithm (each differing field is named).
+            TypeError: ``state``'s params is not a NumPy or CuPy array.
+        """
+        self.state_loader(state, keep_seed=keep_seed)()
+
+    def state_loader(self, state: dict[str, Any], *, keep_seed: bool = False,
+                     where: str = "state_dict") -> Callable[[], None]:
+        """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
+
+        Nothing changes until the returned function runs, so several objects can be checked
+        before any is changed.
+
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            keep_seed: keep this layer's own dropout seed instead of the saved one.
+            where: names the source in error messages.
+
+        Returns:
+            A function of no arguments that loads ``state`` into this layer.
+
+        Raises:
+            ValueError: as :meth:`load_state_dict`.
+            TypeError: as :meth:`load_state_dict`.
+        """
+        saved = parse_layer_state(state, where)
+        seed = self.config.seed if keep_seed else saved.config.seed
+        # cuDNN's RNG state is the run's own: a layer that keeps its seed draws its own masks, and NumPy has none
+        rng_state = None if keep_seed or self.xp is np else state.get("dropout_rng")
+        config = replace(saved.config, algo=self.config.algo, seed=seed)
+        differing = [f"{name}={getattr(saved.config, name)!r} there, {getattr(self.config, name)!r} here"
+                     for name in CONFIG_FIELDS if name not in ("seed", "algo")
+                     and getattr(saved.config, name) != getattr(self.config, name)]
+        if differing:
+            raise ValueError(f"{where} holds a layer of another configuration than this {type(self).__name__}: "
+                             + "; ".join(differing))
+
+        def load() -> None:
+            copy_into(self.params, saved.params)
+            self.config, self.step, self._saved = config, saved.step, None
+            self._dropout_rng.load(rng_state)
+
+        return load
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], *, xp: types.ModuleType | None = None) -> "RecurrentLayer":
+        """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``.
+
+        Args:
+            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            xp: the array module of the new layer: numpy (None, the default) or cupy.
+
+        Returns:
+            The new layer, with its own copy of the params.
+
+        Raises:
+            ValueError: ``state`` is malformed, or holds another kind of layer than ``cls``.
+            TypeError: ``state``'s params is not an array, or ``xp`` is not numpy or cupy.
+        """
+        saved = parse_layer_state(state, "state_dict")
+        params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
+        layer = cls._from_saved(saved.config, params, saved.step, xp, "state_dict", "from_state_dict")
+        if layer.xp is not np:
+            layer._dropout_rng.load(state.get("dropout_rng"))
+        return layer
+
+    @classmethod
+    def _from_saved(cls, config: RNNConfig, params: Array, step: int, xp: types.ModuleType | None,
+                    where: str, method: str) -> "RecurrentLayer":
+        """A layer of the class ``config`` names, holding ``params`` (taken, not copied) on ``xp``;
+        ``where`` and ``method`` name the source and the caller in the refusal of another class."""
+        module = _array_module_named(xp)
+        layer_cls = RecurrentLayer._classes[config.rnn_mode]
+        if cls is not RecurrentLayer and not issubclass(layer_cls, cls):
+            raise ValueError(f"{where} holds a {layer_cls.__name__} (rnn_mode={config.rnn_mode!r}); "
+                             f"{cls.__name__}.{method} cannot read it (use RecurrentLayer.{method})")
+        layer = object.__new__(layer_cls)
+        layer._attach(config, module, params, step)
+        return layer
+
+    def export(self, fmt: str, allow_approximation: bool = False) -> Converted:
+        """Convert the weights to a named format (see :mod:`cudnn_rnn.convert`).
+
+        Args:
+            fmt: one of the format names of :func:`cudnn_rnn.convert.to_format`.
+            allow_approximation: accept a conversion that changes the function (it is reported).
+
+        Returns:
+            The converter's result: ``.value`` (a dict of arrays in that format) and
+            ``.approximations`` (what changed, if an inexact conversion was allowed).
+
+        Raises:
+            InexactConversionError: the format cannot hold this layer exactly and
+                ``allow_approximation`` is False.
+            ValueError: ``fmt`` is not a format name, or the format cannot hold this layer at all.
+        """
+        from .convert import to_format
+
+        return to_format(fmt, self.params, self.config, allow_approximation=allow_approximation)
+
+    # -- description -----------------------------------------------------------------------------
+    def _extra_repr(self) -> list[str]:
+        c = self.config
+        parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
+        optional = [("bidirectional", c.num_directions == 2, False), ("num_proj", c.num_proj, 0),
+                    ("dropout", c.dropout, 0.0), ("input_mode", c.input_mode, "linear_input"),
+                    ("dtype", c.dtype, "float32"), ("seed", c.seed, 0), ("algo", c.algo, "standard")]
+        parts += [f"{name}={value!r}" for name, value, default in optional if value != default]
+        return parts
+
+    def __repr__(self) -> str:
+        details = ", ".join(self._extra_repr())
+        return (f"{type(self).__name__}({details}) <{self.params.size} params on {self.xp.__name__}, "
+                f"step {self.step}>")
