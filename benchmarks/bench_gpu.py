@@ -22,10 +22,11 @@ beside the standard algorithm's, or "refused" where cuDNN refuses it. A persiste
 beats the standard one here is what ``_cudnn_settings.AUTO_RULES`` (``algo="auto"``) is made from.
 
 Then the host overhead per call (microseconds per training step on a tiny configuration, where
-the GPU waits for the host): ours eager, ours as a graph replay, torch; and what re-seeding the
-dropout state costs (cudnnSetDropoutDescriptor, which the layer classes cause every step by
-advancing seed2): its GPU and host time, whether it blocks the host, and its share of the small
-configuration's step. Above 5%, the layers should continue the RNG stream between steps instead.
+the GPU waits for the host): ours eager, ours as a graph replay, torch; and what dropout costs a
+training step of the small configuration both ways: op calls whose seed2 advances every step
+(cudnnSetDropoutDescriptor, cuRAND's state set-up, every step: what the layers did before) against
+a layer whose RNG is set up once and restored by two device copies per step; each alone on the GPU
+and the host, and whether a re-seed blocks the host.
 
 Targets: ratio <= 1.02 on the large configurations and <= 1.0 on the small one.
 Usage: python benchmarks/bench_gpu.py [--steps N] [--json PATH]   (exit 2 without a GPU)
@@ -249,38 +250,61 @@ def _host_overheads() -> dict[str, float]:
     return overheads
 
 
-# ---- the dropout state's re-seeding ---------------------------------------------------------------
-def _dropout_reseed(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
-    """What _DropoutState.rewind costs with a new seed every call (cudnnSetDropoutDescriptor plus a
-    copy) and with the same seed (a copy), on the GPU and on the host; whether re-seeding blocks."""
+# ---- dropout: re-seeding every step against a layer's advancing RNG -----------------------------------
+def _dropout_step_costs(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
+    """A training step with dropout of the small configuration, two ways, and what each way adds alone.
+
+    ``reseeding``: op calls whose seed2 advances every step, as the layers used to run: every step
+    re-runs cudnnSetDropoutDescriptor (cuRAND's state set-up over the whole state). ``layer``: an
+    LSTM layer, whose dropout RNG is set up once and restored (two device copies of the state) every
+    step. Alone: a re-seed (``_DropoutState.rewind`` with a new seed) and a layer's restore and keep.
+    Also whether a re-seed blocks the host while the GPU is busy.
+    """
     import cupy
 
     import cudnn_rnn
     from cudnn_rnn import _cudnn_cache
-    from cudnn_rnn.config import RNNConfig
+    from cudnn_rnn._dropout_rng import DropoutRNG
 
     _use_precision("fp32")
-    config = RNNConfig("lstm", 2, SMALL.hidden, SMALL.inputs, dropout=0.1, seed=1, dtype="float32")
+    hidden, inputs, layers = SMALL.hidden, SMALL.inputs, 2
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        x = cupy.zeros((SMALL.max_time, SMALL.batch, SMALL.inputs), dtype=cupy.float32)
-        states = cupy.zeros((config.num_pseudo_layers, SMALL.batch, SMALL.hidden), dtype=cupy.float32)
-        params = cupy.zeros(cudnn_rnn.cudnn_rnn_params_size(2, SMALL.hidden, SMALL.inputs), dtype=cupy.float32)
-        cudnn_rnn.cudnn_rnn_v3(x, states, states, params, dropout=0.1, seed=1)  # builds the network
+        layer = cudnn_rnn.LSTM(inputs, hidden, layers, dropout=0.1, seed=1, xp=cupy)
+        x = cupy.zeros((SMALL.max_time, SMALL.batch, inputs), dtype=cupy.float32)
+        states = cupy.zeros((layers, SMALL.batch, hidden), dtype=cupy.float32)
+        seeds = iter(range(1 << 20, 1 << 22))
+
+        def reseeding_step() -> None:  # one op step with a new seed2, as the layers used to run
+            attrs = {"dropout": 0.1, "seed": 1, "seed2": next(seeds)}
+            out = cudnn_rnn.cudnn_rnn_v3(x, states, states, layer.params, **attrs)
+            grads = cudnn_rnn.cudnn_rnn_backprop_v3(x, states, states, layer.params, None, out.output, out.output_h,
+                                                    out.output_c, out.output, None, None, out.reserve_space,
+                                                    out.host_reserved, **attrs)
+            layer.grad += grads.params_backprop
+
+        def layer_step() -> None:
+            y, _, _ = layer(x, time_major=True)
+            layer.backward(y)
+
+        step_ms = {"reseeding": _gpu_ms(reseeding_step, calls, _cupy_timer()),
+                   "layer": _gpu_ms(layer_step, calls, _cupy_timer())}
         context = _cudnn_cache.thread_context(cupy.cuda.Device().id)
-        network = context.networks.values()[-1]  # the one that call built
+        network = context.networks.values()[-1]  # the training network both steps used
         handle = context.handle.bind(stream.ptr)
-        seeds = iter(range(1 << 20, 1 << 21))
+        rng = DropoutRNG()
 
         def reseeded() -> None:
             network.dropout.rewind(handle, stream, next(seeds))
 
-        def same() -> None:
-            network.dropout.rewind(handle, stream, network.dropout.descriptor.seed)
+        def restored() -> None:
+            network.dropout.restore(handle, stream, rng, 1)
+            network.dropout.keep(stream, rng)
 
-        gpu = {name: _gpu_ms(step, calls, _cupy_timer()) for name, step in (("reseed", reseeded), ("copy", same))}
+        alone = {name: _gpu_ms(step, calls, _cupy_timer()) for name, step in
+                 (("reseed", reseeded), ("restore and keep", restored))}
         host = {name: _host_us(step, stream.synchronize, calls) / 1e3 for name, step in
-                (("reseed", reseeded), ("copy", same))}
+                (("reseed", reseeded), ("restore and keep", restored))}
         big = cupy.ones((4096, 4096), dtype=cupy.float32)
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
@@ -292,13 +316,14 @@ def _dropout_reseed(small_step_ms: float, calls: int = 50) -> dict[str, Any]:
         returned_ms = (time.perf_counter() - begin) * 1e3
         end.synchronize()
         queued_ms = cupy.cuda.get_elapsed_time(start, end)
-    share = gpu["reseed"] / small_step_ms
-    return {"states_bytes": int(network.dropout.working.nbytes),
-            "gpu_ms": gpu, "host_ms": host, "reseed_returned_ms_with_gpu_busy": returned_ms,
-            "gpu_busy_ms": queued_ms, "reseed_blocks_host": returned_ms > 0.5 * queued_ms,
-            "share_of_small_step": share, "small_step_ms": small_step_ms,
-            "verdict": ("continue the RNG stream between steps in the layers" if share > RESEED_SHARE_LIMIT
-                        else "re-seeding every step is affordable")}
+    share = alone["reseed"] / small_step_ms
+    saved = 1.0 - step_ms["layer"] / step_ms["reseeding"]
+    return {"states_bytes": int(network.dropout.working.nbytes), "step_ms": step_ms, "gpu_ms": alone,
+            "host_ms": host, "reseed_returned_ms_with_gpu_busy": returned_ms, "gpu_busy_ms": queued_ms,
+            "reseed_blocks_host": returned_ms > 0.5 * queued_ms, "share_of_small_step": share,
+            "small_step_ms": small_step_ms, "layer_step_saves": saved,
+            "verdict": (f"a layer's step with its own RNG takes {100 * saved:.1f}% less than re-seeding every step"
+                        + ("" if share <= RESEED_SHARE_LIMIT else f" (a re-seed is {100 * share:.0f}% of a step)"))}
 
 
 # ---- the report ------------------------------------------------------------------------------------
@@ -349,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "algo_ms": _algorithm_ms(bench, dtype, args.steps)})
         small_fp32 = next(r["ours_ms"] for r in results if r["name"] == SMALL.name() and r["precision"] == "fp32")
         overheads = _host_overheads()
-        reseed = _dropout_reseed(small_fp32)
+        reseed = _dropout_step_costs(small_fp32)
     finally:
         _cudnn_settings.allow_tf32(tf32_before)
     print("\ncuDNN's algorithms, our eager ms per step ('refused' where cuDNN refuses one):")
@@ -363,12 +388,12 @@ def main(argv: list[str] | None = None) -> int:
               + f"  {fastest}")
     print(f"\nhost overhead per training step ({TINY.name()}, fp32): "
           + ", ".join(f"{name} {value:.0f} us" for name, value in overheads.items()))
-    print(f"dropout re-seed ({reseed['states_bytes']} bytes of RNG state): GPU {reseed['gpu_ms']['reseed']:.3f} ms "
-          f"(same-seed copy {reseed['gpu_ms']['copy']:.3f} ms), host {reseed['host_ms']['reseed']:.3f} ms; "
-          f"blocks the host: {reseed['reseed_blocks_host']} (returned after "
-          f"{reseed['reseed_returned_ms_with_gpu_busy']:.2f} ms with {reseed['gpu_busy_ms']:.1f} ms queued); "
-          f"{100 * reseed['share_of_small_step']:.1f}% of the small configuration's fp32 step "
-          f"(limit {100 * RESEED_SHARE_LIMIT:.0f}%): {reseed['verdict']}")
+    print(f"dropout ({reseed['states_bytes']} bytes of RNG state), small configuration's fp32 training step: "
+          f"re-seeding every step {reseed['step_ms']['reseeding']:.3f} ms, a layer's own RNG "
+          f"{reseed['step_ms']['layer']:.3f} ms; alone on the GPU: a re-seed {reseed['gpu_ms']['reseed']:.3f} ms, "
+          f"a layer's restore and keep {reseed['gpu_ms']['restore and keep']:.3f} ms; a re-seed blocks the host: "
+          f"{reseed['reseed_blocks_host']} (returned after {reseed['reseed_returned_ms_with_gpu_busy']:.2f} ms with "
+          f"{reseed['gpu_busy_ms']:.1f} ms queued): {reseed['verdict']}")
     if args.json:
         record = {"device": device, "ours_cudnn": ours_cudnn, "cupy": cupy.__version__, "torch": torch_note,
                   "steps": args.steps, "benches": results, "host_overhead_us": overheads, "dropout_reseed": reseed}

@@ -326,9 +326,10 @@ def gpu_tables(data: dict[str, Any]) -> list[Table | None]:
     return [table_of("training step against PyTorch's cuDNN RNNs", GPU_BENCHES, data["benches"]),
             facts_table("host overhead per training step (µs)", [(name, value, fixed(0))
                                                                    for name, value in overhead.items()]),
-            facts_table("re-seeding dropout every step", [
-                ("share of the small configuration's step", reseed.get("share_of_small_step"),
+            facts_table("dropout: re-seeding every step, or a layer's own RNG", [
+                ("a re-seed's share of the small configuration's step", reseed.get("share_of_small_step"),
                  lambda value: f"{100 * value:.1f}%"),
+                ("a layer's step saves", reseed.get("layer_step_saves"), lambda value: f"{100 * value:.1f}%"),
                 ("verdict", reseed.get("verdict"), text)])]
 
 

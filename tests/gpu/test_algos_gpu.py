@@ -2,8 +2,10 @@
 
 Each algorithm either computes what the float64 reference computes (to the dtype's tolerance)
 or is refused by cuDNN with a ``CudnnError`` naming it; the cases cuDNN is known to run (the
-ones PyTorch sends to the persistent kernels) must run. ``-s`` prints which algorithm ran where,
-for the GPU record.
+ones PyTorch sends to the persistent kernels) must run, batch-major too (run time-major inside).
+Ragged lengths never reach a persistent kernel: naming one is a ValueError, and ``"auto"`` runs
+them with the standard algorithm. ``-s`` prints which algorithm ran where, for the GPU record.
+``persist_dynamic`` builds its kernels with NVRTC (seconds each): those tests are marked long.
 """
 
 from __future__ import annotations
@@ -39,7 +41,31 @@ def test_the_persistent_algorithms_run_where_pytorch_uses_them(algo: str, case: 
     _compare(case.with_(algo=algo))
 
 
-@pytest.mark.parametrize("algo", PERSISTENT_ALGOS + ("auto",))
+def _algos() -> list[object]:
+    """Every algorithm but the standard one; persist_dynamic's compile with NVRTC: marked long."""
+    return [pytest.param(algo, marks=pytest.mark.long) if algo == "persist_dynamic" else algo
+            for algo in PERSISTENT_ALGOS + ("auto",)]
+
+
+@pytest.mark.parametrize("algo, case", MUST_RUN,
+                         ids=[f"{algo}-{case.rnn_mode}-{case.dtype}" for algo, case in MUST_RUN])
+def test_a_batch_major_call_runs_the_persistent_algorithm_time_major(algo: str, case: Case) -> None:
+    _compare(case.with_(algo=algo, time_major=False))
+
+
+@pytest.mark.parametrize("algo", _algos())
+def test_ragged_lengths_never_reach_a_persistent_kernel(algo: str) -> None:
+    case = Case("gru", num_units=64, input_size=32, max_time=6, batch=8, lengths=(6, 6, 2, 6, 0, 6, 5, 6),
+                dtype="float32", algo=algo)
+    if algo == "auto":  # runs them, with the standard algorithm
+        _compare(case)
+        return
+    a = on_gpu(random_arrays(case, np.random.default_rng(5)))
+    with pytest.raises(ValueError, match=rf"algo='{algo}' runs only batches .*sequence_lengths from 0 to 6"):
+        run(case, a)
+
+
+@pytest.mark.parametrize("algo", _algos())
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_every_algorithm_matches_the_reference_or_is_refused_by_name(algo: str, dtype: str) -> None:
     ran, refused = [], []

@@ -3,10 +3,13 @@
 cuDNN applies inverted dropout to the output of every layer but the last, in training only. Its
 masks come from a cuDNN dropout descriptor seeded with TF's 64-bit seed; the backend restores the
 RNG state before every training forward, so a (seed, seed2) pair is a fixed function of the
-inputs and gradients can be checked by finite differences in float64.
+inputs and gradients can be checked by finite differences in float64. A layer's masks come from
+its own RNG state instead: set up once, advancing from step to step, saved and restored exactly.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -100,3 +103,31 @@ def test_gradients_match_finite_differences_with_dropout_on(case: Case) -> None:
             numeric = (plus - minus) / (2 * eps)
             analytic = float(np.sum(grads[gradient] * direction.get()))
             assert relative_error(analytic, numeric) <= 1e-6, (argument, analytic, numeric)
+
+
+
+def _layer_outputs(layer: Any, x: Any, steps: int) -> list[np.ndarray]:
+    """The output of ``steps`` training forwards (each with its backward; the params do not change), on the host."""
+    outputs = []
+    for _ in range(steps):
+        y, _, _ = layer(x, [6, 3, 0, 1, 6])
+        layer.backward(y)
+        outputs.append(y.get())
+    return outputs
+
+
+def test_a_layers_masks_advance_and_resume_exactly_from_its_state() -> None:
+    from cudnn_rnn import LSTM
+
+    x = cupy.asarray(np.random.default_rng(23).standard_normal((5, 6, 8)))
+
+    def make(seed: int) -> LSTM:
+        return LSTM(8, 16, num_layers=3, bidirectional=True, dropout=0.4, dtype="float64", xp=cupy, seed=seed)
+
+    uninterrupted = _layer_outputs(make(7), x, 4)
+    assert not np.array_equal(uninterrupted[0], uninterrupted[1]), "each step draws new masks"
+    first = make(7)
+    assert _same(_layer_outputs(first, x, 2), uninterrupted[:2]), "the same seed draws the same stream"
+    resumed = make(9)
+    resumed.load_state_dict(first.state_dict())  # the seed, the step and the RNG state
+    assert _same(_layer_outputs(resumed, x, 2), uninterrupted[2:]), "a restored state resumes the stream exactly"

@@ -2,7 +2,8 @@
 graph and replayed gives what the same steps give eagerly; recording it also proves that the
 steady-state step makes no host transfer or wait (CUDA refuses them while recording). A replay
 after the lengths changed in place is refused (and changes nothing), or with
-``on_new_lengths="recapture"`` gives what eager steps with those lengths give."""
+``on_new_lengths="recapture"`` gives what eager steps with those lengths give. A layer's step
+with dropout replays new masks every time, from the layer's own RNG, as eager steps draw them."""
 
 from __future__ import annotations
 
@@ -111,3 +112,38 @@ def test_recaptured_replays_with_changing_lengths_equal_eager_steps() -> None:
     stream.synchronize()
     assert relative_error(params.get(), eager_params.get()) <= 1e-12
     assert relative_error(optimiser.velocity[0].get(), eager_optimiser.velocity[0].get()) <= 1e-12
+
+
+def test_a_layers_replayed_steps_draw_new_masks_as_eager_steps_do() -> None:
+    from cudnn_rnn import GRU
+
+    rng = np.random.default_rng(31)
+    x = cupy.asarray(rng.uniform(-1, 1, (4, 6, 8)))
+    target = cupy.asarray(rng.uniform(-1, 1, (4, 6, 16)))
+
+    def trainer() -> tuple[GRU, Callable[[], None]]:
+        layer = GRU(8, 16, num_layers=3, dropout=0.5, dtype="float64", xp=cupy, seed=4)
+        optimiser = SGD([layer.params], lr=0.05)
+
+        def train() -> None:
+            y, _, _ = layer(x, [6, 2, 5, 6])
+            layer.zero_grad()
+            layer.backward(y - target)
+            optimiser.step([layer.grad])
+
+        return layer, train
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    eager, train = trainer()
+    with stream:
+        for _ in range(STEPS):
+            train()
+    replayed, train = trainer()
+    with stream:
+        captured = capture(train, stream=stream)  # the warm-up is step 0
+        for _ in range(1, STEPS):
+            captured.replay()
+    stream.synchronize()
+    assert relative_error(replayed.params.get(), eager.params.get()) <= 1e-12
+    states = (replayed.state_dict()["dropout_rng"]["states"], eager.state_dict()["dropout_rng"]["states"])
+    assert np.array_equal(*(s.get() for s in states)), "the RNG advanced once per replay"
