@@ -30,9 +30,28 @@
 # MPICH_WHEEL_DIR: a folder holding an mpich wheel, for an offline machine whose mpi4py finds no MPI
 # library (tests/gpu/test_distributed_gpu.py needs one, and mpiexec). When mpi4py cannot load an
 # MPI, that wheel is installed once into $TMPDIR/cudnn_rnn_mpich and put on PATH and
-# LD_LIBRARY_PATH for the stages. Get the wheel on a machine with network access:
+# LD_LIBRARY_PATH for the stages. Get the wheel on a machine with network access, into the
+# checkout's git-ignored .gpu-wheels/ (copy that folder to the GPU machine with the checkout):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
-#       -d DIR mpich==5.0.2
+#       -d .gpu-wheels mpich==5.0.2
+#
+# The first GPU run, on a machine available for 15 minutes in all (its 1-2 minute start included): two
+# commands, prepared beforehand, and the machine released as soon as each one returns. cuDNN's own
+# log (warnings and errors, to stderr) says why it refuses anything.
+#   Command 1 (a limit of about 420 s): the GPU, then versions (the smoke's environment step:
+#   driver, CUDA, cuDNN, CuPy, NVRTC, mpi4py, ml_dtypes), smoke and the GPU tests but the long ones:
+#     nvidia-smi -L; MPICH_WHEEL_DIR=.gpu-wheels CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr BUDGET=380 \
+#       PYTEST_ADDOPTS="--timeout=120 -k 'not distributed and not persist_dynamic'" \
+#       bash scripts/gpu_check.sh smoke tests
+#   Then fix every failure at its root on the host, with a host test that would have caught it.
+#   Command 2 (a limit of at most 270 s): the part that failed, again; if command 1 was green, the
+#   layout grid, the MPI/NCCL tests and persist_dynamic (NVRTC builds: marked long):
+#     MPICH_WHEEL_DIR=.gpu-wheels CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr BUDGET=250 \
+#       PYTEST_ADDOPTS="--timeout=120 -k 'distributed or persist_dynamic'" \
+#       bash scripts/gpu_check.sh layout tests long
+#   Commit each stage's record.md under benchmarks/results/, and settle in the code what the run
+#   proved (layout.UNCONFIRMED, RESERVE_SURVIVES_BACKWARD, CUDNN_IGNORES_PADDING). Later runs take
+#   the remaining stages one or two at a time: bench, long, sanitizer.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 python=${PYTHON:-python3}

@@ -121,3 +121,54 @@ def test_gpu_record_counts_pytest_results_from_xml_or_a_cut_off_log(tmp_path: Pa
     assert record.startswith("# GPU check, stage `tests`: failed (exit 1)")
     assert "1 passed, 1 failed, 0 error, 0 skipped (from JUnit XML)" in record
     assert "- FAILED tests.gpu.test_a::test_two: assert 1 == 2" in record
+
+
+def _plan_commands(text: str, prefix: str) -> list[str]:
+    """The commands of the two-command GPU plan in ``text``: lines from ``nvidia-smi -L`` or ``MPICH_WHEEL_DIR=``
+    to the ``bash scripts/gpu_check.sh`` that ends each, with ``prefix`` and line continuations taken away."""
+    commands, current = [], ""
+    for line in text.splitlines():
+        line = line.removeprefix(prefix).strip()
+        if not current and not line.startswith(("nvidia-smi -L;", "MPICH_WHEEL_DIR=")):
+            continue
+        current += " " + line.removesuffix("\\").strip()
+        if "bash scripts/gpu_check.sh" in line:
+            commands.append(" ".join(current.split()))
+            current = ""
+    return commands
+
+
+def test_the_gpu_plan_is_one_plan_in_the_script_and_the_contributing_page() -> None:
+    header = (REPO / "scripts" / "gpu_check.sh").read_text().split("\nset -u")[0]
+    script_plan = _plan_commands(header, "#")
+    page_plan = _plan_commands((REPO / "docs" / "contributing.md").read_text(), "")
+    assert len(script_plan) == 2 and script_plan == page_plan
+    first, second = script_plan
+    assert first.startswith("nvidia-smi -L;") and first.endswith("bash scripts/gpu_check.sh smoke tests")
+    assert "BUDGET=380" in first and "-k 'not distributed and not persist_dynamic'" in first
+    assert "BUDGET=250" in second and second.endswith("bash scripts/gpu_check.sh layout tests long")
+    for command in script_plan:  # cuDNN's own log to stderr; MPI from the wheel folder that travels with the tree
+        for setting in ("CUDNN_LOGLEVEL_DBG=2", "CUDNN_LOGDEST_DBG=stderr", "MPICH_WHEEL_DIR=.gpu-wheels",
+                        "--timeout=120"):
+            assert setting in command, (setting, command)
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".gpu-wheels/mpich-5.0.2-py3-none-any.whl"], cwd=REPO)
+    assert ignored.returncode == 0, ".gpu-wheels/ is git-ignored"
+
+
+def test_the_tests_stage_builds_no_persist_dynamic_kernels(tmp_path: Path) -> None:
+    # persist_dynamic's tests compile kernels with NVRTC (seconds each): marked long, so the tests stage's
+    # "-m 'not long and not sanitizer'" leaves them to the long stage. Collected here with a stand-in CuPy.
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("import types\nclass ndarray: ...\n"
+                                                   "cuda = types.SimpleNamespace(runtime=types.SimpleNamespace("
+                                                   "getDeviceCount=lambda: 0))\n")
+
+    def collected(marks: str) -> list[str]:
+        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                 "tests/gpu/test_algos_gpu.py", "-m", marks], cwd=REPO, capture_output=True,
+                                text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        return [line for line in result.stdout.splitlines() if "::" in line]
+
+    short, long = collected("not long and not sanitizer"), collected("long")
+    assert short and not [test for test in short if "persist_dynamic" in test]
+    assert long and all("persist_dynamic" in test for test in long)
