@@ -109,11 +109,12 @@ class DropoutRNG:
         The next training forward on a GPU uses it where it was saved on the same GPU model and
         cuDNN, and seeds anew from (seed, step) elsewhere.
         """
+        # a copy of its own (the source layer's advances): on the host, or on a GPU without passing the host;
+        # made first, since the state may be this layer's own
+        copied = None if saved is None else {"device": saved["device"], "states": saved["states"].copy()}
         if self._live is not None:
             self._live.buffers.close()
-        self._live = None
-        # a copy of its own (the source layer's advances): on the host, or on a GPU without passing the host
-        self._saved = None if saved is None else {"device": saved["device"], "states": saved["states"].copy()}
+        self._live, self._saved = None, copied
 
     def restorable(self, device_id: int, device: str, stream: Any) -> Any:
         """The states to restore before a training forward on ``device_id`` (``device`` its identity), or None.

@@ -204,3 +204,13 @@ def test_a_damaged_rng_state_is_refused_naming_it(damage: Any, message: str) -> 
     with pytest.raises(ValueError, match=rf"state_dict: 'dropout_rng' {message}"):
         layer.load_state_dict(state)
     assert "cupy" not in sys.modules or sys.modules["cupy"] is not None
+
+
+def test_a_layer_loads_its_own_state(fake_cudnn: FakeCudnn, fake_cupy: types.ModuleType) -> None:
+    layer = _layer(fake_cupy)
+    for _ in range(2):
+        _step(layer)
+    layer.load_state_dict(layer.state_dict())  # its own live state array: copied before it is let go
+    del fake_cudnn.drawn[:]
+    _step(layer)
+    assert fake_cudnn.drawn == [_advanced(_seed_pattern(1, 0), 2)]
