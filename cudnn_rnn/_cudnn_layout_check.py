@@ -4,7 +4,7 @@
     layout_check_configs()             -> the grid: every mode, 1-3 layers, both directions, ...
     check_layout_grid(configs)         -> one GridResult per configuration: agrees, differs, skipped
                                           (a dtype this cuDNN or GPU cannot run) or failed (the error),
-                                          so that one failure hides nothing else
+                                          so that one failure hides nothing else; grid_summary(results)
     cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
 
 Each check builds an uncached RNN descriptor on the calling thread's cached handle
@@ -13,6 +13,7 @@ Each check builds an uncached RNN descriptor on the calling thread's cached hand
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 from dataclasses import dataclass
@@ -23,14 +24,14 @@ import numpy as np
 from . import _lib
 from ._cudnn_cache import thread_context
 from ._cudnn_settings import PRECISIONS, check_dtype_supported, rnn_fields
-from ._cudnn_streams import device_scope, import_cupy
+from ._cudnn_streams import device_name, device_scope, import_cupy
 from ._cudnn_weight_space import cudnn_weights, layout_differences
 from ._descriptors import DropoutDescriptor, RNNDescriptor
 from .config import DIRECTIONS, DTYPES, MODES, RNNConfig
 from .layout import PROJECTION_ID, LayoutAssumptions
 
 __all__ = ["check_layout_against_cudnn", "layout_check_configs", "GridResult", "check_layout_grid",
-           "cudnn_layout_facts"]
+           "grid_summary", "cudnn_layout_facts"]
 
 
 @contextlib.contextmanager
@@ -137,6 +138,13 @@ def check_layout_grid(configs: Sequence[RNNConfig] | None = None) -> list[GridRe
     return results
 
 
+def grid_summary(results: Sequence[GridResult]) -> str:
+    """One line for :func:`check_layout_grid`'s results: how many agree, differ, failed and were skipped."""
+    counts = collections.Counter(result.verdict for result in results)
+    return (f"{counts['OK']} of {len(results) - counts['SKIPPED']} configurations agree ({counts['DIFFERS']} "
+            f"differ, {counts['FAILED']} failed; {counts['SKIPPED']} skipped for their dtype)")
+
+
 def cudnn_layout_facts() -> LayoutAssumptions:
     """cuDNN's answers to the layout questions public sources leave open (see ``layout.UNCONFIRMED``).
 
@@ -159,8 +167,7 @@ def cudnn_layout_facts() -> LayoutAssumptions:
     skip = RNNConfig("rnn_tanh", 1, 4, 4, input_mode="skip_input", direction="bidirectional", dtype="float32")
     with _standalone_rnn(skip) as (handle, rnn):
         reported = cudnn_weights(handle, rnn, skip).reported
-    device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    device = device.decode() if isinstance(device, bytes) else str(device)
+    device = device_name(cupy.cuda.Device().id)
     return LayoutAssumptions(projection_position=positions[projection],
                              skip_input_keeps_input_biases=(0, 0, "bias") in reported,
                              verified_on=f"cuDNN {_lib.version_string(_lib.library().version)} on {device}")

@@ -2,6 +2,7 @@
 
     import_cupy()                       CuPy, or CudnnNotAvailableError saying what to install
     device_scope(device_id)             makes a GPU current: ``with device_scope(1)(): ...``
+    device_name(device_id)              the GPU's name, e.g. "NVIDIA H100 80GB HBM3"
     copy(destination, source, stream)   device-to-device, in order on ``stream``
     buffers = DeviceBuffers(device_id, home_stream, *arrays)
     use(buffers, stream[, exclusive])   order a use of them on ``stream`` (and keep them for a graph)
@@ -27,7 +28,7 @@ from . import _lib
 from ._descriptors import DeviceScope
 from .errors import CudnnNotAvailableError
 
-__all__ = ["import_cupy", "device_scope", "copy", "DeviceBuffers", "use", "keeping_buffers_alive"]
+__all__ = ["import_cupy", "device_scope", "device_name", "copy", "DeviceBuffers", "use", "keeping_buffers_alive"]
 
 #: ``kept``: the list :func:`keeping_buffers_alive` collects into on this thread, if any
 _local = threading.local()
@@ -44,6 +45,12 @@ def import_cupy() -> Any:
 def device_scope(device_id: int) -> DeviceScope:
     """Makes ``device_id`` current while used as ``with scope(): ...`` (see ``_descriptors``)."""
     return functools.partial(import_cupy().cuda.Device, device_id)
+
+
+def device_name(device_id: int) -> str:
+    """The name of GPU ``device_id`` (CUDA's device properties, through CuPy), e.g. ``"NVIDIA H100 80GB HBM3"``."""
+    name = import_cupy().cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _wait(stream: Any, other: Any) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import array_kind, copy_into
-from ._cudnn_streams import DeviceBuffers, copy, import_cupy, use
+from ._cudnn_streams import DeviceBuffers, copy, device_name, import_cupy, use
 
 __all__ = ["DropoutRNG", "checked_state", "device_identity"]
 
@@ -45,9 +45,7 @@ def device_identity(device_id: int, states_size: int, cudnn_version: int) -> str
     Returns:
         e.g. ``"NVIDIA H100 80GB HBM3, cuDNN 92800, 4194304 bytes"``.
     """
-    name = import_cupy().cuda.runtime.getDeviceProperties(device_id)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return f"{name}, cuDNN {cudnn_version}, {states_size} bytes"
+    return f"{device_name(device_id)}, cuDNN {cudnn_version}, {states_size} bytes"
 
 
 def checked_state(value: Any, where: str) -> dict[str, Any] | None:
@@ -133,9 +131,8 @@ class DropoutRNG:
                               "the masks start anew from its seed and step, so they differ from those of the "
                               "uninterrupted run", UserWarning, stacklevel=2)
                 return None
-            states = import_cupy().empty(saved["states"].shape, dtype=np.uint8)  # on the call's GPU, current
-            copy_into(states, saved["states"])  # one copy, at the first forward after a load
-            live = self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
+            live = self._adopt(device_id, device, saved["states"].shape, stream)
+            copy_into(live.states, saved["states"])  # one copy, at the first forward after a load
         if live is None:
             return None
         use(live.buffers, stream, exclusive=True)
@@ -143,10 +140,13 @@ class DropoutRNG:
 
     def keep(self, device_id: int, device: str, working: Any, stream: Any) -> None:
         """After a training forward: the advanced state ``working`` (the network's) becomes the layer's."""
-        live = self._live
-        if live is None:
-            states = import_cupy().empty(working.shape, dtype=working.dtype)
-            live = self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
+        live = self._live or self._adopt(device_id, device, working.shape, stream)
         use(live.buffers, stream, exclusive=True)
         copy(live.states, working, stream)
+
+    def _adopt(self, device_id: int, device: str, shape: tuple[int, ...], stream: Any) -> _Live:
+        """A new state array of ``shape`` on the call's GPU (current), made the layer's own."""
+        states = import_cupy().empty(shape, dtype=np.uint8)
+        self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
+        return self._live
 

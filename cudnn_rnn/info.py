@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import _cudnn_settings, _lib
+from ._cudnn_streams import device_name
 from ._descriptors import Handle
 from .errors import CudnnError, CudnnNotAvailableError
 
@@ -61,11 +62,7 @@ def _cupy_facts() -> dict[str, Any]:
     except Exception as error:
         facts["gpus"], facts["gpu_error"] = [], f"{type(error).__name__}: {error}"
         return facts
-    names = []
-    for device in range(count):
-        name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
-        names.append(name.decode() if isinstance(name, bytes) else str(name))
-    facts["gpus"] = names
+    facts["gpus"] = [device_name(device) for device in range(count)]
     return facts
 
 

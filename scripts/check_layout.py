@@ -14,7 +14,6 @@ Usage: python scripts/check_layout.py
 
 from __future__ import annotations
 
-import collections
 import sys
 from pathlib import Path
 
@@ -32,13 +31,11 @@ def main() -> int:
     from cudnn_rnn.layout import UNCONFIRMED
 
     results = _cudnn_layout_check.check_layout_grid()
-    counts = collections.Counter(result.verdict for result in results)
     for result in results:
         print(f"{result.verdict:<8}{result.config!r}")
         for line in result.details:
             print("    " + line)
-    print(f"\n{counts['OK']} of {len(results) - counts['SKIPPED']} configurations agree with cuDNN "
-          f"({counts['DIFFERS']} differ, {counts['FAILED']} failed; {counts['SKIPPED']} skipped for their dtype).")
+    print(f"\ncuDNN and the layout table: {_cudnn_layout_check.grid_summary(results)}.")
     try:
         facts = _cudnn_layout_check.cudnn_layout_facts()
     except Exception as error:  # the grid is printed already; say why the open questions got no answer
@@ -50,7 +47,8 @@ def main() -> int:
         ours, theirs = getattr(UNCONFIRMED, field), getattr(facts, field)
         settled &= ours == theirs
         print(f"  {field}: cuDNN {theirs!r}; layout.UNCONFIRMED {ours!r}" + ("" if ours == theirs else "  <- change"))
-    return 0 if counts["DIFFERS"] + counts["FAILED"] == 0 and settled else 1
+    agree = all(result.verdict in ("OK", "SKIPPED") for result in results)
+    return 0 if agree and settled else 1
 
 
 if __name__ == "__main__":

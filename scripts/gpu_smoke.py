@@ -74,9 +74,7 @@ def _version(module: str, attribute: str = "__version__") -> str:
     import importlib
 
     try:
-        value = importlib.import_module(module)
-        for name in attribute.split("."):
-            value = getattr(value, name)
+        value = getattr(importlib.import_module(module), attribute)
         return str(value() if callable(value) else value)
     except Exception as error:  # a missing package is an answer too
         return f"none ({type(error).__name__}: {error})"
@@ -179,15 +177,11 @@ def step_graph() -> str:
 
 
 def step_layout() -> str:
-    import collections
-
     from cudnn_rnn import _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
     results = _cudnn_layout_check.check_layout_grid()  # each configuration on its own: one error hides nothing
-    counts = collections.Counter(result.verdict for result in results)
-    summary = (f"{counts['OK']} of {len(results) - counts['SKIPPED']} configurations agree ({counts['DIFFERS']} "
-               f"differ, {counts['FAILED']} failed; {counts['SKIPPED']} skipped for their dtype)")
+    summary = _cudnn_layout_check.grid_summary(results)
     problems = [f"first {verdict.lower()}: {result.config!r}: {list(result.details[:3])}"
                 for verdict in ("DIFFERS", "FAILED")
                 for result in [next((r for r in results if r.verdict == verdict), None)] if result is not None]
