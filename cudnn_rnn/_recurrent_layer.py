@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import types
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -24,14 +24,13 @@ from . import _graph_watch
 from ._arrays import Array, array_kind, array_module, beside, copy_into, to_host
 from ._dropout_rng import DropoutRNG
 from .config import RNNConfig, dtype_name, is_count
+from .formats import Converted, to_format
 from .layout import ParamEntry, params_layout
 from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
 from ._initializers import keras_init_params
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
-if TYPE_CHECKING:  # the converters import this module
-    from .convert import Converted
 
 __all__ = ["RecurrentLayer"]
 
@@ -505,8 +504,6 @@ class RecurrentLayer:
                 ``allow_approximation`` is False.
             ValueError: ``fmt`` is not a format name, or the format cannot hold this layer at all.
         """
-        from .convert import to_format
-
         return to_format(fmt, self.params, self.config, allow_approximation=allow_approximation)
 
     # -- description -----------------------------------------------------------------------------

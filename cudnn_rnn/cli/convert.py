@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import RNNConfig
 from ..convert import FORMAT_SPECS, Converted, convert_between, to_format
-from ..convert._core import describe
+from ..formats._core import describe
 from ..convert.onnx_export import DEFAULT_OPSET, export_onnx
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
 from ..files import write_through_path
@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _onnx_node(config: RNNConfig) -> str:
-    from ..convert._onnx import node_attributes
+    from ..formats._onnx import node_attributes
 
     return node_attributes(config)[0]
 

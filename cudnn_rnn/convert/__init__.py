@@ -18,7 +18,8 @@ format                what it is                                                
 ``mygrad``            mygrad.nnet.layers.gru: Uz, Wz, bz, ... (reset-before GRU)  one GRU layer
 ====================  ==========================================================  ==============
 
-Each format's module docstring gives its names, shapes and gate order.
+Each format is a module of ``cudnn_rnn.formats`` (the conversions of weights alone, which the
+layers build on); its docstring gives its names, shapes and gate order.
 
 **Exactness.** A conversion either computes exactly the same function, or it raises
 :class:`InexactConversionError` naming the reason, unless ``allow_approximation=True``, in
@@ -50,10 +51,9 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
 
 from __future__ import annotations
 
-from . import _formats
-from ._core import Converted, InexactConversionError
-from ._formats import convert_between, expected_shapes, from_format, to_format
-from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
+from .. import formats as _formats
+from ..formats import (Converted, InexactConversionError, convert_between, expected_shapes, from_format,
+                       gru_block_cell_to_mygrad, mygrad_to_gru_block_cell, to_format)
 from .onnx_export import export_onnx
 from .readers import FileReadError, FoundRNN, Question, read_file, stack
 

@@ -32,9 +32,9 @@ import numpy as np
 from .._arrays import Array
 from ..config import RNNConfig
 from ..files import write_bytes
-from . import _onnx
-from ._formats import to_format
-from ._core import check_config, check_params, describe
+from ..formats import _onnx
+from ..formats._table import to_format
+from ..formats._core import check_config, check_params, describe
 
 if TYPE_CHECKING:  # onnx is imported only when a model is written
     import onnx

@@ -39,7 +39,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .._formats import FORMATS, to_format
+from ...formats._table import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
 

@@ -30,9 +30,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig, dtype_name
-from ...layers import RecurrentLayer
-from .._core import Converted, InexactConversionError, check_params
-from .._formats import FORMATS, from_format
+from ..._recurrent_layer import RecurrentLayer
+from ...formats._core import Converted, InexactConversionError, check_params
+from ...formats._table import FORMATS, from_format
 
 __all__ = [
     "CONFIG_FIELDS",

@@ -2,7 +2,7 @@
 
     infer(fmt, tensors) -> Inferred(tensors, fields, questions, notes)
 
-Each format's spec says how (its ``reading``, see :class:`~cudnn_rnn.convert._core.ShapeReading`):
+Each format's spec says how (its ``reading``, see :class:`~cudnn_rnn.formats._core.ShapeReading`):
 the layer count and direction come from the names, the sizes from a few shapes (torch:
 ``weight_ih_l0`` is [G*N, I], ``weight_hh_l0`` [G*N, P], ``weight_hr_l0`` [P, N]; G gives the
 mode). The result is then checked against the format's own expected shapes, so every tensor
@@ -19,8 +19,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig
-from .._core import MODE_BY_GATES, FormatSpec, TensorShapes, check_tensors
-from .._formats import FORMAT_SPECS
+from ...formats._core import MODE_BY_GATES, FormatSpec, TensorShapes, check_tensors
+from ...formats._table import FORMAT_SPECS
 from ._found import CONFIG_FIELDS, Question, common_dtype, questions_for_all
 
 __all__ = ["Inferred", "infer", "MODE_BY_GATES", "SINGLE_GATE_QUESTION"]

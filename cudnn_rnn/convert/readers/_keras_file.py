@@ -67,12 +67,12 @@ import numpy as np
 
 from ..._arrays import Array
 from ...config import BUILTIN_DTYPES, MODES
-from .._core import reorder_gates
-from .._gru_block_cell import keras_reset_before_to_gru_block_cell
-from .._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
-from .._keras import GATE_ORDERS as KERAS_GATE_ORDERS
-from .._keras import TENSOR_NAMES as KERAS_NAMES
-from .._torch import TENSOR_NAMES as TORCH_NAMES
+from ...formats._core import reorder_gates
+from ...formats._gru_block_cell import keras_reset_before_to_gru_block_cell
+from ...formats._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
+from ...formats._keras import GATE_ORDERS as KERAS_GATE_ORDERS
+from ...formats._keras import TENSOR_NAMES as KERAS_NAMES
+from ...formats._torch import TENSOR_NAMES as TORCH_NAMES
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated

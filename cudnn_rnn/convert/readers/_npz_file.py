@@ -24,8 +24,8 @@ from typing import IO
 import numpy as np
 
 from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
-from .. import _torch
-from .._formats import FORMAT_SPECS
+from ...formats import _torch
+from ...formats._table import FORMAT_SPECS
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer

@@ -1,7 +1,7 @@
 """The named formats and the conversions between them and the params buffer.
 
 ``to_format(fmt, params, config)`` and ``from_format(fmt, tensors, config)`` walk the table
-:data:`FORMAT_SPECS` (one :class:`~cudnn_rnn.convert._core.FormatSpec` per format);
+:data:`FORMAT_SPECS` (one :class:`~cudnn_rnn.formats._core.FormatSpec` per format);
 :func:`convert_between` goes from one format to another through the params buffer, or
 directly where an exact shortcut exists. See :mod:`cudnn_rnn.convert` for the formats.
 """

@@ -1,0 +1,122 @@
+"""The package's shape: imports run one way and no module grows past 600 lines (``_lib.py`` aside).
+
+Every import counts, at the top of a module or inside a function (a lazy import is a dependency
+too), ``TYPE_CHECKING`` blocks aside (types only), and importing ``a.b.c`` imports the packages
+``a`` and ``a.b`` too (their ``__init__`` runs). A module's imports of its own enclosing packages
+(``from . import _lib``) are how a package assembles itself and are left out; everything else must
+form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "cudnn_rnn"
+MAX_LINES = 600
+ALLOWED_LONG = {"_lib.py"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports (resolved to modules of ``known``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_lines(tree)
+    is_package = path.name == "__init__.py"
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[:len(base) - node.level + 1]
+                module = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets.add(module)
+            targets.update(f"{module}.{alias.name}" for alias in node.names)
+    enclosing = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1 + is_package)}
+    found: set[str] = set()
+    for target in targets:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        while target:  # the module and the packages its import runs
+            if target != name and target not in enclosing:
+                found.add(target)
+            target = target.rpartition(".")[0]
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_package_imports_run_one_way() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "an import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_checker_sees_lazy_imports_and_cycles() -> None:
+    graph = _graph()
+    # the layers build on the weight formats; the model-file readers build on the layers
+    assert "cudnn_rnn.formats" in graph["cudnn_rnn._recurrent_layer"]
+    assert "cudnn_rnn._recurrent_layer" in graph["cudnn_rnn.convert.readers._found"]
+    assert "cudnn_rnn.ops" in graph["cudnn_rnn._recurrent_layer"]
+    assert "cudnn_rnn._reference" in graph["cudnn_rnn.ops"]  # imported inside a function
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("path", [path for path in sorted(PACKAGE.rglob("*.py")) if path.name not in ALLOWED_LONG],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_600_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines; split it by what its parts do"
