@@ -26,9 +26,10 @@ from ._dropout_rng import DropoutRNG
 from .config import RNNConfig, dtype_name, is_count
 from .formats import Converted, to_format
 from .layout import ParamEntry, params_layout
-from .params_file import (CONFIG_FIELDS, check_params_buffer, config_fields, parse_layer_state, read_params_file,
+from .params_file import (CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
 from ._initializers import keras_init_params
+from ._layer_args import MAX_STEP, ArgumentCheck, flag, path_argument
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
 
@@ -134,16 +135,12 @@ class RecurrentLayer:
                  bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
                  input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
                  seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
-        if not isinstance(bidirectional, (bool, np.bool_)):
-            raise TypeError(f"bidirectional must be a bool; got {type(bidirectional).__name__} {bidirectional!r}")
-        if not isinstance(unit_forget_bias, (bool, np.bool_)):
-            raise TypeError(f"unit_forget_bias must be a bool; got {type(unit_forget_bias).__name__} "
-                            f"{unit_forget_bias!r}")
-        config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode,
-                           direction=_DIRECTION[bool(bidirectional)], num_proj=num_proj, dropout=dropout,
-                           seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
+        direction = _DIRECTION[flag("bidirectional", bidirectional)]
+        forget_bias = flag("unit_forget_bias", unit_forget_bias)
+        config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode, direction=direction,
+                           num_proj=num_proj, dropout=dropout, seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
         module = _array_module_named(xp)
-        host = keras_init_params(config, seed=config.seed, unit_forget_bias=bool(unit_forget_bias))
+        host = keras_init_params(config, seed=config.seed, unit_forget_bias=forget_bias)
         self._attach(config, module, host, step=0)
 
     def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int) -> None:
@@ -220,33 +217,36 @@ class RecurrentLayer:
             with time_major).
 
         Raises:
-            TypeError: ``x`` is not an array of this layer's array module, or an argument has
-                the wrong dtype or kind.
-            ValueError: ``x`` is not 3-D, ``c0`` given to a GRU or RNN, or shapes or lengths that
-                do not fit.
+            TypeError: ``x``, ``h0`` or ``c0`` is not an array of this layer's array module and
+                dtype; ``lengths`` is neither a list of ints nor an int32/int64 array; ``time_major``
+                or ``training`` is not True or False.
+            ValueError: ``x`` is not 3-D or has another feature count than ``input_size``; ``c0``
+                given to a GRU or RNN; ``h0``/``c0`` of another shape (the other layout's named);
+                ``lengths`` not one value in [0, T] per sequence. Each message is in the layer's
+                terms (``input_size``, ``num_units``, ``num_layers``, ``bidirectional``, ``dtype``).
         """
         config = self.config
-        if array_kind(x) is None or array_module(x=x) is not self.xp:
-            raise TypeError(f"x must be a {self.xp.__name__}.ndarray, the array module of this layer's params; "
-                            f"got {type(x).__module__}.{type(x).__name__}")
-        if x.ndim != 3:
-            raise ValueError(f"x must be 3-D ({'[T, B, I]' if time_major else '[B, T, I]'}); got shape {x.shape}")
+        time_major, training = flag("time_major", time_major), flag("training", training)
+        check = ArgumentCheck(config, self.xp)
+        batch, max_time = check.input(x, time_major)
         if not config.has_cell and c0 is not None:
             raise ValueError(f"c0 is only for LSTM; this layer is {config.rnn_mode!r}, so c0 must be None")
-        batch = x.shape[1] if time_major else x.shape[0]
+        check.state("h0", h0, batch, time_major)
+        check.state("c0", c0, batch, time_major)
+        caller_lengths = lengths
+        lengths = check.lengths(lengths, batch, max_time)
         with beside(self.params):  # default states on the params' GPU, whichever is current
             if h0 is None:
                 h0 = self.xp.zeros(self._state_shape(batch, config.state_size, time_major), dtype=x.dtype)
             if config.has_cell and c0 is None:
                 c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
-        if lengths is not None and array_kind(lengths) is None:  # an array goes to the op as it is
-            _graph_watch.saw_call(lengths, x)  # a CUDA graph being recorded watches the caller's list, not the copy
-            lengths = np.asarray(lengths, dtype=np.int32)
+        if lengths is not caller_lengths:  # a list became an array; an array goes to the op as it is
+            _graph_watch.saw_call(caller_lengths, x)  # a CUDA graph being recorded watches the caller's list
         seed2 = self.step % _SEED2_PERIOD
         outputs = forward_with_rng(x, h0, c0, self.params, lengths, self._dropout_rng, rnn_mode=config.rnn_mode,
                                    input_mode=config.input_mode, direction=config.direction, dropout=config.dropout,
                                    seed=config.seed, seed2=seed2, num_proj=config.num_proj,
-                                   is_training=bool(training), time_major=time_major, algo=config.algo)
+                                   is_training=training, time_major=time_major, algo=config.algo)
         if training:
             self._saved = _SavedForward(x, h0, c0, lengths, outputs, seed2, time_major)
             self.step += 1
@@ -275,8 +275,9 @@ class RecurrentLayer:
 
         Raises:
             RuntimeError: no training forward since the last backward.
-            ValueError: ``dc`` given to a GRU or RNN, or a gradient shaped unlike its output.
-            TypeError: a gradient of another array kind or dtype.
+            ValueError: ``dc`` given to a GRU or RNN, or a gradient shaped unlike its output (y, h
+                or c of the last training forward).
+            TypeError: a gradient that is not an array of this layer's array module and dtype.
         """
         saved = self._saved
         if saved is None:
@@ -286,6 +287,10 @@ class RecurrentLayer:
         if not config.has_cell and dc is not None:
             raise ValueError(f"dc is only for LSTM; this layer is {config.rnn_mode!r}, so dc must be None")
         out = saved.outputs
+        check = ArgumentCheck(config, self.xp)
+        for name, value, like, of in (("dy", dy, out.output, "y"), ("dh", dh, out.output_h, "h"),
+                                      ("dc", dc, out.output_c, "c")):
+            check.gradient(name, value, like, of)
         grads = cudnn_rnn_backprop_v3(
             saved.x, saved.h0, saved.c0, self.params, saved.lengths, out.output, out.output_h,
             out.output_c if config.has_cell else None, dy, dh, dc, out.reserve_space, out.host_reserved,
@@ -332,9 +337,10 @@ class RecurrentLayer:
 
         Raises:
             ValueError: not a whole layer file, another layer kind, or params not matching the config.
-            TypeError: ``xp`` is not numpy or cupy.
+            TypeError: ``path`` is not a str or os.PathLike, or ``xp`` is not numpy or cupy.
+            OSError: the file cannot be read (FileNotFoundError for a missing one).
         """
-        saved = read_params_file(path)
+        saved = read_params_file(path_argument(path))
         return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
 
     @classmethod
@@ -368,10 +374,10 @@ class RecurrentLayer:
         kind = array_kind(params)
         if kind is None:
             raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
-        check_params_buffer(params, config, "params")
-        if not is_count(step):
-            raise ValueError(f"step must be a non-negative int; got {type(step).__name__} {step!r}")
         module = array_module(params=params) if xp is None else _array_module_named(xp)
+        ArgumentCheck(config, module).params(params)
+        if not is_count(step) or int(step) > MAX_STEP:
+            raise ValueError(f"step must be an int in [0, {MAX_STEP}]; got {type(step).__name__} {step!r}")
         with beside(params):  # a CuPy copy stays on the params' GPU
             copy = params.copy() if module.__name__ == kind else to_host(params)  # crossing kinds copies anyway
         return cls._from_saved(config, copy, int(step), module, "config", "from_params")

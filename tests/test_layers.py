@@ -331,14 +331,18 @@ def test_from_params_takes_converted_weights() -> None:
     (lambda: LSTM.from_params(GRU(2, 3).params, GRU(2, 3).config), ValueError,
      r"config holds a GRU \(rnn_mode='gru'\); LSTM.from_params cannot read it \(use RecurrentLayer.from_params\)"),
     (lambda: GRU.from_params(GRU(2, 3).params[:-1], GRU(2, 3).config), ValueError,
-     r"params must be \[63\] float32 for its configuration; got \(62,\) float32"),
+     r"params must be 1-D with 63 elements, the params size of config \(rnn_mode='gru', input_size=2, "
+     r"num_units=3, num_layers=1\); got shape \(62,\)"),
     (lambda: GRU.from_params(GRU(2, 3).params.astype(np.float64), GRU(2, 3).config), ValueError,
-     "params must be .* float32 .* float64"),
+     r"params has dtype float64 but config.dtype is 'float32': cast it \(params.astype\('float32'\)\) or pass "
+     r"config.replace\(dtype='float64'\)"),
     (lambda: GRU.from_params(list(GRU(2, 3).params), GRU(2, 3).config), TypeError,
      "params must be a numpy.ndarray or cupy.ndarray; got list"),
     (lambda: GRU.from_params(GRU(2, 3).params, "gru"), TypeError, "config must be a cudnn_rnn.RNNConfig; got str"),
     (lambda: GRU.from_params(GRU(2, 3).params, GRU(2, 3).config, step=-1), ValueError,
-     "step must be a non-negative int; got int -1"),
+     r"step must be an int in \[0, 9223372036854775807\]; got int -1"),
+    (lambda: GRU.from_params(GRU(2, 3).params, GRU(2, 3).config, step=2**63), ValueError,
+     r"step must be an int in \[0, 9223372036854775807\]; got int 9223372036854775808"),
     (lambda: GRU.from_params(GRU(2, 3).params, GRU(2, 3).config, xp=np.linalg), TypeError, "xp must be"),
 ])
 def test_from_params_refusals_name_the_argument(call, error, words: str) -> None:

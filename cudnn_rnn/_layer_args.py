@@ -1,0 +1,282 @@
+"""A layer's arguments, checked in the layer's own words before the op sees them.
+
+A layer's caller thinks in ``input_size``, ``num_units``, ``num_layers``, ``bidirectional``,
+``lengths``, ``h0``/``c0`` and ``dtype``, not in the op's ``params`` size or ``input_h``. Each check
+here refuses a mistake with a ``TypeError`` or ``ValueError`` that names the argument, what the
+layer expects and what it got, and says how to mend it where there is one way::
+
+    flag("training", training)                         -> bool   (True, False or a NumPy bool)
+    ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)  x [B, T, I] ([T, B, I])
+    ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
+    ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 [B, L*D, P] ([L*D, B, P]); c0 with N
+    ArgumentCheck(config, xp).gradient("dy", dy, y)    dy, dh, dc shaped like y, h, c
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._arrays import Array, array_kind, array_module
+from .config import DTYPES, RNNConfig, numpy_dtype
+from .layout import params_size
+
+__all__ = ["flag", "path_argument", "ArgumentCheck", "MAX_STEPS", "MAX_STEP"]
+
+#: the most steps a sequence may have: cuDNN and the reference take lengths as C ints
+MAX_STEPS = 2**31 - 1
+
+#: the largest training step counter a layer keeps (files store it as int64)
+MAX_STEP = 2**63 - 1
+
+#: the layouts of x and the states, by time_major, in the layer's letters
+_LAYOUTS: dict[bool, dict[str, str]] = {
+    False: {"x": "[B, T, I]", "h0": "[B, L*D, P]", "c0": "[B, L*D, N]", "name": "batch-major"},
+    True: {"x": "[T, B, I]", "h0": "[L*D, B, P]", "c0": "[L*D, B, N]", "name": "time-major"},
+}
+
+#: a state's name -> (the config attribute of its width, that width's name in the layer's words)
+_STATE_WIDTHS: dict[str, tuple[str, str]] = {"h0": ("state_size", "P"), "c0": ("num_units", "N")}
+
+
+def flag(name: str, value: object) -> bool:
+    """``value`` as a bool when it is one (Python or NumPy), else a TypeError naming ``name``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: what the caller passed.
+
+    Returns:
+        The bool.
+
+    Raises:
+        TypeError: anything but True, False, ``np.True_`` or ``np.False_`` (a string such as
+            ``"no"`` is not False).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def path_argument(path: object, name: str = "path") -> str:
+    """``path`` as a string when it is a ``str`` or ``os.PathLike`` of one, else a TypeError naming ``name``.
+
+    Args:
+        path: what the caller passed.
+        name: the argument's name, for the message.
+
+    Returns:
+        The path as a string.
+
+    Raises:
+        TypeError: another type (bytes paths included).
+    """
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
+    return text
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in value.shape)
+
+
+@dataclass(frozen=True)
+class ArgumentCheck:
+    """The checks of one layer's call: its configuration and array module.
+
+    Each argument is kept as the attribute of the same name.
+
+    Args:
+        config: the layer's configuration (sizes and dtype).
+        xp: the layer's array module (numpy or cupy).
+    """
+
+    config: RNNConfig
+    xp: types.ModuleType
+
+    def describe(self) -> str:
+        """The layer's sizes as its constructor takes them (``input_size=4, num_units=8, ...``)."""
+        c = self.config
+        parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
+        if c.num_directions == 2:
+            parts.append("bidirectional=True")
+        if c.num_proj:
+            parts.append(f"num_proj={c.num_proj}")
+        return ", ".join(parts)
+
+    def _array(self, name: str, value: object, layout: str) -> Any:
+        """``value`` when it is an array of the layer's module and dtype, else a TypeError."""
+        kind = array_kind(value)
+        if kind is None:
+            raise TypeError(f"{name} must be a {self.xp.__name__}.ndarray {layout}; got {type(value).__name__}")
+        if array_module(**{name: value}) is not self.xp:
+            raise TypeError(f"{name} is a {kind}.ndarray but this layer's params are on {self.xp.__name__}: move "
+                            f"{name} there, or build the layer with xp={kind}")
+        array: Any = value
+        dtype = numpy_dtype(self.config.dtype)
+        if array.dtype != dtype:
+            rebuild = (f", or build the layer with dtype={array.dtype.name!r}" if array.dtype.name in DTYPES
+                       else f" (a layer's dtype is one of {DTYPES})")
+            raise TypeError(f"{name} has dtype {array.dtype} but this layer's dtype is {self.config.dtype}: cast it "
+                            f"({name}.astype({self.config.dtype!r})){rebuild}")
+        return array
+
+    def params(self, params: Any) -> None:
+        """Check a params buffer given for this configuration (``from_params``).
+
+        Args:
+            params: a NumPy or CuPy array.
+
+        Raises:
+            ValueError: not the 1-D [params_size] buffer of the configuration's dtype.
+        """
+        size = params_size(self.config)
+        if params.ndim != 1 or params.shape[0] != size:
+            raise ValueError(f"params must be 1-D with {size} elements, the params size of config (rnn_mode="
+                             f"{self.config.rnn_mode!r}, {self.describe()}); got shape {_shape(params)}")
+        if params.dtype.name != self.config.dtype:
+            raise ValueError(f"params has dtype {params.dtype} but config.dtype is {self.config.dtype!r}: cast it "
+                             f"(params.astype({self.config.dtype!r})) or pass config.replace(dtype="
+                             f"{params.dtype.name!r})")
+
+    def input(self, x: object, time_major: bool) -> tuple[int, int]:
+        """Check ``x`` and return its batch size B and number of steps T.
+
+        Args:
+            x: [B, T, I] ([T, B, I] when ``time_major``), the layer's array module and dtype.
+            time_major: the layout of the call.
+
+        Returns:
+            ``(B, T)``.
+
+        Raises:
+            TypeError: ``x`` is not an array of the layer's module, or has another dtype.
+            ValueError: ``x`` is not 3-D, its feature count is not ``input_size``, or it has more
+                than :data:`MAX_STEPS` steps.
+        """
+        layout = _LAYOUTS[time_major]
+        array = self._array("x", x, layout["x"])
+        if array.ndim != 3:
+            raise ValueError(f"x must be 3-D, {layout['x']} ({layout['name']}: time_major={time_major}); "
+                             f"got shape {_shape(array)}")
+        features = int(array.shape[2])
+        if features != self.config.input_size:
+            raise ValueError(f"x has {features} features per step (x.shape[2]) but this layer's input_size is "
+                             f"{self.config.input_size}")
+        max_time, batch = (array.shape[0], array.shape[1]) if time_major else (array.shape[1], array.shape[0])
+        if max_time > MAX_STEPS:
+            raise ValueError(f"x has {max_time} steps (T = x.shape[{0 if time_major else 1}]); a sequence has at "
+                             f"most {MAX_STEPS}")
+        return int(batch), int(max_time)
+
+    def lengths(self, lengths: object, batch: int, max_time: int) -> Any:
+        """Check ``lengths`` against a batch of ``batch`` sequences of up to ``max_time`` steps.
+
+        A list (or tuple) must hold ``batch`` Python or NumPy integers (not bools) in [0, T]; an
+        array must be an int32 or int64 [B] array, as the op takes it: a NumPy array (any layer;
+        its values are checked here, at no cost to a GPU) or a CuPy array of a CuPy layer (its
+        values are checked by the op, which reads it back).
+
+        Args:
+            lengths: None, a sequence of ints, or an int32/int64 array [B].
+            batch: B.
+            max_time: T.
+
+        Returns:
+            None, the caller's array itself, or a new NumPy int32 [B] array of the list's values.
+
+        Raises:
+            TypeError: another type, a non-integer value, or an array of another dtype or module.
+            ValueError: not one value per sequence, or a value outside [0, T].
+        """
+        if lengths is None:
+            return None
+        counted = f"one per sequence of x, whose batch is {batch}"
+        if array_kind(lengths) is not None:
+            array: Any = lengths
+            on_host = array_kind(array) == "numpy"
+            if not on_host and self.xp is np:
+                raise TypeError("lengths is a cupy.ndarray but this layer's params are on numpy; pass a list or a "
+                                "numpy array")
+            if array.dtype not in (np.int32, np.int64):
+                raise TypeError(f"lengths must be a list of ints or an int32/int64 array; got an array of dtype "
+                                f"{array.dtype}")
+            if _shape(array) != (batch,):
+                raise ValueError(f"lengths must have shape ({batch},), {counted}; got shape {_shape(array)}")
+            if on_host and array.size:
+                low, high = int(array.min()), int(array.max())
+                bad = low if low < 0 else high
+                if low < 0 or high > max_time:
+                    index = int(np.flatnonzero(array == bad)[0])
+                    raise ValueError(f"lengths[{index}] = {bad} is outside [0, {max_time}] (T, the steps of x)")
+            return array
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (list, tuple, range)):
+            raise TypeError(f"lengths must be a list of ints or an int32/int64 array; got {type(lengths).__name__}")
+        values = list(lengths)
+        if len(values) != batch:
+            raise ValueError(f"lengths must hold {batch} values, {counted}; got {len(values)}")
+        for index, value in enumerate(values):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"lengths[{index}] must be an integer; got {type(value).__name__} {value!r}")
+            if not 0 <= int(value) <= max_time:
+                raise ValueError(f"lengths[{index}] = {int(value)} is outside [0, {max_time}] (T, the steps of x)")
+        return np.array([int(value) for value in values], dtype=np.int32)
+
+    def state(self, name: str, value: object, batch: int, time_major: bool) -> None:
+        """Check an initial state, ``h0`` or ``c0``, against the layer and the batch.
+
+        Args:
+            name: ``"h0"`` ([B, L*D, P]) or ``"c0"`` ([B, L*D, N]); [L*D, B, ...] when ``time_major``.
+            value: the state (None passes).
+            batch: B.
+            time_major: the layout of the call.
+
+        Raises:
+            TypeError: not an array of the layer's module and dtype.
+            ValueError: another shape (a state in the other layout is named as such).
+        """
+        if value is None:
+            return
+        layout = _LAYOUTS[time_major]
+        array = self._array(name, value, layout[name])
+        attribute, letter = _STATE_WIDTHS[name]
+        layers, width = self.config.num_pseudo_layers, int(getattr(self.config, attribute))
+        expected = (layers, batch, width) if time_major else (batch, layers, width)
+        got = _shape(array)
+        if got == expected:
+            return
+        message = (f"{name} must be {layout[name]} = {expected} ({layout['name']}: time_major={time_major}) for this "
+                   f"layer ({self.describe()}: L*D = {layers}, {letter} = {width}) and a batch of {batch}; "
+                   f"got {got}")
+        swapped = (expected[1], expected[0], width)
+        if got == swapped and layers != batch:
+            other = _LAYOUTS[not time_major]
+            message += (f", the {other['name']} layout {other[name]}: pass time_major={not time_major} or "
+                        f"{name}.transpose(1, 0, 2)")
+        raise ValueError(message)
+
+    def gradient(self, name: str, value: object, like: Array, of: str) -> None:
+        """Check a gradient of backward against the output it belongs to.
+
+        Args:
+            name: ``"dy"``, ``"dh"`` or ``"dc"``.
+            value: the gradient (None passes: zeros).
+            like: the output of the last training forward it belongs to.
+            of: that output's name (``"y"``, ``"h"``, ``"c"``).
+
+        Raises:
+            TypeError: not an array of the layer's module and dtype.
+            ValueError: not shaped like ``like``.
+        """
+        if value is None:
+            return
+        array = self._array(name, value, f"shaped like {of}")
+        if _shape(array) != _shape(like):
+            raise ValueError(f"{name} must have the shape of {of} from the last training forward, {_shape(like)}; "
+                             f"got {_shape(array)}")
