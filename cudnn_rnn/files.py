@@ -4,9 +4,14 @@ A write goes to a temporary file beside the target, which then replaces the targ
 step, so a reader of the target (or a process started after a crash) sees the old file or
 the new one, never a torn one::
 
-    <folder>/.<name>.<random>.partial   written, flushed, fsync'ed      (a kill here: target untouched)
-    os.replace(partial, <folder>/<name>)                                (atomic on POSIX and Windows)
-    fsync(<folder>)                                                     (the rename survives a power cut)
+    <folder>/.<name>.<machine>.<pid>.<random>.partial   written, flushed, fsync'ed    (a kill here: target untouched)
+    os.replace(partial, <folder>/<name>)                                             (atomic on POSIX and Windows)
+    fsync(<folder>)                                                                  (the rename survives a power cut)
+
+``<machine>`` is 12 hex digits naming the host and its PID namespace (a hash of the host name and,
+on Linux, ``/proc/self/ns/pid``): processes that share it see each other's process ids. ``<pid>``
+is the writing process's id, ``<random>`` makes the name unique. :func:`write_through_path`'s
+partial file ends in the target's extension too (``.partial.onnx``).
 
 Three ways in, one path through: :func:`atomic_write` hands out a binary file object
 (``np.savez(f, ...)``, ``figure.savefig(f)``), :func:`write_bytes` writes bytes or a sequence
@@ -18,6 +23,25 @@ The temporary file gets the permissions a plain ``open(path, "w")`` would leave 
 it replaces, else 0o666 less the umask). A leftover ``.partial`` file is what a killed write leaves;
 it never has the target's name.
 
+Leftovers. Before it creates its partial file, every write removes the leftovers of earlier,
+killed writes of the same target (:func:`remove_leftovers`), so a killed save costs disk space
+only until the next save of that file. A partial file is a leftover when its writer is known to
+be gone:
+
+* written on this machine (same ``<machine>``) by a process that no longer exists
+  (``os.kill(pid, 0)`` finds none): removed at once. While that process id lives (the writer, or
+  another process that was given the id since) the file is kept, however old: a live writer,
+  even a stopped one, never loses its partial file;
+* where the writer cannot be looked up (another machine or PID namespace sharing the file system,
+  Windows, or the earlier ``.<name>.<random>.partial`` form, which names no writer): removed
+  once it has not been modified for :data:`UNCHECKED_AFTER` seconds (a day). A live write
+  modifies its file all along and lasts seconds to minutes, so a file left alone for a day has
+  no writer; the day also covers clocks that disagree between machines.
+
+Only the partial files of that exact target are looked at (``.a.npz.*`` never matches
+``.a.npz.old.*``), only regular files are removed, and a leftover that cannot be examined or
+removed is left as it is: cleaning up never makes a write fail.
+
 For tests that must kill a process inside a write, ``CUDNN_RNN_TEST_WRITE_PAUSE=<seconds>``
 makes every write go out in 64 KiB chunks with that pause after each chunk.
 """
@@ -25,17 +49,24 @@ makes every write go out in 64 KiB chunks with that pause after each chunk.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
+import socket
 import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, cast
 
-__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "PARTIAL_SUFFIX", "PAUSE_VARIABLE"]
+__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "PARTIAL_SUFFIX",
+           "PAUSE_VARIABLE", "UNCHECKED_AFTER"]
 
 #: the suffix of a file being written (a killed write leaves one behind)
 PARTIAL_SUFFIX = ".partial"
+
+#: seconds a partial file whose writer cannot be looked up must lie unmodified before a write removes it
+UNCHECKED_AFTER = 24 * 60 * 60
 
 #: the environment variable that slows writes down for fault-injection tests
 PAUSE_VARIABLE = "CUDNN_RNN_TEST_WRITE_PAUSE"
@@ -102,10 +133,93 @@ def _fsync_folder(folder: str) -> None:
         os.close(descriptor)
 
 
+def _machine() -> str:
+    """12 hex digits naming this host and PID namespace (processes that share them see each other's ids)."""
+    identity = socket.gethostname()
+    with contextlib.suppress(OSError):
+        identity += "\0" + os.readlink("/proc/self/ns/pid")  # containers on one host: one id, many processes
+    return hashlib.blake2b(identity.encode(errors="replace"), digest_size=6).hexdigest()
+
+
+def _extension(name: str) -> str:
+    """The extension :func:`write_through_path`'s partial file of target ``name`` ends in."""
+    return os.path.splitext(name)[1]
+
+
+def _leftover_name(name: str) -> re.Pattern[str]:
+    """The names of the partial files of target ``name`` (this form, with machine and pid, and the earlier one)."""
+    return re.compile(rf"\.{re.escape(name)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
+                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(_extension(name))})?")
+
+
+def _process_lives(pid: int) -> bool | None:
+    """Whether process ``pid`` of this machine exists; None where that cannot be asked."""
+    if os.name != "posix" or pid <= 0:  # (on Windows, os.kill(pid, 0) would end the process)
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OSError, OverflowError):
+        return None
+    return True
+
+
+def _abandoned(found: re.Match[str], modified: float, machine: str) -> bool:
+    """Whether the partial file named ``found``, last modified at ``modified``, has no writer any more."""
+    if found["machine"] == machine:
+        lives = _process_lives(int(found["pid"]))
+        if lives is not None:
+            return not lives
+    return time.time() - modified > UNCHECKED_AFTER
+
+
+def remove_leftovers(path: PathLike) -> list[str]:
+    """Remove the partial files that killed writes of ``path`` left beside it (every write does this first).
+
+    A partial file of ``path`` is removed when its writer is known to be gone: a process of this
+    machine that no longer exists, or, where the writer cannot be looked up (another machine, or
+    the earlier name form without a process id), when the file has not been modified for
+    :data:`UNCHECKED_AFTER` seconds. A live writer's file is never removed, nor the partial files of
+    any other target (see the module docstring). It never raises: a folder that cannot be listed,
+    or a file that cannot be examined or removed, is left as it is.
+
+    Args:
+        path: the target file (it need not exist).
+
+    Returns:
+        The absolute paths of the files removed (empty when there were none).
+    """
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    pattern, machine = _leftover_name(name), _machine()
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        found = pattern.fullmatch(entry)
+        if found is None:
+            continue
+        leftover = os.path.join(folder, entry)
+        try:
+            info = os.lstat(leftover)
+            if not stat.S_ISREG(info.st_mode) or not _abandoned(found, info.st_mtime, machine):
+                continue
+            os.remove(leftover)
+        except OSError:
+            continue
+        removed.append(leftover)
+    return removed
+
+
 @contextlib.contextmanager
 def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tuple[int, str]]:
     """A new partial file beside ``path`` (descriptor, name), moved onto ``path`` on success.
 
+    The leftovers of earlier killed writes of ``path`` are removed first (:func:`remove_leftovers`).
     On any exception (or a KeyboardInterrupt) the partial file is removed and the target is
     left as it was.
     """
@@ -113,7 +227,8 @@ def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tupl
     folder, name = os.path.split(target)
     if os.path.isdir(target):
         raise IsADirectoryError(f"{os.fspath(path)!r} is a folder; cannot write a file there")
-    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=suffix)
+    remove_leftovers(target)
+    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_machine()}.{os.getpid()}.", suffix=suffix)
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(descriptor, _mode_for(target))
@@ -143,6 +258,8 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
 
     Raises:
         IsADirectoryError: ``path`` is a folder.
+        OSError: the file cannot be written (its folder does not exist, permission denied, no
+            space left); the target is untouched and no partial file is left.
     """
     with _partial_file(path) as (descriptor, _):
         with os.fdopen(descriptor, "wb") as handle:
@@ -162,6 +279,8 @@ def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[
 
     Raises:
         IsADirectoryError: ``path`` is a folder.
+        OSError: the file cannot be written (its folder does not exist, permission denied, no
+            space left); the target is untouched and no partial file is left.
     """
     chunks: Iterable[Any] = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     with atomic_write(path) as handle:
@@ -180,8 +299,10 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
 
     Raises:
         IsADirectoryError: ``path`` is a folder.
+        OSError: the file cannot be written (its folder does not exist, permission denied, no
+            space left); the target is untouched and no partial file is left.
     """
-    extension = os.path.splitext(os.fspath(path))[1]
+    extension = _extension(os.path.basename(os.path.abspath(os.fspath(path))))
     with _partial_file(path, PARTIAL_SUFFIX + extension) as (descriptor, partial):
         os.close(descriptor)
         write(partial)

@@ -6,6 +6,7 @@ input file untouched. The .pt and .onnx paths are exercised in tests/oracle/.
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import sys
@@ -267,3 +268,81 @@ def test_the_library_s_arguments_are_reported_as_flags(tmp_path: Path, capsys: p
     refused(capsys, ["--key", "model", str(tmp_path / "rnn.npz"), str(tmp_path / "p.npz")],
             match="--key applies to PyTorch checkpoint dicts (the entry holding the state_dict), not to a NumPy .npz "
                   "archive; ")
+
+
+# ---- an OUT that cannot be written ------------------------------------------------------------
+def test_an_out_in_a_missing_folder_is_refused(tmp_path: Path, torch_file: Path, capsys: pytest.CaptureFixture,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message names OUT as typed and the folder that is missing; nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, convert_argv(torch_file, Path("missing/p.npz")),
+            match="cannot write OUT 'missing/p.npz': its folder 'missing' does not exist")
+    refused(capsys, convert_argv(torch_file, tmp_path / "a" / "b" / "p.npz", "--force"),
+            match=f"cannot write OUT {str(tmp_path / 'a' / 'b' / 'p.npz')!r}: its folder "
+                  f"{str(tmp_path / 'a' / 'b')!r} does not exist")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["torch.npz"]
+
+
+def test_an_out_whose_folder_is_a_file_is_refused(tmp_path: Path, torch_file: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """file.txt/p.npz: the folder's path names a regular file (NotADirectoryError when written)."""
+    (tmp_path / "file.txt").write_bytes(b"keep me")
+    out = tmp_path / "file.txt" / "p.npz"
+    refused(capsys, convert_argv(torch_file, out),
+            match=f"cannot write OUT {str(out)!r}: its folder {str(tmp_path / 'file.txt')!r} is a file, not a folder")
+    assert (tmp_path / "file.txt").read_bytes() == b"keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file.txt", "torch.npz"]
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_an_out_that_is_a_folder_is_refused(tmp_path: Path, torch_file: Path, capsys: pytest.CaptureFixture,
+                                            force: bool) -> None:
+    """A folder named like an output file: refused (--force or not), the folder and its files untouched."""
+    folder = tmp_path / "p.npz"
+    folder.mkdir()
+    (folder / "inside.txt").write_bytes(b"keep me")
+    refused(capsys, convert_argv(torch_file, folder, *(["--force"] if force else [])),
+            match=f"cannot write OUT {str(folder)!r}: it is a folder; give a file name")
+    assert [path.name for path in folder.iterdir()] == ["inside.txt"]
+    assert (folder / "inside.txt").read_bytes() == b"keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["p.npz", "torch.npz"]
+
+
+def test_a_full_disk_while_writing_is_refused(tmp_path: Path, torch_file: Path, capsys: pytest.CaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """No space left when the written file is flushed to the disk: one line, the old OUT kept, no partial file."""
+    target = tmp_path / "p.npz"
+    target.write_bytes(b"keep me")
+
+    def disk_full(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    refused(capsys, convert_argv(torch_file, target, "--force"),
+            match=f"cannot write OUT {str(target)!r}: no space left on device")
+    assert target.read_bytes() == b"keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["p.npz", "torch.npz"]
+
+
+def test_a_write_past_the_file_size_limit_is_refused(tmp_path: Path, torch_file: Path) -> None:
+    """A real failing write: the command run with a 1 KiB file size limit (EFBIG mid-write), as a module."""
+    import resource
+    import subprocess
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    target = tmp_path / "p.npz"
+    target.write_bytes(b"keep me")
+    repo = Path(cudnn_rnn.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "cudnn_rnn", "convert", *convert_argv(torch_file, target, "--force")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=limit_file_size)
+    too_large = os.strerror(errno.EFBIG)  # "File too large"
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"cudnn-rnn convert: error: cannot write OUT {str(target)!r}: " \
+                            f"{too_large[:1].lower()}{too_large[1:]}\n"
+    assert result.stdout == ""
+    assert target.read_bytes() == b"keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["p.npz", "torch.npz"]

@@ -17,7 +17,9 @@ import pytest
 from rnn_testing import deadline
 
 import cudnn_rnn
-from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE, atomic_write, read_bytes, write_bytes, write_through_path
+from cudnn_rnn import checkpoint
+from cudnn_rnn.files import (PARTIAL_SUFFIX, PAUSE_VARIABLE, UNCHECKED_AFTER, atomic_write, read_bytes,
+                             remove_leftovers, write_bytes, write_through_path)
 
 #: the folder that holds the cudnn_rnn package (a subprocess imports it from there)
 REPO = Path(cudnn_rnn.__file__).resolve().parents[1]
@@ -228,6 +230,188 @@ def test_a_process_killed_mid_write_leaves_the_old_file_whole(target: Path) -> N
     assert leftovers[0].startswith(".model.bin.")
     written = (target.parent / leftovers[0]).read_bytes()
     assert len(written) < len(new) and new.startswith(written)
+
+
+# ---- leftovers of killed writes -----------------------------------------------------------------------------
+#: code run in a subprocess: the save named by the key, of sys.argv[1], slow enough under the pause to be killed
+SAVES = {
+    "checkpoint.save": "from cudnn_rnn import checkpoint\ncheckpoint.save(path, layers={'lstm': layer})",
+    "layer.save": "layer.save(path)",
+}
+#: a new partial file's name: .<name>.<machine>.<pid>.<random>.partial
+WRITER = re.compile(r"\.(?P<name>.+)\.(?P<machine>[0-9a-f]{12})\.(?P<pid>[0-9]+)\.[a-z0-9_]+\.partial")
+
+
+def start_writer(code: str, *args: str, pause: str) -> subprocess.Popen[bytes]:
+    """A Python process running ``code`` (with ``sys.argv[1:] == args``), its writes paused after every 64 KiB."""
+    env = {**os.environ, PAUSE_VARIABLE: pause,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def wait_for_partial(process: subprocess.Popen[bytes], target: Path, there: set[str]) -> list[str]:
+    """The partial files of ``target`` not in ``there`` once one appears (empty if none does in 20 s, or the
+    process ends)."""
+    limit = time.monotonic() + 20
+    while time.monotonic() < limit and process.poll() is None:
+        partials = [name for name in listing(target.parent) if name not in there
+                    and name.startswith(f".{target.name}.") and name.endswith(PARTIAL_SUFFIX)]
+        if partials:
+            return partials
+        time.sleep(0.005)
+    return []
+
+
+def kill_mid_write(code: str, target: Path, pause: str = "0.02") -> str:
+    """Run ``code`` writing ``target``, SIGKILL it while its partial file exists; the name of the file it left."""
+    before = set(listing(target.parent))
+    process = start_writer(code, str(target), pause=pause)
+    try:
+        partials = wait_for_partial(process, target, before)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        out, err = process.communicate(timeout=20)
+    assert partials, f"no partial file appeared (exit {process.returncode}, stderr {err[-500:]!r})"
+    assert process.returncode == -signal.SIGKILL and b"finished" not in out
+    left = sorted(set(listing(target.parent)) - before)
+    assert len(left) == 1 and left[0].endswith(PARTIAL_SUFFIX), left
+    return left[0]
+
+
+def layer_code(save: str) -> str:
+    """A script that saves a 2 MB LSTM with ``save`` (a value of SAVES) to sys.argv[1]."""
+    return f"import sys\nimport cudnn_rnn\nlayer = cudnn_rnn.LSTM(256, 256)\npath = sys.argv[1]\n{save}\n" \
+           "print('finished')\n"
+
+
+def aged(path: Path, seconds: float) -> Path:
+    """``path``, last modified ``seconds`` ago."""
+    when = time.time() - seconds
+    os.utime(path, (when, when))
+    return path
+
+
+def test_the_partial_file_names_its_writer(target: Path) -> None:
+    """While a write is under way its partial file is .<name>.<machine>.<pid>.<random>.partial, pid this process's."""
+    with atomic_write(target) as handle:
+        handle.write(b"new")
+        partials = [name for name in listing(target.parent) if name != "model.bin"]
+    assert len(partials) == 1
+    found = WRITER.fullmatch(partials[0])
+    assert found is not None, partials[0]
+    assert found["name"] == "model.bin" and int(found["pid"]) == os.getpid()
+
+    seen: list[str] = []
+
+    def writer(path: str) -> None:
+        seen.append(Path(path).name)
+        Path(path).write_bytes(b"x")
+
+    write_through_path(target, writer)
+    assert seen[0].endswith(PARTIAL_SUFFIX + ".bin")
+    found = WRITER.fullmatch(seen[0][:-len(".bin")])
+    assert found is not None and found["name"] == "model.bin" and int(found["pid"]) == os.getpid()
+
+
+@pytest.mark.parametrize("save", SAVES)
+def test_the_next_save_removes_what_a_killed_save_left(tmp_path: Path, save: str) -> None:
+    """checkpoint.save or layer.save SIGKILLed mid-write leaves its partial file; the next save removes it."""
+    target = tmp_path / "model.safetensors"
+    first = kill_mid_write(layer_code(SAVES[save]), target)
+    assert not target.exists() and WRITER.fullmatch(first)
+    second = kill_mid_write(layer_code(SAVES[save]), target)
+    assert listing(tmp_path) == [second]  # the second save, before it was killed, removed the first's leftover
+
+    layer = cudnn_rnn.LSTM(4, 3)
+    if save == "layer.save":
+        layer.save(target)
+        assert cudnn_rnn.LSTM.load(target).params.tobytes() == layer.params.tobytes()
+    else:
+        checkpoint.save(target, layers={"lstm": layer}, step=7)
+        assert checkpoint.load(target).step == 7
+    assert listing(tmp_path) == ["model.safetensors"]
+
+
+def test_a_live_writer_keeps_its_partial_file(target: Path) -> None:
+    """Another process still writing the same target keeps its partial file (and finishes); a killed one's goes."""
+    code = ("import sys\nfrom cudnn_rnn.files import write_bytes\n"
+            "write_bytes(sys.argv[1], bytes(range(256)) * 4096)\nprint('finished')\n")
+    dead = kill_mid_write(code, target)
+    writer = start_writer(code, str(target), pause="0.1")  # 16 chunks of 64 KiB: 1.6 s
+    try:
+        live = wait_for_partial(writer, target, {dead})
+        assert len(live) == 1 and writer.poll() is None
+        cudnn_rnn.LSTM(4, 3).save(target)
+        assert writer.poll() is None, "the writer finished before the save: the check proved nothing"
+        assert listing(target.parent) == sorted(["model.bin", live[0]])
+    finally:
+        out, err = writer.communicate(timeout=30)
+    assert writer.returncode == 0 and b"finished" in out, err[-500:]
+    assert target.read_bytes() == bytes(range(256)) * 4096  # the live writer's rename came last
+    assert listing(target.parent) == ["model.bin"]
+
+
+def test_the_leftovers_of_other_targets_are_kept(target: Path) -> None:
+    """Only the exact target's leftovers go: not those of model.bin.old, model, xmodel.bin or model.bin.partial."""
+    code = "import sys\nfrom cudnn_rnn.files import write_bytes\nwrite_bytes(sys.argv[1], bytes(1 << 20))\n"
+    own = kill_mid_write(code, target)
+    writer = own[len(".model.bin"):]  # .<machine>.<pid>.<random>.partial, of a process that is gone
+    others = [f".{name}{writer}" for name in ("model.bin.old", "model", "xmodel.bin", "model.bin.partial")]
+    others += [".model.bin.partial", f".model.bin{writer}.tmp"]
+    for name in others:
+        (target.parent / name).write_bytes(b"someone else's")
+    write_bytes(target, b"new")
+    assert listing(target.parent) == sorted(["model.bin", *others])
+    assert target.read_bytes() == b"new"
+
+
+def test_leftovers_whose_writer_cannot_be_looked_up_are_removed_after_a_day(tmp_path: Path) -> None:
+    """The earlier name form, and another machine's files: kept while fresh, removed once a day old.
+
+    A file of this machine whose process lives is kept however old; a folder is never removed.
+    """
+    target = tmp_path / "w.onnx"
+    with atomic_write(target) as handle:
+        handle.write(b"x")
+        found = WRITER.fullmatch(listing(tmp_path)[0])
+    assert found is not None
+    machine = found["machine"]
+    other = "0123456789ab" if machine != "0123456789ab" else "ba9876543210"
+    unchecked = [".w.onnx.k2j4x9_q.partial", ".w.onnx.k2j4x9_q.partial.onnx",
+                 f".w.onnx.{other}.12345.abcdefgh.partial", f".w.onnx.{other}.1.abcdefgh.partial.onnx"]
+    for name in unchecked:
+        (tmp_path / name).write_bytes(b"left")
+    live = tmp_path / f".w.onnx.{machine}.{os.getpid()}.abcdefgh.partial"
+    live.write_bytes(b"mine")
+    aged(live, 10 * UNCHECKED_AFTER)
+    folder = tmp_path / ".w.onnx.abcdefgh.partial"
+    folder.mkdir()
+    aged(folder, 2 * UNCHECKED_AFTER)
+    everything = sorted(["w.onnx", *unchecked, live.name, folder.name])
+
+    write_bytes(target, b"fresh")
+    assert listing(tmp_path) == everything
+    for name in unchecked:
+        aged(tmp_path / name, UNCHECKED_AFTER - 600)
+    write_bytes(target, b"less than a day")
+    assert listing(tmp_path) == everything
+    for name in unchecked:
+        aged(tmp_path / name, UNCHECKED_AFTER + 600)
+    write_through_path(target, lambda path: Path(path).write_bytes(b"more than a day"))
+    assert listing(tmp_path) == sorted(["w.onnx", live.name, folder.name])
+    assert target.read_bytes() == b"more than a day"
+
+
+def test_remove_leftovers_says_what_it_removed_and_never_raises(tmp_path: Path) -> None:
+    """The removed files' absolute paths; a missing folder, a target without leftovers: an empty list."""
+    assert remove_leftovers(tmp_path / "nowhere" / "model.bin") == []
+    assert remove_leftovers(tmp_path / "model.bin") == []
+    old = tmp_path / ".model.bin.abcdefgh.partial"
+    old.write_bytes(b"left")
+    aged(old, 2 * UNCHECKED_AFTER)
+    assert remove_leftovers(tmp_path / "model.bin") == [str(old)]
+    assert listing(tmp_path) == []
 
 
 # ---- read_bytes ----------------------------------------------------------------------------------------------

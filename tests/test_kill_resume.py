@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudnn_rnn import checkpoint
+from cudnn_rnn import LSTM, checkpoint
 from cudnn_rnn.checkpoint import EXTENSION, CheckpointManager
 from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE
 
@@ -41,8 +41,8 @@ PAUSE = "0.01"
 ATTEMPT_TIMEOUT = 120.0
 
 
-def command(out: Path) -> list[str]:
-    return [sys.executable, str(EXAMPLE), "--quick", "--backend", "numpy", "--steps", str(STEPS),
+def command(out: Path, steps: int = STEPS) -> list[str]:
+    return [sys.executable, str(EXAMPLE), "--quick", "--backend", "numpy", "--steps", str(steps),
             "--checkpoint-every", str(EVERY), "--out", str(out)]
 
 
@@ -123,7 +123,7 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path: Path) -> None:
     assert final.returncode == 0, final.stderr
     print(f"\n{kills} kills, {inside_writes} inside a write; checkpoints seen: {sorted(ever_good)}")
     assert kills == KILLS and inside_writes >= KILLS // 4, (kills, inside_writes)
-    assert not partial_files(out / "checkpoints"), "the last save removes what killed checkpoint writes left"
+    assert not partial_files(out), "the last run's saves remove what killed writes left"
 
     expected = json.loads((tmp_path / "reference" / "metrics.json").read_text())
     got = json.loads((out / "metrics.json").read_text())
@@ -134,3 +134,35 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path: Path) -> None:
             assert sorted(want.files) == sorted(have.files)
             for key in want.files:
                 assert want[key].tobytes() == have[key].tobytes(), f"{name}: {key}"
+
+
+def test_a_run_killed_while_saving_its_model_leaves_nothing_once_run_again(tmp_path: Path) -> None:
+    """SIGKILL while lstm.npz is written: the old lstm.npz stays whole beside the partial file, which the next
+    run's save of lstm.npz removes."""
+    out = tmp_path / "run"
+    first = subprocess.run(command(out, steps=8), env=environment(), capture_output=True, text=True, timeout=300,
+                           cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    before = (out / "lstm.npz").read_bytes()
+    trained = LSTM.load(out / "lstm.npz").params.tobytes()
+
+    process = subprocess.Popen([*command(out, steps=8), "--resume"], env=environment(**{PAUSE_VARIABLE: "0.05"}),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    deadline = time.monotonic() + ATTEMPT_TIMEOUT
+    writing: list[Path] = []
+    while not writing and time.monotonic() < deadline and process.poll() is None:
+        writing = [path for path in partial_files(out) if path.name.startswith(".lstm.npz.")]
+        time.sleep(0.002)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert writing, f"no write of lstm.npz was seen (exit {process.returncode}: {process.stderr.read().decode()})"
+    process.stderr.close()
+    assert process.returncode == -signal.SIGKILL
+    assert [path.name for path in partial_files(out)] == [writing[0].name]
+    assert (out / "lstm.npz").read_bytes() == before
+
+    again = subprocess.run([*command(out, steps=8), "--resume"], env=environment(), capture_output=True, text=True,
+                           timeout=300, cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert not partial_files(out)
+    assert LSTM.load(out / "lstm.npz").params.tobytes() == trained

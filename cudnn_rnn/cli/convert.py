@@ -16,13 +16,16 @@ flag that is missing, by name). OUT is written by its extension:
 * ``.onnx``: a runnable ONNX model (``--to onnx``; needs onnx).
 
 The command refuses unreadable or mismatched input with one message line and exit status 2,
-never writes over its input, and replaces an existing output only with ``--force``.
+never writes over its input, and replaces an existing output only with ``--force``. An OUT it
+cannot write (its folder missing, a folder in its place, permission denied, no space left) is
+reported the same way, naming OUT, and leaves no file behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from typing import Any, Callable, Sequence
 
@@ -120,13 +123,51 @@ def _output_extension(path: str) -> str:
     return extension
 
 
+def _out_problem(target: str) -> str | None:
+    """Why OUT cannot be written, where that can be told without writing: its folder, or OUT a folder."""
+    folder = os.path.dirname(target) or os.curdir
+    try:
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            return f"its folder {folder!r} is a file, not a folder"
+        if os.path.isdir(target):
+            return "it is a folder; give a file name"
+    except FileNotFoundError:
+        return f"its folder {folder!r} does not exist"
+    except NotADirectoryError:
+        return f"its folder {folder!r} does not exist (a part of its path is a file)"
+    except OSError as error:
+        return _reason(error)
+    return None
+
+
+def _reason(error: OSError) -> str:
+    """What went wrong, in plain words: the error's strerror ("permission denied", "no space left on device")."""
+    text = error.strerror or one_line(error)
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 def _check_paths(source: str, target: str, force: bool) -> None:
+    problem = _out_problem(target)
+    if problem:
+        raise CommandError(f"cannot write OUT {target!r}: {problem}")
     if os.path.lexists(target):
-        if os.path.exists(target) and os.path.exists(source) and os.path.samefile(source, target):
+        try:
+            same = os.path.exists(target) and os.path.exists(source) and os.path.samefile(source, target)
+        except OSError as error:
+            raise CommandError(f"cannot write OUT {target!r}: {_reason(error)}") from None
+        if same:
             raise CommandError(f"output {target!r} is the input file (the same path, or a link to it); "
                                "choose another output")
         if not force:
             raise CommandError(f"output {target!r} already exists; pass --force to replace it")
+
+
+def _write(target: str, write: Callable[[str], None]) -> None:
+    """``write_through_path(target, write)``; an OSError (permission, disk full, a folder gone) as one line."""
+    try:
+        write_through_path(target, write)
+    except OSError as error:
+        raise CommandError(f"cannot write OUT {target!r}: {_out_problem(target) or _reason(error)}") from None
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -198,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
         args: the command line parsed by a parser that :func:`add_arguments` set up.
 
     Returns:
-        The exit status: 0 once OUT is written, 2 for any refused input (the one-line message
-        on stderr, naming flags; nothing written).
+        The exit status: 0 once OUT is written, 2 for any refused input, or an OUT that cannot be
+        written (its folder is missing, permission denied, no space left): the one-line message on
+        stderr, naming flags or OUT; nothing written, no partial file left.
     """
     try:
         _run(args)
@@ -225,18 +267,18 @@ def _run(args: argparse.Namespace) -> None:
                 export_onnx(params.value[PARAMS_FORMAT], config, path, time_major=not args.batch_major,
                             opset=args.opset)
 
-            write_through_path(args.output, write_model)
+            _write(args.output, write_model)
             written = f"an ONNX model ({config.num_layers} {_onnx_node(config)} node(s), opset {args.opset})"
         elif target == PARAMS_FORMAT and out_extension == ".npz":
             result = _convert(found, config, target, args.allow_approximation)
-            write_through_path(args.output, lambda path: write_params_file(path, result.value[PARAMS_FORMAT], config))
+            _write(args.output, lambda path: write_params_file(path, result.value[PARAMS_FORMAT], config))
             layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
             written = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
         else:
             result = _convert(found, config, target, args.allow_approximation)
             writer = WRITERS[out_extension]
             assert writer is not None  # only .onnx has no writer, and it is written above
-            write_through_path(args.output, lambda path: writer(path, result.value))
+            _write(args.output, lambda path: writer(path, result.value))
             written = f"{len(result.value)} tensor(s)"
     except (ValueError, TypeError, ImportError) as error:
         raise CommandError(one_line(error)) from None
