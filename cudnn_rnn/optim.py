@@ -43,23 +43,84 @@ from .config import DTYPES, is_count
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
 
 
-def _positive_float(name: str, value: object) -> float:
+#: the largest step count an optimiser or a checkpoint holds (an int64, as files store counts)
+MAX_COUNT = 2**63 - 1
+
+#: integers with more digits than this are shown in messages by their digit count
+_SHOWN_DIGITS = 20
+
+
+def shown(value: object) -> str:
+    """``value`` for an error message: an integer of many digits by its digit count, else its repr (cut short)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        magnitude = abs(int(value))
+        if magnitude >= 10**_SHOWN_DIGITS:
+            digits = int(math.log10(magnitude)) + 1  # the float log may be one off either way: fix it exactly
+            digits += (magnitude >= 10**digits) - (magnitude < 10 ** (digits - 1))
+            return f"{'a negative' if int(value) < 0 else 'an'} integer of {digits} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def real_in_range(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False) -> float:
+    """``value`` as a float, finite and in the range (``low < value < high``; ``low <= value`` if ``low_closed``).
+
+    Args:
+        name: the argument, as the caller wrote it (it names it in messages).
+        value: any real number but a bool (Python or NumPy).
+        low: the lower bound.
+        high: the upper bound (excluded); infinity for none.
+        low_closed: whether ``low`` itself is allowed.
+
+    Returns:
+        The value as a Python float.
+
+    Raises:
+        TypeError: not a real number, or a bool.
+        ValueError: NaN, infinite, too large for a float, or out of range; the message names
+            ``name``, the range and the value.
+    """
+    expected = (f"in {'[' if low_closed else '('}{low:g}, {high:g})" if high < math.inf
+                else f"{'>=' if low_closed else '>'} {low:g}")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive float; got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not (value > 0.0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite float > 0; got {value!r}")
-    return value
+        raise TypeError(f"{name} must be a finite float {expected}; got {type(value).__name__} {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer (or fraction) beyond any float: outside every finite range
+        number = math.inf
+    inside = (low <= number if low_closed else low < number) and number < high
+    if not (inside and math.isfinite(number)):
+        raise ValueError(f"{name} must be a finite float {expected}; got {shown(value)}")
+    return number
+
+
+def checked_count(name: str, value: object) -> int:
+    """``value`` as an int in [0, :data:`MAX_COUNT`] (a step count).
+
+    Args:
+        name: the field, as the caller wrote it (it names it in messages).
+        value: any integer but a bool (Python or NumPy).
+
+    Returns:
+        The value as a Python int.
+
+    Raises:
+        ValueError: not an integer (a bool is not one), negative, or larger than :data:`MAX_COUNT`;
+            the message names ``name`` and the value.
+    """
+    if isinstance(value, numbers.Integral) and is_count(value) and int(value) <= MAX_COUNT:
+        return int(value)
+    kind = "" if isinstance(value, numbers.Integral) and not isinstance(value, bool) else f"{type(value).__name__} "
+    raise ValueError(f"{name} must be a non-negative integer < 2**63; got {kind}{shown(value)}")
+
+
+def _positive_float(name: str, value: object) -> float:
+    return real_in_range(name, value, 0.0)
 
 
 def _unit_interval(name: str, value: object) -> float:
     """A float in [0, 1)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float in [0, 1); got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1); got {value!r}")
-    return value
+    return real_in_range(name, value, 0.0, 1.0, low_closed=True)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -172,9 +233,10 @@ class _Optimizer:
             state: a ``state_dict()`` of an optimiser of this kind (its arrays NumPy or CuPy).
 
         Raises:
-            ValueError: another kind of optimiser, missing or unexpected keys, a hyperparameter
-                its constructor would refuse, or state lists whose number or shapes do not match
-                ``params_list`` (each named).
+            ValueError: another kind of optimiser, missing or unexpected keys, a step count that is
+                not an integer in [0, 2**63), a hyperparameter its constructor would refuse (out of
+                range, NaN, infinite or too large for a float), or state lists whose number or shapes
+                do not match ``params_list`` (each named).
             TypeError: a hyperparameter of the wrong type, or state arrays that are not arrays or
                 not of the state dtype.
         """
@@ -230,8 +292,9 @@ class _Optimizer:
             The checked hyperparameters by name.
 
         Raises:
-            ValueError: the first thing that is wrong, named (kind, keys, step count, a
-                hyperparameter's value, a state list that is not a list or should be empty).
+            ValueError: the first thing that is wrong, named (kind, keys, a step count that is not
+                an integer in [0, 2**63), a hyperparameter's value out of range, NaN, infinite or too
+                large for a float, a state list that is not a list or should be empty).
             TypeError: a hyperparameter of the wrong type, or a state list entry that is not an array.
         """
         kind = cls.__name__
@@ -241,9 +304,7 @@ class _Optimizer:
         if not isinstance(state, dict) or set(state) != expected:
             keys = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{where}: an {kind} state dict has the keys {sorted(expected)}; got {keys}")
-        steps = state["steps"]
-        if not is_count(steps):
-            raise ValueError(f"{where}['steps'] must be a non-negative integer; got {steps!r:.40}")
+        checked_count(f"{where}['steps']", state["steps"])
         values = {name: check(f"{where}[{name!r}]", state[name]) for name, check in cls.hyperparameters.items()}
         cls._check_together(values, where)
         for name in cls.state_lists:
@@ -310,9 +371,9 @@ class SGD(_Optimizer):
 
     Raises:
         TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
-            hyperparameter has the wrong type.
-        ValueError: an empty ``params_list``, a hyperparameter out of range, or nesterov
-            without momentum.
+            hyperparameter has the wrong type (a number that is not real, or a bool, where a float goes).
+        ValueError: an empty ``params_list``, a hyperparameter out of range (NaN, infinite or
+            too large for a float included), or nesterov without momentum.
     """
 
     hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": _flag}
@@ -368,8 +429,9 @@ class Adam(_Optimizer):
 
     Raises:
         TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
-            hyperparameter has the wrong type.
-        ValueError: an empty ``params_list``, or a hyperparameter out of range.
+            hyperparameter has the wrong type (a number that is not real, or a bool, where a float goes).
+        ValueError: an empty ``params_list``, or a hyperparameter out of range (NaN, infinite or
+            too large for a float included).
     """
 
     hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
@@ -414,8 +476,9 @@ def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
         total_norm before clipping, as a Python float.
 
     Raises:
-        TypeError: ``grads_list`` is not a list of floating arrays, or ``max_norm`` is not a real number.
-        ValueError: ``max_norm`` is not finite and > 0.
+        TypeError: ``grads_list`` is not a list of floating arrays, or ``max_norm`` is not a real
+            number (or is a bool).
+        ValueError: ``max_norm`` is not finite and > 0 (NaN, infinite or too large for a float).
     """
     grads = _array_list("grads_list", grads_list)
     max_norm = _positive_float("max_norm", max_norm)

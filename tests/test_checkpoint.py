@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import checkpoint
-from cudnn_rnn.checkpoint import CheckpointError, CheckpointManager
+from cudnn_rnn.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from cudnn_rnn.layers import GRU, LSTM, RNN, RecurrentLayer
 from cudnn_rnn.optim import SGD, Adam
 
@@ -338,3 +338,37 @@ def test_a_missing_file_and_a_folder(tmp_path: Path) -> None:
         checkpoint.load(tmp_path / "nothing.safetensors")
     with pytest.raises(CheckpointError, match="is a folder"):
         checkpoint.load(tmp_path)
+
+
+def test_numbers_out_of_range_are_refused_on_save_and_restore(tmp_path: Path) -> None:
+    """10**400 where a count goes: save writes nothing, and a checkpoint holding it restores nothing, the field named.
+
+    Before, such a step was written (a file that load could not use) and restored into the layer.
+    """
+    path = tmp_path / "c.safetensors"
+    layer = LSTM(INPUT, UNITS)
+    adam = Adam([layer.params])
+    layer.step = 10**400
+    with pytest.raises(ValueError, match=r"layers\['rnn'\]: 'step' must be a non-negative integer < 2\*\*63; got "
+                                         r".*401 digits"):
+        checkpoint.save(path, layers={"rnn": layer})
+    layer.step = 3
+    adam.lr = 10**400
+    with pytest.raises(ValueError, match=r"optimizers\['opt'\]\['lr'\] must be a finite float > 0; got .*401 digits"):
+        checkpoint.save(path, optimizers={"opt": adam})
+    with pytest.raises(ValueError, match=r"step must be a non-negative integer < 2\*\*63; got .*401 digits"):
+        checkpoint.save(path, step=10**400)
+    with pytest.raises(ValueError, match=r"step must be a non-negative integer < 2\*\*63; got .*401 digits"):
+        CheckpointManager(tmp_path).save(10**400)
+    assert not list(tmp_path.iterdir()), "a refused save writes nothing"
+
+    adam.lr = 0.5
+    checkpoint.save(path, layers={"rnn": layer}, optimizers={"opt": adam})
+    saved = checkpoint.load(path)
+    bad_layer = {"rnn": dict(saved.layers["rnn"], step=10**400)}
+    bad = Checkpoint(saved.path, saved.step, bad_layer, saved.optimizers, saved.arrays, saved.state)
+    target = LSTM(INPUT, UNITS)
+    for call in (lambda: bad.restore(layers={"rnn": target}), lambda: bad.layer("rnn")):
+        with pytest.raises(ValueError, match=r"layers\['rnn'\]: 'step' must be a non-negative integer < 2\*\*63"):
+            call()
+    assert target.step == 0

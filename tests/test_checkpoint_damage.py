@@ -14,6 +14,8 @@ import os
 import pickle
 import re
 import struct
+import subprocess
+import sys
 import time
 import tracemalloc
 import warnings
@@ -26,7 +28,7 @@ import pytest
 
 from rnn_testing import deadline
 
-from cudnn_rnn import checkpoint
+from cudnn_rnn import checkpoint, files
 from cudnn_rnn.checkpoint import CheckpointError, CheckpointManager, CheckpointWarning
 from cudnn_rnn.errors import CheckpointError as ErrorsCheckpointError
 from cudnn_rnn.layers import LSTM
@@ -434,6 +436,12 @@ def layer_key(key: str, value: Any) -> Callable[..., None]:
     return apply
 
 
+def adam_key(key: str, value: Any) -> Callable[..., None]:
+    def apply(contents: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        contents["optimizers"]["adam"][key] = value
+    return apply
+
+
 MOMENTS = ("optimizers/adam/first_moment/0", "optimizers/adam/first_moment/1",
            "optimizers/adam/second_moment/0", "optimizers/adam/second_moment/1")
 
@@ -457,7 +465,7 @@ CONTENTS: dict[str, tuple[Callable[[dict[str, Any], dict[str, np.ndarray]], Any]
     "step a float": (lambda c, a: c.update(step=1.5), "step must be a non-negative integer"),
     "num_units -1": (set_config("num_units", -1), "num_units must be >= 1"),
     "num_units a string": (set_config("num_units", "4"), "num_units must be an integer"),
-    "num_units 10**15": (set_config("num_units", 10**15), r"must be \[\d+\] float32"),
+    "num_units 10**15": (set_config("num_units", 10**15), r"must be \[\d+\] float32|more than an array can hold"),
     "rnn_mode bogus": (set_config("rnn_mode", "bogus"), "rnn_mode must be one of"),
     "dropout 1.5": (set_config("dropout", 1.5), "dropout must be in"),
     "dropout NaN": (set_config("dropout", float("nan")), "dropout must be in"),
@@ -489,6 +497,30 @@ CONTENTS: dict[str, tuple[Callable[[dict[str, Any], dict[str, np.ndarray]], Any]
                                                  [a.pop(name) for name in MOMENTS[:2]]), "must be a list of arrays"),
     "arrays entry a number": (unreferenced("arrays", "readout", 1.0, "arrays/readout"),
                               r"arrays\['readout'\] must be an array"),
+    # numbers out of range: never an OverflowError, always the field, its range and the value (huge ones by digits)
+    "optimizer lr 10**400": (adam_key("lr", 10**400),
+                             r"optimizers\['adam'\]\['lr'\] must be a finite float > 0; got .*401 digits"),
+    "optimizer lr -10**400": (adam_key("lr", -10**400), r"\['lr'\] must be a finite float > 0; got .*401 digits"),
+    "optimizer eps 10**400": (adam_key("eps", 10**400), r"\['eps'\] must be a finite float > 0; got .*401 digits"),
+    "optimizer betas[1] 10**400": (adam_key("betas", [0.9, 10**400]),
+                                   r"\['betas'\]\[1\] must be a finite float in \[0, 1\); got .*401 digits"),
+    "optimizer betas[0] NaN": (adam_key("betas", [float("nan"), 0.9]),
+                               r"\['betas'\]\[0\] must be a finite float in \[0, 1\); got nan"),
+    "optimizer betas[1] Infinity": (adam_key("betas", [0.9, float("inf")]),
+                                    r"\['betas'\]\[1\] must be a finite float in \[0, 1\); got inf"),
+    "optimizer lr a bool": (adam_key("lr", True), r"\['lr'\] must be a finite float > 0; got bool True"),
+    "optimizer steps 10**400": (adam_key("steps", 10**400), r"optimizers\['adam'\]\['steps'\] must be a non-negative "
+                                                            r"integer < 2\*\*63; got .*401 digits"),
+    "optimizer steps 2**63": (adam_key("steps", 2**63), r"\['steps'\] must be a non-negative integer < 2\*\*63; got "
+                                                        "9223372036854775808"),
+    "optimizer steps a bool": (adam_key("steps", True), r"\['steps'\] must be a non-negative integer < 2\*\*63; got "
+                                                        "bool True"),
+    "layer step 10**400": (layer_key("step", 10**400), r"layers\['lstm'\]: 'step' must be a non-negative integer "
+                                                       r"< 2\*\*63; got .*401 digits"),
+    "layer step 2**63": (layer_key("step", 2**63), r"'step' must be a non-negative integer < 2\*\*63"),
+    "step 10**400": (lambda c, a: c.update(step=10**400),
+                     r"step must be a non-negative integer < 2\*\*63; got .*401 digits"),
+    "dropout 10**400": (set_config("dropout", 10**400), "dropout must be in"),
 }
 
 
@@ -599,18 +631,47 @@ def test_all_damaged_gives_none_with_a_warning_for_each(tmp_path: Path) -> None:
 
 
 def test_a_leftover_partial_file_is_ignored_then_removed(tmp_path: Path) -> None:
-    """A killed save's partial file: latest() ignores it (no warning) and the next save removes it."""
+    """A killed save's partial file: latest() ignores it (no warning) and the next save removes it; the partial file
+    of a writer still alive stays."""
     manager = saved_manager(tmp_path, range(1, 6))
-    partial = tmp_path / f".{manager.path_for(6).name}.x1y2z3.partial"
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              check=True, text=True).stdout)
+    partial = tmp_path / f".{manager.path_for(6).name}.{files._machine()}.{gone}.x1y2z3.partial"
+    live = tmp_path / f".{manager.path_for(7).name}.{files._machine()}.{os.getpid()}.x1y2z3.partial"
     partial.write_bytes(manager.path_for(5).read_bytes()[:1000])
+    live.write_bytes(b"being written")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         found = manager.latest()
     assert not checkpoint_warnings(caught)
     assert found is not None and found.step == 5 and manager.steps() == [3, 4, 5] and partial.exists()
     saved_manager(tmp_path, range(6, 7))
-    assert not partial.exists()
+    assert not partial.exists() and live.exists()
+    live.unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == [manager.path_for(s).name for s in (4, 5, 6)]
+
+
+@pytest.mark.parametrize(("group", "key", "words"), [
+    ("optimizers", "lr", r"optimizers\['adam'\]\['lr'\] must be a finite float > 0; got .*401 digits"),
+    ("optimizers", "steps", r"optimizers\['adam'\]\['steps'\] must be a non-negative integer < 2\*\*63"),
+    ("layers", "step", r"layers\['lstm'\]: 'step' must be a non-negative integer < 2\*\*63"),
+], ids=["optimizer lr", "optimizer steps", "layer step"])
+def test_a_newest_file_holding_10_400_falls_back_to_the_one_before(tmp_path: Path, group: str, key: str,
+                                                                   words: str) -> None:
+    """Newest file whole (checksum valid) but holding 10**400 where a number goes: latest() warns naming the file
+    and the field, and returns step 4."""
+    manager = saved_manager(tmp_path, range(1, 6))
+    newest = manager.path_for(5)
+    contents, arrays = decode(newest.read_bytes())
+    next(iter(contents[group].values()))[key] = 10**400
+    newest.write_bytes(encode(contents, arrays))
+    with pytest.warns(CheckpointWarning, match=re.escape(str(newest))) as caught:
+        found = manager.latest()
+    assert any(re.search(words, str(w.message)) for w in caught), [str(w.message) for w in caught]
+    assert found is not None and found.step == 4 and found.state == {"step": 4}
+    with pytest.raises(CheckpointError, match=words) as refused_load:
+        checkpoint.load(newest)
+    assert refused_load.value.path == str(newest)
 
 
 def test_a_file_renamed_to_another_step_is_skipped(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -130,3 +132,93 @@ def test_clip_grad_norm_leaves_small_gradients_alone() -> None:
 def test_bad_arguments_are_named(call, error, words: str) -> None:
     with pytest.raises(error, match=words.replace("[", r"\[").replace("]", r"\]")):
         call()
+
+
+#: argument (as its message names it) -> the call that passes ``value`` as that argument, and its expected range
+NUMERIC_ARGUMENTS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "SGD lr": (lambda value: SGD([np.zeros(2)], lr=value), "lr must be a finite float > 0"),
+    "SGD momentum": (lambda value: SGD([np.zeros(2)], lr=0.1, momentum=value),
+                     "momentum must be a finite float in [0, 1)"),
+    "Adam lr": (lambda value: Adam([np.zeros(2)], lr=value), "lr must be a finite float > 0"),
+    "Adam betas[0]": (lambda value: Adam([np.zeros(2)], betas=(value, 0.999)),
+                      "betas[0] must be a finite float in [0, 1)"),
+    "Adam betas[1]": (lambda value: Adam([np.zeros(2)], betas=(0.9, value)),
+                      "betas[1] must be a finite float in [0, 1)"),
+    "Adam eps": (lambda value: Adam([np.zeros(2)], eps=value), "eps must be a finite float > 0"),
+    "clip_grad_norm max_norm": (lambda value: clip_grad_norm([np.zeros(2)], value),
+                                "max_norm must be a finite float > 0"),
+}
+
+#: a bad value -> (the error, how the message shows the value): huge integers by their digit count
+BAD_VALUES: dict[str, tuple[Any, type[Exception], str]] = {
+    "10**400": (10**400, ValueError, "401 digits"),
+    "-10**400": (-10**400, ValueError, "401 digits"),
+    "Fraction(10**400)": (Fraction(10**400), ValueError, "Fraction("),
+    "inf": (math.inf, ValueError, "inf"),
+    "-inf": (-math.inf, ValueError, "-inf"),
+    "nan": (math.nan, ValueError, "nan"),
+    "numpy nan": (np.float32("nan"), ValueError, "nan"),
+    "True": (True, TypeError, "bool True"),
+    "numpy True": (np.True_, TypeError, "True"),
+    "'0.1'": ("0.1", TypeError, "str '0.1'"),
+    "complex": (0.1 + 0j, TypeError, "complex"),
+}
+
+
+@pytest.mark.parametrize("value", list(BAD_VALUES))
+@pytest.mark.parametrize("argument", list(NUMERIC_ARGUMENTS))
+def test_every_numeric_argument_refuses_huge_infinite_nan_bool_and_text(argument: str, value: str) -> None:
+    """TypeError for a non-number or bool, ValueError for the rest: the argument, its range and the value named.
+
+    Never an OverflowError, and a 401-digit integer is shown by its digit count, not its digits.
+    """
+    call, expected = NUMERIC_ARGUMENTS[argument]
+    bad, error, shown = BAD_VALUES[value]
+    with pytest.raises(error) as caught:
+        call(bad)
+    message = str(caught.value)
+    assert message.startswith(f"{expected}; got "), message
+    assert shown in message and len(message) < 200, message
+
+
+def test_an_integer_beyond_the_float_range_is_refused_and_one_within_it_taken() -> None:
+    sgd = SGD([np.zeros(2)], lr=10**300)
+    assert sgd.lr == 1e300 and type(sgd.lr) is float
+    with pytest.raises(ValueError, match=r"^lr must be a finite float > 0; got .*\b310 digits\)?$"):
+        SGD([np.zeros(2)], lr=10**309)
+
+
+@pytest.mark.parametrize(("key", "value", "error", "words"), [
+    ("steps", 10**400, ValueError, r"state_dict\['steps'\] must be a non-negative integer < 2\*\*63; got .*401 digits"),
+    ("steps", 2**63, ValueError, r"state_dict\['steps'\] must be a non-negative integer < 2\*\*63"),
+    ("steps", True, ValueError, r"state_dict\['steps'\] must be a non-negative integer < 2\*\*63; got bool True"),
+    ("lr", 10**400, ValueError, r"state_dict\['lr'\] must be a finite float > 0; got .*401 digits"),
+    ("eps", -10**400, ValueError, r"state_dict\['eps'\] must be a finite float > 0; got .*401 digits"),
+    ("betas", [0.9, 10**400], ValueError,
+     r"state_dict\['betas'\]\[1\] must be a finite float in \[0, 1\); got .*401 digits"),
+    ("betas", [math.nan, 0.9], ValueError, r"state_dict\['betas'\]\[0\] must be a finite float in \[0, 1\); got nan"),
+    ("lr", True, TypeError, r"state_dict\['lr'\] must be a finite float > 0; got bool True"),
+], ids=["steps 10**400", "steps 2**63", "steps True", "lr 10**400", "eps -10**400", "betas[1] 10**400",
+        "betas[0] nan", "lr True"])
+def test_a_state_dict_number_out_of_range_is_refused_and_nothing_changes(key: str, value: Any,
+                                                                         error: type[Exception], words: str) -> None:
+    adam = Adam([np.ones(2)], lr=0.01)
+    adam.step([np.ones(2)])
+    before = adam.state_dict()
+    with pytest.raises(error, match=words):
+        adam.load_state_dict(dict(before, **{key: value}))
+    assert (adam.steps, adam.lr, adam.betas, adam.eps) == (1, 0.01, (0.9, 0.999), 1e-8)
+    adam.step([np.ones(2)])  # and it still steps
+
+
+def test_the_largest_step_count_loads_and_steps_and_one_more_is_refused() -> None:
+    """A step count of 2**63 - 1 (the most a checkpoint holds) loads and Adam's bias correction still computes;
+    2**63 is refused (before, any integer loaded, and a step after 10**400 raised OverflowError)."""
+    p = np.ones(2)
+    adam = Adam([p], lr=0.01)
+    adam.load_state_dict(dict(adam.state_dict(), steps=2**63 - 1))
+    adam.step([np.ones(2)])
+    assert adam.steps == 2**63 and np.all(np.isfinite(p))
+    with pytest.raises(ValueError, match=r"state_dict\['steps'\] must be a non-negative integer < 2\*\*63; got "
+                                         "9223372036854775808"):
+        adam.load_state_dict(adam.state_dict())

@@ -20,12 +20,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .._arrays import Array, array_kind, copy_into
-from ..config import is_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes
 from ..layers import RecurrentLayer
-from ..optim import SGD, Adam
+from ..optim import SGD, Adam, checked_count
 from ..params_file import parse_layer_state
 from . import _container
 from ._tree import flatten, unflatten
@@ -92,16 +91,20 @@ class Checkpoint:
 
         Raises:
             ValueError: a group names other entries than the checkpoint holds, a layer of another
-                configuration (each differing field named), the state of another kind of
+                configuration (each differing field named), a saved state that is malformed or holds
+                a number out of range (a step count not in [0, 2**63), a hyperparameter that is NaN,
+                infinite or out of its range; the field named), the state of another kind of
                 optimiser, or an array of another shape.
             TypeError: a group that is not a dict with str keys, an entry of the wrong kind (not a
-                layer, optimiser or array), or an array of another dtype.
+                layer, optimiser or array), a saved hyperparameter of the wrong type, or an array of
+                another dtype.
         """
         where = repr(self.path)
         loaders: list[Callable[[], None]] = []
         for name, layer in _matching("layers", layers, self.layers, where).items():
-            loaders.append(layer.state_loader(self.layers[name], keep_seed=keep_seeds,
-                                              where=f"checkpoint {where} layers[{name!r}]"))
+            what = f"checkpoint {where} layers[{name!r}]"
+            _checked_layer(self.layers[name], what)
+            loaders.append(layer.state_loader(self.layers[name], keep_seed=keep_seeds, where=what))
         for name, optimiser in _matching("optimizers", optimizers, self.optimizers, where).items():
             loaders.append(optimiser.state_loader(self.optimizers[name], where=f"checkpoint {where} "
                                                                                f"optimizers[{name!r}]"))
@@ -123,10 +126,13 @@ class Checkpoint:
 
         Raises:
             KeyError: the checkpoint holds no layer ``name``.
+            ValueError: the saved state is malformed or holds a number out of range (a step not in
+                [0, 2**63)), the field named.
             TypeError: ``xp`` is neither the numpy nor the cupy module.
         """
         if name not in self.layers:
             raise KeyError(f"checkpoint {self.path!r} holds no layer {name!r}; it holds {sorted(self.layers)}")
+        _checked_layer(self.layers[name], f"checkpoint {self.path!r} layers[{name!r}]")
         return RecurrentLayer.from_state_dict(self.layers[name], xp=xp)
 
 
@@ -150,14 +156,18 @@ def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
         TypeError: a value of a kind that cannot be stored (not a layer, optimiser or array where
             one is expected, a dict key that is not a str, an array of another dtype than bool,
             integer, float16/32/64 or bfloat16), named by its place.
-        ValueError: a value that cannot be stored as it is (a negative step, the reserved key
-            ``"$array"``, an integer of more than 4000 digits), named by its place.
+        ValueError: a value that cannot be stored as it is (a step that is not an integer in
+            [0, 2**63), the reserved key ``"$array"``, an integer of more than 4000 digits), or a
+            layer or optimiser whose state :func:`load` would refuse (a step count or
+            hyperparameter out of range, NaN or infinite), named by its place.
     """
-    contents = {"step": _checked_step(step),
-                "layers": {name: layer.state_dict() for name, layer in _of_kind("layers", layers).items()},
-                "optimizers": {name: opt.state_dict() for name, opt in _of_kind("optimizers", optimizers).items()},
-                "arrays": dict(_of_kind("arrays", arrays)),
-                "state": dict(_mapping("state", state))}
+    contents: dict[str, Any] = {
+        "step": _checked_step(step),
+        "layers": {name: layer.state_dict() for name, layer in _of_kind("layers", layers).items()},
+        "optimizers": {name: opt.state_dict() for name, opt in _of_kind("optimizers", optimizers).items()},
+        "arrays": dict(_of_kind("arrays", arrays)),
+        "state": dict(_mapping("state", state))}
+    _check_states(contents["layers"], contents["optimizers"])
     tree, tensors = flatten(contents)
     text = json.dumps(tree, separators=(",", ":"))
     write_bytes(path, _container.encode(tensors, text))
@@ -177,7 +187,10 @@ def load(path: PathLike, *, comm: Communicator | None = None) -> Checkpoint:
 
     Raises:
         FileNotFoundError: no such file.
-        CheckpointError: anything else that keeps the file from being a whole, consistent checkpoint.
+        CheckpointError: anything else that keeps the file from being a whole, consistent checkpoint,
+            a number out of range included (a step count not an integer in [0, 2**63), a hyperparameter
+            NaN, infinite, too large for a float or outside its range, a bool where a number goes);
+            the message names the file and the field.
     """
     def read() -> tuple[str, bytes]:
         return os.fspath(path), read_checkpoint_bytes(path)
@@ -210,21 +223,12 @@ def from_bytes(where: str, blob: bytes | bytearray) -> Checkpoint:
         for group in CONTENTS_KEYS[1:]:
             if not isinstance(contents[group], dict):
                 raise ValueError(f"its {group!r} must be an object; got {type(contents[group]).__name__}")
-        step = contents["step"]
-        if step is not None:
-            _checked_step(step)
-        for name, layer in contents["layers"].items():
-            parse_layer_state(layer, f"layers[{name!r}]")
-        for name, optimiser in contents["optimizers"].items():
-            kind = optimiser.get("kind") if isinstance(optimiser, dict) else None
-            if kind not in OPTIMIZERS:
-                raise ValueError(f"optimizers[{name!r}] must be the state of one of {list(OPTIMIZERS)}; "
-                                 f"got kind {str(kind)[:40]!r}")
-            OPTIMIZERS[kind].checked_state(optimiser, f"optimizers[{name!r}]")
+        step = _checked_step(contents["step"])
+        _check_states(contents["layers"], contents["optimizers"])
         for name, array in contents["arrays"].items():
             if array_kind(array) is None:
                 raise ValueError(f"arrays[{name!r}] must be an array; got {type(array).__name__}")
-    except (ValueError, TypeError, RecursionError) as error:
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:
         raise CheckpointError(where, f"its contents are inconsistent: {error}"[:500]) from None
     return Checkpoint(where, step, contents["layers"], contents["optimizers"], contents["arrays"], contents["state"])
 
@@ -297,11 +301,26 @@ def _matching(group: str, given: Mapping[str, Any] | None, saved: dict[str, Any]
 
 
 def _checked_step(step: Any) -> int | None:
-    if step is None:
-        return None
-    if not is_count(step):
-        raise ValueError(f"step must be a non-negative integer or None; got {step!r:.40}")
-    return int(step)
+    """None, or ``step`` as an int in [0, 2**63); ValueError otherwise."""
+    return None if step is None else checked_count("step", step)
+
+
+def _checked_layer(state: Any, where: str) -> None:
+    """Refuse a layer's state dict that is malformed or whose step is out of [0, 2**63) (ValueError, TypeError)."""
+    parse_layer_state(state, where)
+    checked_count(f"{where}: 'step'", state["step"])
+
+
+def _check_states(layers: dict[str, Any], optimizers: dict[str, Any]) -> None:
+    """Refuse layers' and optimisers' state dicts that :meth:`Checkpoint.restore` would refuse, each named."""
+    for name, layer in layers.items():
+        _checked_layer(layer, f"layers[{name!r}]")
+    for name, optimiser in optimizers.items():
+        kind = optimiser.get("kind") if isinstance(optimiser, dict) else None
+        if kind not in OPTIMIZERS:
+            raise ValueError(f"optimizers[{name!r}] must be the state of one of {list(OPTIMIZERS)}; "
+                             f"got kind {str(kind)[:40]!r}")
+        OPTIMIZERS[kind].checked_state(optimiser, f"optimizers[{name!r}]")
 
 
 def _array_loader(target: Array, saved: np.ndarray, what: str, where: str) -> Callable[[], None]:

@@ -2,8 +2,9 @@
 
     <folder>/ckpt-000000100.safetensors     step 100 (nine digits or more: names sort as numbers do)
     <folder>/ckpt-000000150.safetensors
-    <folder>/.ckpt-000000200.safetensors.<random>.partial    a save that a kill cut short: ignored,
-                                                             removed by the next save
+    <folder>/.ckpt-000000200.safetensors.<machine>.<pid>.<random>.partial
+                                            a save that a kill cut short: ignored, and removed by the
+                                            next save once its writer is gone (cudnn_rnn.files.remove_leftovers)
 
 A save writes its file atomically and only then removes the oldest files, so a kill at any
 moment leaves every checkpoint that was already whole. With a communicator, rank 0 alone
@@ -22,7 +23,8 @@ from typing import Any
 from ..config import is_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
-from ..files import PARTIAL_SUFFIX
+from ..files import remove_leftovers
+from ..optim import checked_count
 from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
 
 __all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]
@@ -115,11 +117,10 @@ class CheckpointManager:
             The file written, or None on a rank that does not write.
 
         Raises:
-            ValueError: ``step`` is not a non-negative integer, or as :func:`cudnn_rnn.checkpoint.save`.
+            ValueError: ``step`` is not an integer in [0, 2**63), or as :func:`cudnn_rnn.checkpoint.save`.
             TypeError: as :func:`cudnn_rnn.checkpoint.save`.
         """
-        if not is_count(step):
-            raise ValueError(f"step must be a non-negative integer; got {step!r}")
+        step = checked_count("step", step)
         if not self.writes:
             return None
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -135,8 +136,9 @@ class CheckpointManager:
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that is whole and consistent, or None if there is none.
 
-        Damaged files are skipped with a :class:`CheckpointWarning` naming each. With a
-        communicator every rank returns the checkpoint rank 0 found.
+        Damaged files, and whole files that :func:`cudnn_rnn.checkpoint.load` refuses (a number out
+        of range, a field of the wrong type), are skipped with a :class:`CheckpointWarning` naming
+        each. With a communicator every rank returns the checkpoint rank 0 found.
 
         Returns:
             The checkpoint (see :func:`cudnn_rnn.checkpoint.load`), or None when the folder holds
@@ -166,10 +168,13 @@ class CheckpointManager:
         return found.get("checkpoint") or from_bytes(*shared)
 
     def _remove_partials(self) -> None:
-        """Remove what killed saves of this manager left behind (one writer per folder)."""
-        for entry in self.directory.glob(f".{self.prefix}-*{PARTIAL_SUFFIX}"):
-            with contextlib.suppress(FileNotFoundError):
-                entry.unlink()
+        """Remove what killed saves of this manager's checkpoints left behind (a live writer's files stay)."""
+        partial = re.compile(r"\." + self._name.pattern + r"\.")
+        entries: list[str] = []
+        with contextlib.suppress(OSError):
+            entries = os.listdir(self.directory)
+        for step in sorted({int(found[1]) for found in map(partial.match, entries) if found}):
+            remove_leftovers(self.path_for(step))
 
     def __repr__(self) -> str:
         return f"CheckpointManager({os.fspath(self.directory)!r}, keep={self.keep}, prefix={self.prefix!r})"
