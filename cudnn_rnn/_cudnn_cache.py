@@ -54,7 +54,7 @@ from ._dropout_rng import DropoutRNG, device_identity
 from ._lib import ForwardMode, MathType
 from .config import LayoutKey, RNNConfig, numpy_dtype
 from .errors import CudnnError
-from .layout import params_layout
+from .layout import params_size
 
 __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
            "clear_caches", "cache_info"]
@@ -272,7 +272,7 @@ class Network:
             raise RuntimeError("the params layout table disagrees with cuDNN for "
                                f"{config}:\n  " + "\n  ".join(differences) +
                                "\nRun scripts/check_layout.py and settle layout.UNCONFIRMED.")
-        self.weight_space_size = params_layout(config).size * numpy_dtype(config.dtype).itemsize
+        self.weight_space_size = params_size(config) * numpy_dtype(config.dtype).itemsize
 
     def plan(self, handle: int, max_time: int, batch: int, time_major: bool, lengths: np.ndarray,
              stream: Any) -> BatchPlan:

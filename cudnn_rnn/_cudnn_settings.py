@@ -22,6 +22,7 @@ environment); float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of
 
 from __future__ import annotations
 
+from ._checks import flag
 import os
 from dataclasses import dataclass
 from typing import Literal
@@ -204,9 +205,7 @@ def allow_tf32(enabled: bool = True) -> None:
         TypeError: ``enabled`` is not a bool.
     """
     global _tf32
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__} {enabled!r}")
-    _tf32 = enabled
+    _tf32 = flag("enabled", enabled)
 
 
 def tf32_allowed() -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import RNNConfig, numpy_dtype
-from .layout import params_layout
+from .layout import params_layout, params_size
 
 __all__ = ["glorot_uniform", "orthogonal", "keras_init_params"]
 
@@ -84,9 +84,9 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
     Returns:
         a host NumPy array of ``cudnn_rnn_params_size`` elements and ``config.dtype``.
     """
+    params = np.zeros(params_size(config), dtype=np.float64)  # a buffer too big fails here, before the layout
     layout = params_layout(config)
     rng = np.random.default_rng(seed % 2**32)
-    params = np.zeros(layout.size, dtype=np.float64)
     g, n, p = config.num_gates, config.num_units, config.state_size
     for k in range(config.num_pseudo_layers):
         w = layout.gate_block(params, k, "input")

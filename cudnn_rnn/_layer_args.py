@@ -5,7 +5,6 @@ A layer's caller thinks in ``input_size``, ``num_units``, ``num_layers``, ``bidi
 here refuses a mistake with a ``TypeError`` or ``ValueError`` that names the argument, what the
 layer expects and what it got, and says how to mend it where there is one way::
 
-    flag("training", training)                         -> bool   (True, False or a NumPy bool)
     ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)  x [B, T, I] ([T, B, I])
     ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
     ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 [B, L*D, P] ([L*D, B, P]); c0 with N
@@ -23,16 +22,10 @@ from typing import Any
 import numpy as np
 
 from ._arrays import Array, array_kind, array_module
-from .config import DTYPES, RNNConfig, numpy_dtype
+from .config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from .layout import params_size
 
-__all__ = ["flag", "path_argument", "ArgumentCheck", "MAX_STEPS", "MAX_STEP"]
-
-#: the most steps a sequence may have: cuDNN and the reference take lengths as C ints
-MAX_STEPS = 2**31 - 1
-
-#: the largest training step counter a layer keeps (files store it as int64)
-MAX_STEP = 2**63 - 1
+__all__ = ["path_argument", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -42,25 +35,6 @@ _LAYOUTS: dict[bool, dict[str, str]] = {
 
 #: a state's name -> (the config attribute of its width, that width's name in the layer's words)
 _STATE_WIDTHS: dict[str, tuple[str, str]] = {"h0": ("state_size", "P"), "c0": ("num_units", "N")}
-
-
-def flag(name: str, value: object) -> bool:
-    """``value`` as a bool when it is one (Python or NumPy), else a TypeError naming ``name``.
-
-    Args:
-        name: the argument's name, for the message.
-        value: what the caller passed.
-
-    Returns:
-        The bool.
-
-    Raises:
-        TypeError: anything but True, False, ``np.True_`` or ``np.False_`` (a string such as
-            ``"no"`` is not False).
-    """
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def path_argument(path: object, name: str = "path") -> str:
@@ -158,7 +132,7 @@ class ArgumentCheck:
         Raises:
             TypeError: ``x`` is not an array of the layer's module, or has another dtype.
             ValueError: ``x`` is not 3-D, its feature count is not ``input_size``, or it has more
-                than :data:`MAX_STEPS` steps.
+                than :data:`cudnn_rnn.config.MAX_SIZE` steps.
         """
         layout = _LAYOUTS[time_major]
         array = self._array("x", x, layout["x"])
@@ -170,9 +144,9 @@ class ArgumentCheck:
             raise ValueError(f"x has {features} features per step (x.shape[2]) but this layer's input_size is "
                              f"{self.config.input_size}")
         max_time, batch = (array.shape[0], array.shape[1]) if time_major else (array.shape[1], array.shape[0])
-        if max_time > MAX_STEPS:
+        if max_time > MAX_SIZE:
             raise ValueError(f"x has {max_time} steps (T = x.shape[{0 if time_major else 1}]); a sequence has at "
-                             f"most {MAX_STEPS}")
+                             f"most {MAX_SIZE}")
         return int(batch), int(max_time)
 
     def lengths(self, lengths: object, batch: int, max_time: int) -> Any:

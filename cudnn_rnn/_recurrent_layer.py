@@ -23,13 +23,14 @@ import numpy as np
 from . import _graph_watch
 from ._arrays import Array, array_kind, array_module, beside, copy_into, to_host
 from ._dropout_rng import DropoutRNG
-from .config import RNNConfig, dtype_name, is_count
+from .config import RNNConfig, dtype_name
 from .formats import Converted, to_format
 from .layout import ParamEntry, params_layout
 from .params_file import (CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
 from ._initializers import keras_init_params
-from ._layer_args import MAX_STEP, ArgumentCheck, flag, path_argument
+from ._checks import checked_count, flag
+from ._layer_args import ArgumentCheck, path_argument
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
 
@@ -376,11 +377,10 @@ class RecurrentLayer:
             raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
         module = array_module(params=params) if xp is None else _array_module_named(xp)
         ArgumentCheck(config, module).params(params)
-        if not is_count(step) or int(step) > MAX_STEP:
-            raise ValueError(f"step must be an int in [0, {MAX_STEP}]; got {type(step).__name__} {step!r}")
+        step = checked_count("step", step)
         with beside(params):  # a CuPy copy stays on the params' GPU
             copy = params.copy() if module.__name__ == kind else to_host(params)  # crossing kinds copies anyway
-        return cls._from_saved(config, copy, int(step), module, "config", "from_params")
+        return cls._from_saved(config, copy, step, module, "config", "from_params")
 
     def state_dict(self) -> dict[str, Any]:
         """Everything that makes this layer what it is, for :mod:`cudnn_rnn.checkpoint`.

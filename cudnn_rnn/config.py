@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Mapping, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
+
+from ._checks import real_in_range, shown
 
 __all__ = [
     "ModeSpec",
@@ -40,6 +41,10 @@ __all__ = [
     "tf_seed64",
     "resolve_input_mode",
     "is_count",
+    "ITEMSIZES",
+    "MAX_SIZE",
+    "MAX_ARRAY_BYTES",
+    "params_element_count",
     "dtype_name",
     "numpy_dtype",
 ]
@@ -114,8 +119,18 @@ PERSISTENT_ALGOS: tuple[str, ...] = ("persist_static", "persist_dynamic", "persi
 #: num_proj)
 LayoutKey: TypeAlias = tuple[str, str, str, int, int, int, int]
 
+#: dtype name -> bytes per element, so a buffer's size is checked without importing ml_dtypes
+ITEMSIZES: dict[str, int] = {"float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}
+
+#: The most bytes one array can hold (NumPy's and CuPy's sizes are C ``intp``): a params buffer
+#: of more is refused by :class:`RNNConfig`.
+MAX_ARRAY_BYTES: int = int(np.iinfo(np.intp).max)
+
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
+#: The largest num_layers, num_units, input_size and num_proj, and the most steps T and sequences B
+#: of a call, that cuDNN and TensorFlow take (each is a C int, and so are the sequence lengths).
+MAX_SIZE: int = _INT32_MAX
 
 def _choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
     options = tuple(allowed)
@@ -140,12 +155,13 @@ def is_count(value: object) -> bool:
 
 def _int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an integer; got {type(value).__name__} {shown(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+        raise ValueError(f"{name} must be >= {minimum}; got {shown(value)}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}; got {value}")
+        c_int = " (a C int, as cuDNN and TensorFlow take it)" if maximum == _INT32_MAX else ""
+        raise ValueError(f"{name} must be <= {maximum}{c_int}; got {shown(value)}")
     return value
 
 
@@ -237,6 +253,31 @@ def tf_seed64(seed: int, seed2: int) -> int:
     return (((seed & mask64) << 32) | (seed2 & mask64)) & mask64
 
 
+def params_element_count(config: "RNNConfig", *, skip_input_keeps_input_biases: bool) -> int:
+    """The number of elements of ``config``'s params buffer, in closed form.
+
+    The one formula of the params size (:func:`cudnn_rnn.layout.params_size` passes its layout
+    facts), exact Python int arithmetic at any size::
+
+        L*D pseudo-layers, each G*N*width input (none for layer 0 under skip_input),
+        G*N*P recurrent, P*N projection (num_proj > 0) and 2*G*N bias elements,
+        less layer 0's D*G*N input biases under skip_input unless they are kept.
+
+    Args:
+        config: the configuration.
+        skip_input_keeps_input_biases: whether layer 0 keeps its input biases under skip_input.
+
+    Returns:
+        The element count.
+    """
+    g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
+    first_width = 0 if config.skip_input else config.input_size
+    matrices = d * g * n * (first_width + (config.num_layers - 1) * config.output_size)
+    per_pseudo_layer = g * n * p + (p * n if config.num_proj else 0) + 2 * g * n
+    dropped_biases = d * g * n if config.skip_input and not skip_input_keeps_input_biases else 0
+    return matrices + config.num_pseudo_layers * per_pseudo_layer - dropped_biases
+
+
 @dataclass(frozen=True)
 class RNNConfig:
     """One validated RNN configuration.
@@ -273,10 +314,13 @@ class RNNConfig:
     Raises:
         TypeError: a field has the wrong type (a float size, a non-string mode, an
             unsupported dtype).
-        ValueError: an unknown string, a non-positive size, ``num_proj`` with a
+        ValueError: an unknown string, a non-positive size or one above 2**31 - 1 (a C int, as
+            cuDNN and TensorFlow take sizes), ``num_proj`` with a
             non-LSTM mode or ``num_proj >= num_units``, ``skip_input`` with
-            ``input_size != num_units``, ``dropout`` outside [0, 1), or a persistent ``algo``
-            with ``num_proj > 0``.
+            ``input_size != num_units``, ``dropout`` outside [0, 1) (inf and NaN included), a
+            seed outside C ``int``, a persistent ``algo`` with ``num_proj > 0``, or sizes whose
+            params buffer would hold more than :data:`cudnn_rnn.config.MAX_ARRAY_BYTES` bytes of ``dtype``
+            (found in closed form, at once, however large the sizes).
     """
 
     rnn_mode: str
@@ -297,10 +341,8 @@ class RNNConfig:
         set_ = object.__setattr__
         set_(self, "rnn_mode", _choice("rnn_mode", self.rnn_mode, MODES))
         set_(self, "direction", _choice("direction", self.direction, DIRECTIONS))
-        set_(self, "num_layers", _int("num_layers", self.num_layers, minimum=1))
-        set_(self, "num_units", _int("num_units", self.num_units, minimum=1))
-        set_(self, "input_size", _int("input_size", self.input_size, minimum=1))
-        set_(self, "num_proj", _int("num_proj", self.num_proj, minimum=0))
+        for name, smallest in (("num_layers", 1), ("num_units", 1), ("input_size", 1), ("num_proj", 0)):
+            set_(self, name, _int(name, getattr(self, name), minimum=smallest, maximum=MAX_SIZE))
         set_(self, "seed", _int("seed", self.seed, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "seed2", _int("seed2", self.seed2, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "dtype", dtype_name(self.dtype))
@@ -308,19 +350,15 @@ class RNNConfig:
         set_(self, "mode", MODES[self.rnn_mode])
         set_(self, "input_mode", resolve_input_mode(self.input_mode, self.input_size, self.num_units))
 
-        if isinstance(self.dropout, (bool, np.bool_)) or not isinstance(self.dropout, numbers.Real):
-            raise TypeError(f"dropout must be a float in [0, 1); got {type(self.dropout).__name__} {self.dropout!r}")
-        dropout = float(self.dropout)
-        if not (0.0 <= dropout < 1.0) or math.isnan(dropout):
-            raise ValueError(f"dropout must be in [0, 1); got {dropout!r}")
-        set_(self, "dropout", dropout)
+        set_(self, "dropout", real_in_range("dropout", self.dropout, 0.0, 1.0, low_closed=True))
 
         if self.num_proj:
             if self.rnn_mode != "lstm":
                 raise ValueError(f"num_proj > 0 needs rnn_mode='lstm'; got rnn_mode={self.rnn_mode!r}, "
                                  f"num_proj={self.num_proj}")
             if self.num_proj >= self.num_units:
-                raise ValueError(f"num_proj must be < num_units={self.num_units}; got num_proj={self.num_proj}")
+                raise ValueError(f"num_proj must be < num_units={self.num_units}; "
+                                 f"got num_proj={self.num_proj}")
             if self.algo in PERSISTENT_ALGOS:
                 raise ValueError(f"num_proj > 0 needs algo='standard' or 'auto' (cuDNN runs projection with the "
                                  f"standard algorithm only); got algo={self.algo!r}, num_proj={self.num_proj}")
@@ -329,6 +367,24 @@ class RNNConfig:
                 f"input_mode='skip_input' needs input_size == num_units; got input_size={self.input_size}, "
                 f"num_units={self.num_units}"
             )
+        self._check_buffer_fits()
+
+    def _check_buffer_fits(self) -> None:
+        """Refuse sizes whose params buffer no array can hold, before anything walks its layers.
+
+        The count is the closed form (each size a C int, so the product is small to compute), at
+        its smallest: layer 0's input biases dropped under skip_input, whichever way the layout
+        facts say.
+        """
+        elements = params_element_count(self, skip_input_keeps_input_biases=False)
+        size = elements * ITEMSIZES[self.dtype]
+        if size <= MAX_ARRAY_BYTES:
+            return
+        named = f"num_layers={self.num_layers}, num_units={self.num_units}, input_size={self.input_size}"
+        if self.num_proj:
+            named += f", num_proj={self.num_proj}"
+        raise ValueError(f"{named} give a params buffer of at least {elements} elements ({size} bytes of "
+                         f"{self.dtype}), more than an array can hold (at most {MAX_ARRAY_BYTES} bytes)")
 
     # -- derived facts -------------------------------------------------------------------
     @property

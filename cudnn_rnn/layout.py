@@ -24,13 +24,12 @@ matrices in linLayerID order followed by the projection, and the 2G biases.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-import numpy as np
-
 from ._arrays import Array, array_module
-from .config import LayoutKey, RNNConfig, dtype_name
+from .config import LayoutKey, RNNConfig, dtype_name, params_element_count
 
 __all__ = [
     "LayoutAssumptions",
@@ -39,6 +38,7 @@ __all__ = [
     "ParamsLayout",
     "params_layout",
     "params_size",
+    "entry_counts",
     "PROJECTION_ID",
     "cudnn_rnn_params_size",
     "cudnn_rnn_params_to_canonical",
@@ -105,7 +105,7 @@ class ParamEntry:
     @property
     def size(self) -> int:
         """The number of elements, the product of ``shape``."""
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def stop(self) -> int:
@@ -294,8 +294,8 @@ def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> in
 
     Per pseudo-layer: G*N*width input matrices (none for layer 0 under skip_input), G*N*P recurrent
     matrices, the P*N projection, 2*G*N biases (layer 0's input biases under skip_input as
-    ``facts`` say). Checking a size against this costs nothing however many layers a
-    configuration (from a file, say) claims.
+    ``facts`` say); see :func:`cudnn_rnn.config.params_element_count`. Checking a size against
+    this costs nothing however many layers a configuration (from a file, say) claims.
 
     Args:
         config: the configuration.
@@ -305,12 +305,30 @@ def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> in
         The element count, a Python int.
     """
     facts = facts or UNCONFIRMED
-    g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
-    first_width = 0 if config.skip_input else config.input_size
-    matrices = d * g * n * (first_width + (config.num_layers - 1) * config.output_size)
-    per_pseudo_layer = g * n * p + (p * n if config.num_proj else 0) + 2 * g * n
-    dropped_biases = d * g * n if config.skip_input and not facts.skip_input_keeps_input_biases else 0
-    return matrices + config.num_pseudo_layers * per_pseudo_layer - dropped_biases
+    return params_element_count(config, skip_input_keeps_input_biases=facts.skip_input_keeps_input_biases)
+
+
+def entry_counts(config: RNNConfig, facts: LayoutAssumptions | None = None) -> tuple[int, int]:
+    """The numbers of canonical weights and biases, without walking the layout.
+
+    ``(len(params_layout(config).weights), len(params_layout(config).biases))``: per pseudo-layer
+    2G matrices (G fewer in layer 0's D pseudo-layers under skip_input) and the projection
+    (num_proj > 0), and 2G biases (layer 0's G input biases per direction dropped under skip_input
+    unless ``facts`` keep them).
+
+    Args:
+        config: the configuration.
+        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
+
+    Returns:
+        ``(weights, biases)``, Python ints.
+    """
+    facts = facts or UNCONFIRMED
+    g, d, k = config.num_gates, config.num_directions, config.num_pseudo_layers
+    skipped = d * g if config.skip_input else 0
+    weights = k * 2 * g - skipped + (k if config.num_proj else 0)
+    biases = k * 2 * g - (0 if facts.skip_input_keeps_input_biases else skipped)
+    return weights, biases
 
 
 def params_layout(config: RNNConfig, facts: LayoutAssumptions | None = None) -> ParamsLayout:
@@ -355,11 +373,11 @@ def cudnn_rnn_params_size(num_layers: int, num_units: int, input_size: int, *, r
 
     Raises:
         TypeError: a size that is not an integer, a mode that is not a string, or an unsupported dtype.
-        ValueError: an unknown mode string, a non-positive size, or an impossible combination
-            (see :class:`cudnn_rnn.RNNConfig`).
+        ValueError: an unknown mode string, a non-positive size, an impossible combination, or
+            sizes whose buffer no array of ``dtype`` can hold (see :class:`cudnn_rnn.RNNConfig`).
     """
     config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj, dtype)
-    return params_layout(config).size
+    return params_size(config)
 
 
 def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: int, params: Array, *,
@@ -388,15 +406,17 @@ def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: i
     Raises:
         TypeError: ``params`` is not a NumPy or CuPy array or has an unsupported dtype, or an
             attribute has the wrong type.
-        ValueError: ``params`` is not 1-D with the configuration's size, or an attribute is invalid.
+        ValueError: ``params`` is not 1-D with the configuration's size (checked in closed form
+            before any per-layer work), or an attribute is invalid.
     """
     xp = array_module(params=params)
-    config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj)
-    layout = params_layout(config)
-    if params.ndim != 1 or params.shape[0] != layout.size:
-        raise ValueError(f"params must be 1-D with {layout.size} elements for this configuration; "
+    dtype = dtype_name(params.dtype, "params.dtype")
+    config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj, dtype)
+    size = params_size(config)
+    if params.ndim != 1 or params.shape[0] != size:
+        raise ValueError(f"params must be 1-D with {size} elements for this configuration; "
                          f"got shape {tuple(params.shape)}")
-    dtype_name(params.dtype, "params.dtype")
+    layout = params_layout(config)
     weights = [xp.array(layout.view(params, e)) for e in layout.weights]
     biases = [xp.array(layout.view(params, e)) for e in layout.biases]
     return weights, biases
@@ -427,20 +447,21 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
         [params_size]: a new params buffer of the arrays' kind and dtype.
 
     Raises:
-        ValueError: a wrong number of weights or biases, or an entry of the wrong shape
-            (the message names the entry).
+        ValueError: a wrong number of weights or biases (compared in closed form before any
+            per-layer work), an entry of the wrong shape (the message names the entry), or an
+            attribute :class:`cudnn_rnn.RNNConfig` refuses.
         TypeError: ``weights`` or ``biases`` not a list, mixed array kinds or dtypes, or an
             unsupported dtype.
     """
     config = _layout_config(num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj)
-    layout = params_layout(config)
     for name, value in (("weights", weights), ("biases", biases)):
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"{name} must be a list of arrays; got {type(value).__name__}")
     weights, biases = list(weights), list(biases)
-    for name, given, expected in (("weights", weights, layout.weights), ("biases", biases, layout.biases)):
-        if len(given) != len(expected):
-            raise ValueError(f"{name} must have {len(expected)} entries for this configuration; got {len(given)}")
+    for name, given, count in zip(("weights", "biases"), (weights, biases), entry_counts(config)):
+        if len(given) != count:
+            raise ValueError(f"{name} must have {count} entries for this configuration; got {len(given)}")
+    layout = params_layout(config)
     arrays = {f"weights[{i}]": w for i, w in enumerate(weights)}
     arrays.update({f"biases[{i}]": b for i, b in enumerate(biases)})
     xp = array_module(**arrays)
@@ -448,11 +469,14 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
     if len(dtypes) > 1:
         raise TypeError(f"weights and biases must share one dtype; got {sorted(dtypes)}")
     dtype = dtype_name(next(iter(dtypes)) if dtypes else "float32", "weights dtype")
+    pairs = [(name, i, array, entry) for name, given, expected in (("weights", weights, layout.weights),
+                                                                   ("biases", biases, layout.biases))
+             for i, (array, entry) in enumerate(zip(given, expected))]
+    for name, i, array, entry in pairs:  # every shape before the buffer is made
+        if tuple(array.shape) != entry.shape:
+            raise ValueError(f"{name}[{i}] ({entry.describe()}) must have shape {entry.shape}; "
+                             f"got {tuple(array.shape)}")
     params = xp.zeros(layout.size, dtype=dtype)
-    for name, given, expected in (("weights", weights, layout.weights), ("biases", biases, layout.biases)):
-        for i, (array, entry) in enumerate(zip(given, expected)):
-            if tuple(array.shape) != entry.shape:
-                raise ValueError(f"{name}[{i}] ({entry.describe()}) must have shape {entry.shape}; "
-                                 f"got {tuple(array.shape)}")
-            layout.view(params, entry)[...] = array
+    for _, _, array, entry in pairs:
+        layout.view(params, entry)[...] = array
     return params

@@ -47,8 +47,9 @@ import numpy as np
 from . import _graph_watch, _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
 from ._dropout_rng import DropoutRNG
-from .config import DIRECTIONS, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
-from .layout import params_layout
+from ._checks import flag, shown
+from .config import DIRECTIONS, MAX_SIZE, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
+from .layout import params_size
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
 
@@ -177,12 +178,6 @@ class _ValidatedCall:
         return self.xp.empty((0,), dtype=self.x.dtype)
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
@@ -233,7 +228,7 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     """Validate the arguments every op shares and build the call record."""
     rnn_mode = _choice("rnn_mode", rnn_mode, MODES)
     direction = _choice("direction", direction, DIRECTIONS)
-    time_major = _flag("time_major", time_major)
+    time_major = flag("time_major", time_major)
     has_cell = MODES[rnn_mode].has_cell
     if input is None or input_h is None or params is None:
         missing = [n for n, v in (("input", input), ("input_h", input_h), ("params", params)) if v is None]
@@ -257,6 +252,11 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     _check_dtype("params", params, dtype)
 
     max_time, batch, input_size = input.shape if time_major else (input.shape[1], input.shape[0], input.shape[2])
+    for name, axis, size in (("steps (T", 0 if time_major else 1, max_time), ("sequences (B", 1 if time_major else 0,
+                                                                                batch)):
+        if size > MAX_SIZE:
+            raise ValueError(f"input has {size} {name} = input.shape[{axis}]); cuDNN takes at most {MAX_SIZE} "
+                             "(a C int)")
     d = DIRECTIONS[direction]
     layers_axis, batch_axis = (0, 1) if time_major else (1, 0)
     pseudo_layers, state_size = input_h.shape[layers_axis], input_h.shape[2]
@@ -277,16 +277,17 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
                              f"got {tuple(cell.shape[:2])}")
         num_units = cell.shape[2]
         if not isinstance(num_proj, (int, np.integer)) or isinstance(num_proj, (bool, np.bool_)):
-            raise TypeError(f"num_proj must be an integer; got {type(num_proj).__name__} {num_proj!r}")
+            raise TypeError(f"num_proj must be an integer; got {type(num_proj).__name__} {shown(num_proj)}")
         if num_proj and state_size != num_proj:
-            raise ValueError(f"input_h.shape[2] must equal num_proj={num_proj} under projection; got {state_size}")
+            raise ValueError(f"input_h.shape[2] must equal num_proj={shown(num_proj)} under projection; "
+                             f"got {state_size}")
         if not num_proj and state_size != num_units:
             raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
                              f"{tuple(input_h.shape)} and input_c {tuple(cell.shape)}")
     config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
                        direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
                        dtype=dtype.name, algo=algo)
-    size = params_layout(config).size
+    size = params_size(config)  # closed form: nothing walks the layers of a call refused here
     if params.shape[0] != size:
         raise ValueError(f"params must have {size} elements (cudnn_rnn_params_size for this configuration); "
                          f"got {params.shape[0]}")
@@ -352,7 +353,8 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
         TypeError: an argument that is not an array (or None where allowed), arrays of mixed
             kinds or dtypes, an unsupported dtype (bfloat16 CuPy arrays where cuDNN or the GPU is
             too old), or a flag that is not a bool.
-        ValueError: a shape that does not fit the others, params of the wrong size, lengths
+        ValueError: a shape that does not fit the others, params of the wrong size (compared with
+            the closed-form size before any per-layer work, however many layers input_h has), lengths
             outside [0, T], arrays on different GPUs, an attribute TF would refuse, or an ``algo``
             the call cannot run (a persistent one with projection, or with sequence lengths that
             are not all equal and at least 1).
@@ -377,7 +379,7 @@ def forward_with_rng(input: Array, input_h: Array, input_c: Array | None, params
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
                     direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
                     time_major=time_major)
-    is_training = _flag("is_training", is_training)
+    is_training = flag("is_training", is_training)
     with call.on_device():
         return _forward(call.placed(), is_training, dropout_rng)
 

@@ -31,87 +31,16 @@ and restores it in place, hyperparameters included (as PyTorch does)::
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from ._arrays import Array, array_kind, array_module, beside, copy_into
-from .config import DTYPES, is_count
+from ._checks import checked_count, flag, real_in_range
+from .config import DTYPES
 
 __all__ = ["SGD", "Adam", "clip_grad_norm"]
-
-
-#: the largest step count an optimiser or a checkpoint holds (an int64, as files store counts)
-MAX_COUNT = 2**63 - 1
-
-#: integers with more digits than this are shown in messages by their digit count
-_SHOWN_DIGITS = 20
-
-
-def shown(value: object) -> str:
-    """``value`` for an error message: an integer of many digits by its digit count, else its repr (cut short)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-        magnitude = abs(int(value))
-        if magnitude >= 10**_SHOWN_DIGITS:
-            digits = int(math.log10(magnitude)) + 1  # the float log may be one off either way: fix it exactly
-            digits += (magnitude >= 10**digits) - (magnitude < 10 ** (digits - 1))
-            return f"{'a negative' if int(value) < 0 else 'an'} integer of {digits} digits"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def real_in_range(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False) -> float:
-    """``value`` as a float, finite and in the range (``low < value < high``; ``low <= value`` if ``low_closed``).
-
-    Args:
-        name: the argument, as the caller wrote it (it names it in messages).
-        value: any real number but a bool (Python or NumPy).
-        low: the lower bound.
-        high: the upper bound (excluded); infinity for none.
-        low_closed: whether ``low`` itself is allowed.
-
-    Returns:
-        The value as a Python float.
-
-    Raises:
-        TypeError: not a real number, or a bool.
-        ValueError: NaN, infinite, too large for a float, or out of range; the message names
-            ``name``, the range and the value.
-    """
-    expected = (f"in {'[' if low_closed else '('}{low:g}, {high:g})" if high < math.inf
-                else f"{'>=' if low_closed else '>'} {low:g}")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a finite float {expected}; got {type(value).__name__} {shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer (or fraction) beyond any float: outside every finite range
-        number = math.inf
-    inside = (low <= number if low_closed else low < number) and number < high
-    if not (inside and math.isfinite(number)):
-        raise ValueError(f"{name} must be a finite float {expected}; got {shown(value)}")
-    return number
-
-
-def checked_count(name: str, value: object) -> int:
-    """``value`` as an int in [0, :data:`MAX_COUNT`] (a step count).
-
-    Args:
-        name: the field, as the caller wrote it (it names it in messages).
-        value: any integer but a bool (Python or NumPy).
-
-    Returns:
-        The value as a Python int.
-
-    Raises:
-        ValueError: not an integer (a bool is not one), negative, or larger than :data:`MAX_COUNT`;
-            the message names ``name`` and the value.
-    """
-    if isinstance(value, numbers.Integral) and is_count(value) and int(value) <= MAX_COUNT:
-        return int(value)
-    kind = "" if isinstance(value, numbers.Integral) and not isinstance(value, bool) else f"{type(value).__name__} "
-    raise ValueError(f"{name} must be a non-negative integer < 2**63; got {kind}{shown(value)}")
 
 
 def _positive_float(name: str, value: object) -> float:
@@ -121,12 +50,6 @@ def _positive_float(name: str, value: object) -> float:
 def _unit_interval(name: str, value: object) -> float:
     """A float in [0, 1)."""
     return real_in_range(name, value, 0.0, 1.0, low_closed=True)
-
-
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _betas(name: str, value: object) -> tuple[float, float]:
@@ -140,8 +63,8 @@ def _is_floating(dtype: DTypeLike) -> bool:
     return np.dtype(dtype).kind == "f" or np.dtype(dtype).name in DTYPES
 
 
-def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
-    """Check a list of floating NumPy/CuPy arrays and return it as a list."""
+def _array_list(name: str, arrays: Sequence[Array], *, updated: bool = False) -> list[Array]:
+    """Check a list of floating NumPy/CuPy arrays (writable ones where ``updated`` in place) and return it as a list."""
     if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
         raise TypeError(f"{name} must be a list of arrays; got {type(arrays).__name__}")
     arrays = list(arrays)
@@ -150,6 +73,9 @@ def _array_list(name: str, arrays: Sequence[Array]) -> list[Array]:
             raise TypeError(f"{name}[{i}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
         if not _is_floating(array.dtype):
             raise TypeError(f"{name}[{i}] must have a floating dtype; got {array.dtype}")
+        if updated and array_kind(array) == "numpy" and not array.flags.writeable:
+            raise ValueError(f"{name}[{i}] is read-only (a broadcast array, or a view of read-only memory), but it "
+                             "is updated in place; pass a writable array (np.array(...) copies one)")
     return arrays
 
 
@@ -167,7 +93,7 @@ class _Optimizer:
     state_lists: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params_list: Sequence[Array]) -> None:
-        self.params_list: list[Array] = _array_list("params_list", params_list)
+        self.params_list: list[Array] = _array_list("params_list", params_list, updated=True)
         if not self.params_list:
             raise ValueError("params_list must hold at least one array; got an empty list")
         self.steps: int = 0
@@ -372,11 +298,11 @@ class SGD(_Optimizer):
     Raises:
         TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
             hyperparameter has the wrong type (a number that is not real, or a bool, where a float goes).
-        ValueError: an empty ``params_list``, a hyperparameter out of range (NaN, infinite or
-            too large for a float included), or nesterov without momentum.
+        ValueError: an empty or read-only ``params_list``, a hyperparameter out of range (NaN,
+            infinite or too large for a float included), or nesterov without momentum.
     """
 
-    hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": _flag}
+    hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": flag}
     state_lists = ("velocity",)
 
     def __init__(self, params_list: Sequence[Array], lr: float, momentum: float = 0.0,
@@ -384,7 +310,7 @@ class SGD(_Optimizer):
         super().__init__(params_list)
         self.lr = _positive_float("lr", lr)
         self.momentum = _unit_interval("momentum", momentum)
-        self.nesterov = _flag("nesterov", nesterov)
+        self.nesterov = flag("nesterov", nesterov)
         self._check_together({"momentum": self.momentum, "nesterov": self.nesterov}, "")
         self.velocity: list[Array] = self._zeros_like_params() if self.momentum else []
 
@@ -430,8 +356,8 @@ class Adam(_Optimizer):
     Raises:
         TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
             hyperparameter has the wrong type (a number that is not real, or a bool, where a float goes).
-        ValueError: an empty ``params_list``, or a hyperparameter out of range (NaN, infinite or
-            too large for a float included).
+        ValueError: an empty or read-only ``params_list``, or a hyperparameter out of range (NaN,
+            infinite or too large for a float included).
     """
 
     hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
@@ -478,9 +404,10 @@ def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
     Raises:
         TypeError: ``grads_list`` is not a list of floating arrays, or ``max_norm`` is not a real
             number (or is a bool).
-        ValueError: ``max_norm`` is not finite and > 0 (NaN, infinite or too large for a float).
+        ValueError: ``max_norm`` is not finite and > 0 (NaN, infinite or too large for a float), or
+            a read-only array in ``grads_list``.
     """
-    grads = _array_list("grads_list", grads_list)
+    grads = _array_list("grads_list", grads_list, updated=True)
     max_norm = _positive_float("max_norm", max_norm)
     total_sq = 0.0
     for g in grads:

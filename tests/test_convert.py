@@ -505,10 +505,10 @@ def test_wrong_shapes_are_named_with_expected_and_actual() -> None:
         from_format("onnx", tensors, CONFIG)
 
 
-@pytest.mark.parametrize("value", [1, 0, "yes", None, np.True_])
+@pytest.mark.parametrize("value", [1, 0, "yes", None, 1.0])
 def test_allow_approximation_takes_only_a_bool(value: object) -> None:
     tensors = torch_tensors()
-    with pytest.raises(TypeError, match=rf"allow_approximation must be a bool \(True or False\); got "
+    with pytest.raises(TypeError, match=rf"allow_approximation must be a bool; got "
                                         rf"{type(value).__name__} "):
         from_format("torch", tensors, CONFIG, allow_approximation=value)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow_approximation must be a bool"):

@@ -71,7 +71,7 @@ def test_valid_lengths_give_what_the_op_gives(lengths: Any) -> None:
 @pytest.mark.parametrize("value", ["no", "", {}, [], 1, 0, None, 1.0])
 def test_flags_are_true_or_false_only(name: str, value: Any) -> None:
     layer = _layer()
-    with pytest.raises(TypeError, match=rf"{name} must be True or False; got {type(value).__name__}"):
+    with pytest.raises(TypeError, match=rf"{name} must be a bool; got {type(value).__name__}"):
         layer.forward(_x(), **{name: value})
     assert layer.step == 0
     with pytest.raises(RuntimeError, match="backward needs a preceding forward"):

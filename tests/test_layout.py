@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from cudnn_rnn import cudnn_rnn_canonical_to_params, cudnn_rnn_params_size, cudnn_rnn_params_to_canonical
 from cudnn_rnn.config import RNNConfig
-from cudnn_rnn.layout import PROJECTION_ID, UNCONFIRMED, LayoutAssumptions, params_layout, params_size
+from cudnn_rnn.layout import (
+    PROJECTION_ID,
+    UNCONFIRMED,
+    LayoutAssumptions,
+    ParamEntry,
+    entry_counts,
+    params_layout,
+    params_size,
+)
 
 
 def expected_size(mode: str, layers: int, units: int, inputs: int, dirs: int, proj: int, skip: bool) -> int:
@@ -154,3 +162,32 @@ def test_params_size_does_not_walk_the_layers() -> None:
     """A configuration read from a file may claim any number of layers: its size comes at once."""
     config = RNNConfig("lstm", 10**9, 4, 3)
     assert params_size(config) == 4 * 4 * (3 + (10**9 - 1) * 4) + 10**9 * (4 * 4 * 4 + 2 * 4 * 4)
+
+
+GRID = [RNNConfig(mode, layers, units, units if skip else inputs, direction=direction, num_proj=proj,
+                  input_mode="skip_input" if skip else "linear_input")
+        for mode in ("lstm", "gru", "rnn_relu", "rnn_tanh")
+        for direction in ("unidirectional", "bidirectional")
+        for skip in (False, True)
+        for proj in ((0, 2) if mode == "lstm" else (0,))
+        for layers, units, inputs in ((1, 3, 5), (2, 4, 1), (3, 5, 5))]
+FACTS = [LayoutAssumptions(position, keeps) for position in ("after_pseudo_layer", "after_all_matrices")
+         for keeps in (True, False)]
+
+
+@pytest.mark.parametrize("facts", FACTS, ids=lambda f: f"{f.projection_position}-{f.skip_input_keeps_input_biases}")
+def test_closed_forms_equal_the_walked_layout_over_a_grid(facts: LayoutAssumptions) -> None:
+    for config in GRID:
+        layout = params_layout(config, facts)
+        assert params_size(config, facts) == layout.size, config
+        assert entry_counts(config, facts) == (len(layout.weights), len(layout.biases)), config
+    for config in GRID:
+        assert cudnn_rnn_params_size(config.num_layers, config.num_units, config.input_size,
+                                     rnn_mode=config.rnn_mode, input_mode=config.input_mode,
+                                     direction=config.direction, num_proj=config.num_proj) == \
+            params_layout(config).size, config
+
+
+def test_entry_sizes_are_exact_python_ints_at_any_size() -> None:
+    entry = ParamEntry("matrix", 0, 0, "input", "i", (10**10, 10**10), 10**19)
+    assert entry.size == 10**20 and type(entry.size) is int and entry.stop == 10**19 + 10**20

@@ -19,12 +19,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .._checks import checked_count
 from .._arrays import Array, array_kind, copy_into
 from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes
 from ..layers import RecurrentLayer
-from ..optim import SGD, Adam, checked_count
+from ..optim import SGD, Adam
 from ..params_file import parse_layer_state
 from . import _container
 from ._tree import flatten, unflatten
@@ -103,7 +104,6 @@ class Checkpoint:
         loaders: list[Callable[[], None]] = []
         for name, layer in _matching("layers", layers, self.layers, where).items():
             what = f"checkpoint {where} layers[{name!r}]"
-            _checked_layer(self.layers[name], what)
             loaders.append(layer.state_loader(self.layers[name], keep_seed=keep_seeds, where=what))
         for name, optimiser in _matching("optimizers", optimizers, self.optimizers, where).items():
             loaders.append(optimiser.state_loader(self.optimizers[name], where=f"checkpoint {where} "
@@ -132,7 +132,7 @@ class Checkpoint:
         """
         if name not in self.layers:
             raise KeyError(f"checkpoint {self.path!r} holds no layer {name!r}; it holds {sorted(self.layers)}")
-        _checked_layer(self.layers[name], f"checkpoint {self.path!r} layers[{name!r}]")
+        parse_layer_state(self.layers[name], f"checkpoint {self.path!r} layers[{name!r}]")
         return RecurrentLayer.from_state_dict(self.layers[name], xp=xp)
 
 
@@ -305,16 +305,10 @@ def _checked_step(step: Any) -> int | None:
     return None if step is None else checked_count("step", step)
 
 
-def _checked_layer(state: Any, where: str) -> None:
-    """Refuse a layer's state dict that is malformed or whose step is out of [0, 2**63) (ValueError, TypeError)."""
-    parse_layer_state(state, where)
-    checked_count(f"{where}: 'step'", state["step"])
-
-
 def _check_states(layers: dict[str, Any], optimizers: dict[str, Any]) -> None:
     """Refuse layers' and optimisers' state dicts that :meth:`Checkpoint.restore` would refuse, each named."""
     for name, layer in layers.items():
-        _checked_layer(layer, f"layers[{name!r}]")
+        parse_layer_state(layer, f"layers[{name!r}]")
     for name, optimiser in optimizers.items():
         kind = optimiser.get("kind") if isinstance(optimiser, dict) else None
         if kind not in OPTIMIZERS:

@@ -20,11 +20,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .._checks import checked_count
 from ..config import is_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import remove_leftovers
-from ..optim import checked_count
 from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
 
 __all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]

@@ -22,8 +22,8 @@ import sys
 from typing import Any
 
 from ..convert.readers import FoundRNN
-from ..layout import params_layout
-from ._flags import in_flags
+from ..layout import params_size
+from ._flags import error_line, in_flags
 from ._reading import CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "run", "describe_found"]
@@ -55,7 +55,7 @@ def describe_found(found: FoundRNN) -> dict[str, Any]:
         from (None for none).
     """
     try:
-        size = params_layout(found.config).size if found.complete and not found.refusal else None
+        size = params_size(found.config) if found.complete and not found.refusal else None
     except ValueError:  # the fields do not form a valid configuration: conversion() says why
         size = None
     return {
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         found = [item.with_hints(**hints_from(args)) for item in read_found(args)]
     except (CommandError, ValueError, TypeError) as error:
-        print(f"cudnn-rnn inspect: error: {in_flags(str(error))}", file=sys.stderr)
+        print(error_line("inspect", error), file=sys.stderr)
         return 2
     reports = [describe_found(item) for item in found]
     if args.json:

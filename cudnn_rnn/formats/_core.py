@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar, cast
 
 from .._arrays import Array, array_module
+from .._checks import flag
 from ..config import RNNConfig, dtype_name
-from ..layout import params_layout
+from ..layout import params_layout, params_size
 
 __all__ = [
     "Converted",
@@ -93,10 +94,7 @@ class Notes:
     """Collects approximations; refuses the first one unless approximations are allowed."""
 
     def __init__(self, allow_approximation: bool) -> None:
-        if not isinstance(allow_approximation, bool):
-            raise TypeError(f"allow_approximation must be a bool (True or False); got "
-                            f"{type(allow_approximation).__name__} {allow_approximation!r}")
-        self.allow_approximation = allow_approximation
+        self.allow_approximation = flag("allow_approximation", allow_approximation)
         self.approximations: list[str] = []
 
     def approximate(self, sentence: str) -> None:
@@ -236,9 +234,10 @@ class TensorShapes:
         if not indices:
             raise self.fail(f"no {what} found")
         count = max(indices) + 1
-        missing = sorted(set(range(count)) - indices)
+        missing = [i for i in range(min(count, len(indices) + 8)) if i not in indices][:8]  # the first 8 at most
         if missing:
-            raise self.fail(f"layer(s) {missing} are missing ({what} found for layers {sorted(indices)})")
+            more = f" and {count - len(indices) - len(missing)} more" if count - len(indices) > len(missing) else ""
+            raise self.fail(f"layer(s) {missing}{more} are missing ({what} found for layers {sorted(indices)})")
         return count
 
 
@@ -431,8 +430,7 @@ def reorder_gates(stacked: Array, src: Sequence[str], dst: Sequence[str], xp: An
 
 def pseudo_layers(config: RNNConfig) -> list[tuple[int, int, int]]:
     """``[(k, layer, direction), ...]`` for k = layer * D + direction."""
-    d = config.num_directions
-    return [(k, k // d, k % d) for k in range(config.num_pseudo_layers)]
+    return [(k, *divmod(k, config.num_directions)) for k in range(config.num_pseudo_layers)]
 
 
 # ---- params <-> cells ---------------------------------------------------------------------------
@@ -545,7 +543,7 @@ def check_params(params: object, config: RNNConfig) -> Any:
     """Validate the params buffer; returns its array module."""
     xp = array_module(params=params)
     array = cast(Array, params)  # array_module refused anything but a NumPy or CuPy array
-    size = params_layout(config).size
+    size = params_size(config)  # closed form, before anything walks the layers
     if array.ndim != 1 or array.shape[0] != size:
         raise ValueError(f"params must be 1-D with {size} elements for this configuration ({describe(config)}); "
                          f"got shape {tuple(array.shape)}")

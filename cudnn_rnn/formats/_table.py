@@ -21,6 +21,7 @@ from ._core import (
     check_config,
     check_params,
     check_tensors,
+    describe,
     params_from_cells,
     without_explicit_skip_input,
 )
@@ -54,6 +55,20 @@ def _spec(fmt: object, config: RNNConfig, argument: str = "fmt") -> FormatSpec:
     if refusal:
         raise ValueError(refusal)
     return spec
+
+
+def _tensor_shapes(spec: FormatSpec, tensors: object, config: RNNConfig) -> dict[str, tuple[int, ...]]:
+    """``spec.shapes(config)``, after refusing (at no cost) fewer tensors than ``config`` has layers.
+
+    Every format names one tensor or more per layer, so a huge ``num_layers`` with a few tensors is
+    refused before anything walks the layers. Not a mapping: ``{}``, which ``check_tensors`` refuses.
+    """
+    if not isinstance(tensors, Mapping):
+        return {}
+    if len(tensors) < config.num_layers:
+        raise ValueError(f"format {spec.name!r} tensors do not match the configuration ({describe(config)}): "
+                         f"expected at least {config.num_layers} tensors (one or more per layer); got {len(tensors)}")
+    return spec.shapes(config)
 
 
 def expected_shapes(fmt: str, config: RNNConfig) -> dict[str, tuple[int, ...]]:
@@ -93,7 +108,8 @@ def to_format(fmt: str, params: Array, config: RNNConfig, *, allow_approximation
         InexactConversionError: the result would compute a different function (and
             ``allow_approximation`` is False).
         ValueError: ``fmt`` is not a format name, the format cannot hold ``config`` at all, or
-            ``params`` has the wrong shape.
+            ``params`` has the wrong shape (checked against the closed-form size before any
+            per-layer work).
         TypeError: ``params`` is not a NumPy or CuPy float array, ``config`` is not an
             :class:`~cudnn_rnn.RNNConfig`, or ``allow_approximation`` is not a bool.
     """
@@ -124,13 +140,14 @@ def from_format(fmt: str, tensors: Mapping[str, Array], config: RNNConfig, *,
         InexactConversionError: the result would compute a different function (and
             ``allow_approximation`` is False).
         ValueError: ``fmt`` is not a format name, names are missing or unexpected (e.g.
-            another layer count), shapes are wrong, or the format cannot hold ``config``.
+            another layer count; fewer tensors than ``config`` has layers are refused before
+            any per-layer work), shapes are wrong, or the format cannot hold ``config``.
         TypeError: ``tensors`` is not a mapping, holds non-arrays, mixed array kinds or
             dtypes, or ``config`` is not an :class:`~cudnn_rnn.RNNConfig`.
     """
     config = check_config(config)
     spec = _spec(fmt, config)
-    xp, dtype = check_tensors(fmt, tensors, spec.shapes(config), config)
+    xp, dtype = check_tensors(fmt, tensors, _tensor_shapes(spec, tensors, config), config)
     notes = Notes(allow_approximation)
     cells = without_explicit_skip_input(spec.decode(tensors, config, notes, xp), config, notes, xp)
     return Converted(params_from_cells(cells, config, notes, xp, dtype), tuple(notes.approximations))
@@ -160,14 +177,15 @@ def convert_between(src: str, dst: str, tensors: Mapping[str, Array], config: RN
         InexactConversionError: the result would compute a different function (and
             ``allow_approximation`` is False).
         ValueError: ``src`` or ``dst`` is not a format name, one of them cannot hold
-            ``config``, or the tensors' names or shapes do not match ``src``.
+            ``config``, or the tensors' names or shapes do not match ``src`` (fewer tensors than
+            ``config`` has layers are refused before any per-layer work).
         TypeError: non-array values, mixed array kinds or dtypes, or ``config`` is not an
             :class:`~cudnn_rnn.RNNConfig`.
     """
     config = check_config(config)
     source, target = _spec(src, config, "src"), _spec(dst, config, "dst")
     if src == dst or (src, dst) in DIRECT_CONVERSIONS:
-        xp, _ = check_tensors(src, tensors, source.shapes(config), config)
+        xp, _ = check_tensors(src, tensors, _tensor_shapes(source, tensors, config), config)
         direct = DIRECT_CONVERSIONS.get((src, dst))
         if direct is not None:
             return Converted(direct(tensors))

@@ -33,6 +33,7 @@ sizes before reading data (see :mod:`._found`).
 
 from __future__ import annotations
 
+from ..._checks import flag
 import os
 import re
 import zipfile
@@ -194,8 +195,7 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     for name, value in (("key", key), ("prefix", prefix)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None; got {type(value).__name__} {value!r}")
-    if not isinstance(trust_pickle, bool):
-        raise TypeError(f"trust_pickle must be a bool; got {type(trust_pickle).__name__} {trust_pickle!r}")
+    flag("trust_pickle", trust_pickle)
     if fmt is not None and fmt != PARAMS_FORMAT and fmt not in FORMATS:
         raise ValueError(f"fmt must be None, {PARAMS_FORMAT!r} or one of {FORMATS}; got {fmt!r}")
     path = os.fspath(path)

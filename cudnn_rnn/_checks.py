@@ -1,0 +1,135 @@
+"""The checks of single arguments that every module shares, and how messages show a value.
+
+Each refuses with the argument's name, what it must be and what it got, shown short however large
+(``10**400`` reads ``1.00e+400 (401 digits)``), and never with anything but ``TypeError`` or
+``ValueError`` (no ``OverflowError``)::
+
+    flag("training", value)                    -> bool        True, False or a NumPy bool
+    real_in_range("lr", value, 0.0)            -> float       finite, low < value (< high)
+    checked_count("step", value)               -> int         in [0, MAX_COUNT], a file's int64
+    shown(value)                               -> str         for messages
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["MAX_COUNT", "flag", "real_in_range", "checked_count", "shown"]
+
+#: the largest count (a step counter) a layer, an optimiser or a file holds: an int64
+MAX_COUNT = 2**63 - 1
+
+#: integers of more digits are shown in messages as their leading digits and digit count
+_SHOWN_DIGITS = 30
+#: integers of more bits are shown with their digit count estimated (``str`` of them is slow or refused)
+_EXACT_DIGITS_BITS = 12_000
+
+
+def shown(value: object) -> str:
+    """``value`` as error messages show it: short, and never failing however large.
+
+    Integers of more than 30 digits read as their leading digits and digit count, e.g.
+    ``1.00e+400 (401 digits)``; other values as their ``repr``, cut at 80 characters.
+
+    Args:
+        value: anything.
+
+    Returns:
+        The text.
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)
+        magnitude, sign = abs(number), "-" if number < 0 else ""
+        if magnitude < 10**_SHOWN_DIGITS:
+            return str(number)
+        if magnitude.bit_length() <= _EXACT_DIGITS_BITS:
+            digits = str(magnitude)
+            return f"{sign}{digits[0]}.{digits[1:3]}e+{len(digits) - 1} ({len(digits)} digits)"
+        shift = magnitude.bit_length() - 64
+        exponent = math.log10(magnitude >> shift) + shift * math.log10(2)
+        return f"{sign}~{10 ** (exponent % 1):.2f}e+{int(exponent)} (about {int(exponent) + 1} digits)"
+    if isinstance(value, Fraction):
+        return f"Fraction({shown(value.numerator)}, {shown(value.denominator)})"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails (an int beyond str's digit limit inside) still names the type
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def flag(name: str, value: object) -> bool:
+    """``value`` as a bool when it is one (Python or NumPy), else a TypeError naming ``name``.
+
+    Args:
+        name: the argument, as the caller wrote it.
+        value: what the caller passed.
+
+    Returns:
+        The bool.
+
+    Raises:
+        TypeError: anything but True, False, ``np.True_`` or ``np.False_`` (``"no"``, 0 and None
+            are not False).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool; got {type(value).__name__} {shown(value)}")
+    return bool(value)
+
+
+def real_in_range(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False) -> float:
+    """``value`` as a float, finite and in the range (``low < value < high``; ``low <= value`` if ``low_closed``).
+
+    Args:
+        name: the argument, as the caller wrote it (it names it in messages).
+        value: any real number but a bool (Python or NumPy ints and floats, Fractions).
+        low: the lower bound.
+        high: the upper bound (excluded); infinity for none.
+        low_closed: whether ``low`` itself is allowed.
+
+    Returns:
+        The value as a Python float.
+
+    Raises:
+        TypeError: not a real number, or a bool.
+        ValueError: NaN, infinite, too large for a float, or out of range; the message names
+            ``name``, the range and the value.
+    """
+    expected = (f"in {'[' if low_closed else '('}{low:g}, {high:g})" if high < math.inf
+                else f"{'>=' if low_closed else '>'} {low:g}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a finite float {expected}; got {type(value).__name__} {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer (or fraction) beyond any float: outside every finite range
+        number = math.inf
+    inside = (low <= number if low_closed else low < number) and number < high
+    if not (inside and math.isfinite(number)):
+        raise ValueError(f"{name} must be a finite float {expected}; got {shown(value)}")
+    return number
+
+
+def checked_count(name: str, value: object) -> int:
+    """``value`` as an int in [0, :data:`MAX_COUNT`] (a step count).
+
+    Args:
+        name: the argument or field, as the caller wrote it (it names it in messages).
+        value: any integer but a bool (Python or NumPy).
+
+    Returns:
+        The value as a Python int.
+
+    Raises:
+        ValueError: not an integer (a bool is not one), negative, or larger than :data:`MAX_COUNT`;
+            the message names ``name`` and the value.
+    """
+    kind = f"{type(value).__name__} "
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)
+        if 0 <= number <= MAX_COUNT:
+            return number
+        kind = ""
+    raise ValueError(f"{name} must be a non-negative integer < 2**63; got {kind}{shown(value)}")
