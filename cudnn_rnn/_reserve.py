@@ -177,11 +177,14 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
         if kind is None:
             raise TypeError("host_reserved must be None or the forward's int8 array; "
                             f"got {type(host_reserved).__name__}")
-        host = to_host(host_reserved)
-        if host.size and (host.dtype != np.int8 or host.ndim != 1 or host.tobytes() != key.fingerprint):
+        given: Any = host_reserved
+        expected = (len(key.fingerprint),)
+        # its shape first: a huge (broadcast) array is refused before any copy
+        fits = given.dtype == np.int8 and tuple(given.shape) == expected
+        if given.size and not (fits and to_host(given).tobytes() == key.fingerprint):
             raise ValueError("host_reserved does not belong to this forward call (expected the int8 fingerprint "
-                             f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype {host.dtype}, "
-                             f"shape {tuple(host.shape)}")
+                             f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype {given.dtype}, "
+                             f"shape {tuple(given.shape)}")
     known = recorded_fingerprint(reserve)
     matches = known == key.fingerprint if known is not None else read_header(reserve) == key.header_tag
     if not matches:

@@ -324,7 +324,8 @@ def read_bytes(path: PathLike, what: str = "file") -> bytes:
         The file's bytes.
 
     Raises:
-        FileNotFoundError: no such file (the message names it and says ``what`` was expected).
+        FileNotFoundError: no such file, or a path through a file (the message names it and says
+            ``what`` was expected).
         IsADirectoryError: ``path`` is a folder.
         ValueError: ``path`` is not a regular file (a device, a pipe, a socket).
     """
@@ -332,7 +333,7 @@ def read_bytes(path: PathLike, what: str = "file") -> bytes:
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         descriptor = os.open(name, flags)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a path through a file names no file either)
         raise FileNotFoundError(f"no such {what}: {name!r}") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"{name!r} is a folder; expected a {what}") from None

@@ -22,9 +22,12 @@ The same three things, as a dict, are a layer's state (``layer.state_dict()``, w
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -32,8 +35,9 @@ import numpy as np
 
 from ._arrays import Array, array_kind, to_host
 from ._dropout_rng import checked_state
-from .config import RNNConfig, is_count, numpy_dtype
-from .files import atomic_write
+from ._checks import checked_count
+from .config import RNNConfig, numpy_dtype
+from .files import atomic_write, read_bytes
 from .layout import params_size
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
@@ -46,6 +50,9 @@ FORMAT_VERSION = 1
 #: dtypes an ``.npy`` cannot name (NumPy would write anonymous void data) -> the unsigned type whose bit
 #: patterns store them; the configuration names the dtype, so reading views them back exactly
 STORED_BITS: dict[str, str] = {"bfloat16": "uint16"}
+
+#: deflate shrinks data at most about 1032 times: a member declaring more than this times what it stores lies
+_MAX_COMPRESSION_RATIO = 1100
 
 #: the arrays of a params file
 KEYS: tuple[str, ...] = ("params", "config", "step", "format")
@@ -112,6 +119,27 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, c
         save(file)
 
 
+def _read_member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """Member ``name``'s array, its declared sizes checked against what the archive stores before any is read."""
+    info = archive.getinfo(f"{name}.npy")
+    if info.file_size > max(info.compress_size, 1) * _MAX_COMPRESSION_RATIO:
+        raise ValueError(f"member {name!r} declares {info.file_size} bytes from {info.compress_size} stored: more "
+                         "than any compression gives")
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in read_header:
+            raise ValueError(f"member {name!r} uses .npy format version {version}, which is not read here")
+        shape, _, dtype = read_header[version](member)
+        declared = math.prod(shape) * dtype.itemsize
+        if dtype.hasobject or declared > info.file_size - member.tell():
+            raise ValueError(f"member {name!r} declares {dtype} {tuple(shape)} ({declared} bytes) but the archive "
+                             f"holds {info.file_size - member.tell()}")
+    with archive.open(info) as member:
+        array: np.ndarray = np.lib.format.read_array(member, allow_pickle=False)
+    return array
+
+
 def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
     """Read a params file written by :func:`write_params_file`.
 
@@ -122,18 +150,20 @@ def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
         Its params (host NumPy), configuration and step counter, all checked.
 
     Raises:
-        ValueError: not a params file (names what is missing), another format version, a config
-            that does not validate, or params that do not match the config.
+        ValueError: not a params file (names what is missing), a member declaring more than the
+            archive holds, another format version, a config that does not validate, or params
+            that do not match the config; a pipe, device or socket instead of a file.
+        FileNotFoundError: no such file.
+        IsADirectoryError: ``path`` is a folder.
     """
     where = repr(os.fspath(path))
+    data = read_bytes(path, "params file")  # a folder, a pipe or a device is refused, never waited on
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with loaded as archive:
-            names = list(archive.files)
-            arrays = {name: archive[name] for name in KEYS if name in names}
-    except (zipfile.BadZipFile, EOFError, UnicodeDecodeError, ValueError) as error:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
+            arrays = {name: _read_member(archive, name) for name in KEYS if name in names}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, UnicodeDecodeError, ValueError,
+            NotImplementedError, RuntimeError) as error:
         raise ValueError(f"{where} is not a whole params file (a damaged or truncated archive, or another kind "
                          f"of file: {error})") from None
     missing = [name for name in KEYS if name not in names]
@@ -153,17 +183,19 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
         raise ValueError(f"{where}: 'config' must be a JSON string; got a {text.dtype} array of shape {text.shape}")
     try:
         fields = json.loads(str(text))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: 'config' is not valid JSON ({error})") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"{where}: 'config' is not valid JSON ({str(error)[:200]})") from None
     config = config_from_fields(fields, where)
-    step = arrays["step"]
-    if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
-        raise ValueError(f"{where}: 'step' must be an integer scalar >= 0; got {step.dtype} {step!r:.40}")
+    stored_step = arrays["step"]
+    if stored_step.shape != () or stored_step.dtype.kind not in "iu":
+        raise ValueError(f"{where}: 'step' must be an integer scalar >= 0; got {stored_step.dtype} "
+                         f"{stored_step!r:.40}")
+    step = checked_count(f"{where}: 'step'", int(stored_step))
     params = np.array(arrays["params"])
     if config.dtype in STORED_BITS and params.dtype == np.dtype(STORED_BITS[config.dtype]):
         params = params.view(numpy_dtype(config.dtype))
     check_params_buffer(params, config, f"params in {where}")
-    return ParamsFile(params, config, int(step))
+    return ParamsFile(params, config, step)
 
 
 def config_fields(config: RNNConfig) -> dict[str, Any]:
@@ -224,14 +256,12 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
                          f"optionally 'dropout_rng'); got {keys}")
     checked_state(state.get("dropout_rng"), where)
     config = config_from_fields(state["config"], where)
-    step = state["step"]
-    if not is_count(step):
-        raise ValueError(f"{where}: 'step' must be a non-negative integer; got {type(step).__name__} {step!r:.40}")
+    step = checked_count(f"{where}: 'step'", state["step"])
     params = state["params"]
     if array_kind(params) is None:
         raise TypeError(f"{where}: 'params' must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
     check_params_buffer(params, config, f"params in {where}")
-    return ParamsFile(params, config, int(step))
+    return ParamsFile(params, config, step)
 
 
 def check_params_buffer(params: Array, config: RNNConfig, what: str) -> None:

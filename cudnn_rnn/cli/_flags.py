@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..convert.readers import CONFIG_FIELDS
+from ..convert.readers import CONFIG_FIELDS, one_line
 
-__all__ = ["FLAGS", "in_flags"]
+__all__ = ["FLAGS", "in_flags", "error_line"]
 
 #: Python argument (of read_file, choose, FoundRNN.with_hints, to_params) -> the flag that gives it
 FLAGS: dict[str, str] = {
@@ -78,3 +78,12 @@ def in_flags(message: str) -> str:
     docstring); a message naming none is returned unchanged."""
     message = _ASKED.sub(lambda asked: _ANY_ARGUMENT.sub(_flag, asked[0]), message)
     return _NOUN.sub(r"flag\1", _ANY_ARGUMENT.sub(_flag_unless_a_value, message))
+
+
+def error_line(command: str, error: BaseException) -> str:
+    """The one line a command prints for ``error``: ``cudnn-rnn COMMAND: error: MESSAGE``, the message in flags.
+
+    A file name or value inside the message that holds a newline or a control character (a file
+    named ``"in\\n.npz"``) cannot break the line: they become spaces.
+    """
+    return f"cudnn-rnn {command}: error: {one_line(in_flags(str(error)), 4000)}"

@@ -38,7 +38,7 @@ from ..convert.onnx_export import DEFAULT_OPSET, export_onnx
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
 from ..files import write_through_path
 from ..params_file import STORED_BITS, write_params_file
-from ._flags import in_flags
+from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "read_and_choose", "run", "main", "WRITERS", "EXAMPLES", "CLI_FORMATS"]
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _run(args)
     except CommandError as error:
-        print(f"cudnn-rnn convert: error: {in_flags(str(error))}", file=sys.stderr)
+        print(error_line("convert", error), file=sys.stderr)
         return 2
     return 0
 

@@ -272,7 +272,7 @@ def _member(path: str, archive: zipfile.ZipFile, members: dict[str, zipfile.ZipI
 def _json(path: str, text: bytes, what: str) -> Any:
     try:
         return json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise FileReadError(path, f"{what} is not JSON ({type(error).__name__}: {one_line(error, 120)})") from None
 
 
