@@ -118,8 +118,10 @@ class RecurrentLayer:
     Raises:
         TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
             dtype, or an ``xp`` that is not numpy or cupy.
-        ValueError: an unknown mode string, a non-positive size, or an impossible combination
-            (see :class:`cudnn_rnn.RNNConfig`).
+        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
+            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer that an array can hold but this machine cannot (NumPy's
+            refusal, at once, before any layer is initialised).
     """
 
     #: the modes this class can hold (``load`` and ``from_params`` check them)

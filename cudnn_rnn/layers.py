@@ -69,6 +69,7 @@ class LSTM(RecurrentLayer):
         TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
             dtype, or an ``xp`` that is not numpy or cupy.
         ValueError: an invalid size, mode string or combination (see :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer too big for this machine's memory (refused at once).
     """
 
     modes = ("lstm",)
@@ -109,6 +110,7 @@ class GRU(RecurrentLayer):
     Raises:
         TypeError: as :class:`LSTM`.
         ValueError: as :class:`LSTM`.
+        MemoryError: as :class:`LSTM`.
     """
 
     modes = ("gru",)
@@ -143,6 +145,7 @@ class RNN(RecurrentLayer):
     Raises:
         TypeError: as :class:`LSTM`.
         ValueError: an unknown ``activation``, or as :class:`LSTM`.
+        MemoryError: as :class:`LSTM`.
     """
 
     modes = ("rnn_tanh", "rnn_relu")
