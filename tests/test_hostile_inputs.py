@@ -6,8 +6,9 @@ and negative integers, 10**400, NaN and infinities, bools and strings where numb
 ints go, zero-size, wrong-rank, wrong-dtype and object arrays, read-only broadcasts with a 2**40-long
 axis, None, and hostile files (valid checksums, hostile contents) and paths. Arguments may only be
 refused with ValueError or TypeError, checkpoints with CheckpointError, params files with ValueError
-(FileNotFoundError for a path that names no file, IsADirectoryError for a folder), and the command exits 0 or 2 with one ``error:`` line and no
-traceback. The layers' ``lengths`` must be ints in [0, T] and ``training`` a bool, or the refusal names them.
+(FileNotFoundError for a path that names no file, IsADirectoryError for a folder), and the command
+exits 0 or 2 with one ``error:`` line and no traceback. The layers' ``lengths`` must be ints in
+[0, T] and ``training`` a bool, or the refusal names them.
 
 Each test runs its whole property in one forked child under an address-space limit and a deadline
 (tests/support/hostile.py): a hang, a crash or a MemoryError fails the test naming the example.
