@@ -17,7 +17,8 @@ Three ways in, one path through: :func:`atomic_write` hands out a binary file ob
 (``np.savez(f, ...)``, ``figure.savefig(f)``), :func:`write_bytes` writes bytes or a sequence
 of buffers, and :func:`write_through_path` lends a temporary *path* to writers that insist on
 opening a path themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
-whole, refusing what is not a regular file with an error that names it.
+whole, refusing what is not a regular file with an error that names it; readers check what a file
+declares before they read it (:data:`MAX_COMPRESSION_RATIO`, :data:`NPY_HEADER_READERS`).
 
 The temporary file gets the permissions a plain ``open(path, "w")`` would leave (those of the file
 it replaces, else 0o666 less the umask). A leftover ``.partial`` file is what a killed write leaves;
@@ -59,14 +60,25 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, cast
 
+import numpy as np
+
 __all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "PARTIAL_SUFFIX",
-           "PAUSE_VARIABLE", "UNCHECKED_AFTER"]
+           "PAUSE_VARIABLE", "UNCHECKED_AFTER", "MAX_COMPRESSION_RATIO", "NPY_HEADER_READERS"]
 
 #: the suffix of a file being written (a killed write leaves one behind)
 PARTIAL_SUFFIX = ".partial"
 
 #: seconds a partial file whose writer cannot be looked up must lie unmodified before a write removes it
 UNCHECKED_AFTER = 24 * 60 * 60
+
+#: Deflate (zip, HDF5's gzip filter) shrinks data at most about 1032 times, so a member whose
+#: declared size exceeds its stored size by more than this is a lie (a decompression bomb).
+MAX_COMPRESSION_RATIO = 1100
+
+#: the ``.npy`` format versions read, each with the function that reads its header into
+#: ``(shape, fortran_order, dtype)``: what an array declares is checked before its data is read
+NPY_HEADER_READERS: dict[tuple[int, int], Callable[[IO[bytes]], tuple[tuple[int, ...], bool, np.dtype]]] = {
+    (1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 #: the environment variable that slows writes down for fault-injection tests
 PAUSE_VARIABLE = "CUDNN_RNN_TEST_WRITE_PAUSE"

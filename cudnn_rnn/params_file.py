@@ -37,7 +37,7 @@ from ._arrays import Array, array_kind, to_host
 from ._dropout_rng import checked_state
 from ._checks import checked_count
 from .config import RNNConfig, numpy_dtype
-from .files import atomic_write, read_bytes
+from .files import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, atomic_write, read_bytes
 from .layout import params_size
 
 __all__ = ["FORMAT_VERSION", "KEYS", "CONFIG_FIELDS", "ParamsFile", "write_params_file", "read_params_file",
@@ -50,9 +50,6 @@ FORMAT_VERSION = 1
 #: dtypes an ``.npy`` cannot name (NumPy would write anonymous void data) -> the unsigned type whose bit
 #: patterns store them; the configuration names the dtype, so reading views them back exactly
 STORED_BITS: dict[str, str] = {"bfloat16": "uint16"}
-
-#: deflate shrinks data at most about 1032 times: a member declaring more than this times what it stores lies
-_MAX_COMPRESSION_RATIO = 1100
 
 #: the arrays of a params file
 KEYS: tuple[str, ...] = ("params", "config", "step", "format")
@@ -122,15 +119,14 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, c
 def _read_member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     """Member ``name``'s array, its declared sizes checked against what the archive stores before any is read."""
     info = archive.getinfo(f"{name}.npy")
-    if info.file_size > max(info.compress_size, 1) * _MAX_COMPRESSION_RATIO:
+    if info.file_size > max(info.compress_size, 1) * MAX_COMPRESSION_RATIO:
         raise ValueError(f"member {name!r} declares {info.file_size} bytes from {info.compress_size} stored: more "
                          "than any compression gives")
     with archive.open(info) as member:
         version = np.lib.format.read_magic(member)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-        if version not in read_header:
+        if version not in NPY_HEADER_READERS:
             raise ValueError(f"member {name!r} uses .npy format version {version}, which is not read here")
-        shape, _, dtype = read_header[version](member)
+        shape, _, dtype = NPY_HEADER_READERS[version](member)
         declared = math.prod(shape) * dtype.itemsize
         if dtype.hasobject or declared > info.file_size - member.tell():
             raise ValueError(f"member {name!r} declares {dtype} {tuple(shape)} ({declared} bytes) but the archive "

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig, dtype_name
+from ...files import MAX_COMPRESSION_RATIO
 from ..._recurrent_layer import RecurrentLayer
 from ...formats._core import Converted, InexactConversionError, check_params
 from ...formats._table import FORMATS, from_format
@@ -55,10 +56,6 @@ CONFIG_FIELDS: tuple[str, ...] = ("rnn_mode", "num_layers", "num_units", "input_
 
 #: the pseudo-format of a bare params buffer: tensors == {"params": buffer}
 PARAMS_FORMAT = "params"
-
-#: Deflate (zip, HDF5's gzip filter) shrinks data at most about 1032 times, so a member whose
-#: declared size exceeds its stored size by more than this is a lie (a decompression bomb).
-MAX_COMPRESSION_RATIO = 1100
 
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-_])")
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")

@@ -23,6 +23,7 @@ from typing import IO
 
 import numpy as np
 
+from ...files import NPY_HEADER_READERS
 from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
 from ...formats import _torch
 from ...formats._table import FORMAT_SPECS
@@ -49,12 +50,9 @@ _DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 def _header(member: IO[bytes], path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
     version = np.lib.format.read_magic(member)
-    if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-    elif version == (2, 0):
-        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-    else:
+    if version not in NPY_HEADER_READERS:
         raise FileReadError(path, f"member {name!r} uses .npy format version {version}, which is not read here")
+    shape, _, dtype = NPY_HEADER_READERS[version](member)
     if dtype.hasobject:
         raise FileReadError(path, f"member {name!r} holds Python objects (a pickle), which are never loaded; "
                                   "save plain numeric arrays")
