@@ -22,12 +22,12 @@ environment); float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of
 
 from __future__ import annotations
 
-from ._checks import flag
 import os
 from dataclasses import dataclass
 from typing import Literal
 
 from . import _lib
+from ._checks import flag
 from ._lib import (AuxFlag, DataType, DirectionMode, MathType, RNNAlgo, RNNBiasMode, RNNDataLayout, RNNInputMode,
                    RNNMode)
 from ._cudnn_streams import import_cupy

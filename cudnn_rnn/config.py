@@ -132,6 +132,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 #: of a call, that cuDNN and TensorFlow take (each is a C int, and so are the sequence lengths).
 MAX_SIZE: int = _INT32_MAX
 
+
 def _choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
     options = tuple(allowed)
     if not isinstance(value, str):

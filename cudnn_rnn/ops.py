@@ -46,8 +46,8 @@ import numpy as np
 
 from . import _graph_watch, _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
-from ._dropout_rng import DropoutRNG
 from ._checks import flag, shown
+from ._dropout_rng import DropoutRNG
 from .config import DIRECTIONS, MAX_SIZE, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
 from .layout import params_size
 
@@ -252,13 +252,12 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     _check_dtype("params", params, dtype)
 
     max_time, batch, input_size = input.shape if time_major else (input.shape[1], input.shape[0], input.shape[2])
-    for name, axis, size in (("steps (T", 0 if time_major else 1, max_time), ("sequences (B", 1 if time_major else 0,
-                                                                                batch)):
-        if size > MAX_SIZE:
-            raise ValueError(f"input has {size} {name} = input.shape[{axis}]); cuDNN takes at most {MAX_SIZE} "
-                             "(a C int)")
+    layers_axis, batch_axis = (0, 1) if time_major else (1, 0)  # input's time axis is input_h's layers axis
+    for what, letter, axis in (("steps", "T", layers_axis), ("sequences", "B", batch_axis)):
+        if input.shape[axis] > MAX_SIZE:
+            raise ValueError(f"input has {input.shape[axis]} {what} ({letter} = input.shape[{axis}]); cuDNN takes "
+                             f"at most {MAX_SIZE} (a C int)")
     d = DIRECTIONS[direction]
-    layers_axis, batch_axis = (0, 1) if time_major else (1, 0)
     pseudo_layers, state_size = input_h.shape[layers_axis], input_h.shape[2]
     if pseudo_layers == 0 or pseudo_layers % d:
         raise ValueError(f"input_h.shape[{layers_axis}] must be a positive multiple of {d} (num_layers * "

@@ -34,8 +34,8 @@ from typing import IO, Any
 import numpy as np
 
 from ._arrays import Array, array_kind, to_host
-from ._dropout_rng import checked_state
 from ._checks import checked_count
+from ._dropout_rng import checked_state
 from .config import RNNConfig, numpy_dtype
 from .files import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, atomic_write, read_bytes
 from .layout import params_size

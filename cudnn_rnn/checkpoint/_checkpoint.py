@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .._checks import checked_count
 from .._arrays import Array, array_kind, copy_into
+from .._checks import checked_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes

@@ -33,13 +33,13 @@ sizes before reading data (see :mod:`._found`).
 
 from __future__ import annotations
 
-from ..._checks import flag
 import os
 import re
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..._checks import flag
 from ...formats._table import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
