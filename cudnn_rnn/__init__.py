@@ -11,13 +11,14 @@ from ._cudnn_cache import clear_caches
 from ._cudnn_layout_check import check_layout_against_cudnn
 from ._cudnn_settings import allow_tf32, tf32_allowed
 from .config import RNNConfig
+from .cpu import get_num_threads, set_num_threads
 from .errors import CheckpointError, CudnnError, CudnnNotAvailableError
 from .gru_block import gru_block_cell, gru_block_cell_grad, gru_block_cell_weight_grads
 from .layers import GRU, LSTM, RNN
 from .layout import cudnn_rnn_canonical_to_params, cudnn_rnn_params_size, cudnn_rnn_params_to_canonical
 from .ops import RNNGradients, RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
-from . import checkpoint, convert, distributed, files, optim  # noqa: E402  (subpackages of the public API)
+from . import checkpoint, convert, cpu, distributed, files, optim  # noqa: E402  (subpackages of the public API)
 
 from ._version import __version__ as __version__
 
@@ -27,6 +28,7 @@ __all__ = [
     "RNN",
     "checkpoint",
     "convert",
+    "cpu",
     "distributed",
     "files",
     "optim",
@@ -47,5 +49,7 @@ __all__ = [
     "allow_tf32",
     "tf32_allowed",
     "clear_caches",
+    "set_num_threads",
+    "get_num_threads",
     "check_layout_against_cudnn",
 ]

@@ -107,6 +107,7 @@ class Workspace:
         self.n = xp.empty((batch, num_units), dtype=dtype)
         self.n2 = xp.empty((batch, num_units), dtype=dtype)
         self.p = xp.empty((batch, state_size), dtype=dtype)
+        self.none_invalid = xp.zeros((batch, 1), dtype=bool)  # the rows' padding mask when there is none
 
 
 def _gate(a: Array, j: int, n: int) -> Array:
@@ -115,10 +116,21 @@ def _gate(a: Array, j: int, n: int) -> Array:
 
 # ---- forward ----------------------------------------------------------------------------------
 def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_prev: Array | None,
-                 h_out: Array, c_out: Array | None, rec_n_out: Array | None, ws: Workspace, xp: Any) -> None:
+                 h_out: Array, c_out: Array | None, rec_n_out: Array | None, ws: Workspace, xp: Any,
+                 invalid: Array | None = None) -> None:
     """One step for all rows. ``gates`` [B, G*N] holds the (scaled) input pre-activations on entry
     and the gate activations on return; writes h_t into ``h_out`` [B, P], c_t into ``c_out`` (LSTM),
-    R_n h + bR_n into ``rec_n_out`` (GRU, when saved). For the RNN modes ``h_out`` is ``gates``."""
+    R_n h + bR_n into ``rec_n_out`` (GRU, when saved). For the RNN modes ``h_out`` is ``gates``.
+    Rows where ``invalid`` [B, 1] (past their sequence's end) carry h_prev and c_prev instead."""
+    _step(mode, fw, gates, h_prev, c_prev, h_out, c_out, rec_n_out, ws, xp)
+    if invalid is not None:
+        xp.copyto(h_out, h_prev, where=invalid)
+        if c_out is not None:
+            xp.copyto(c_out, c_prev, where=invalid)
+
+
+def _step(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_prev: Array | None,
+          h_out: Array, c_out: Array | None, rec_n_out: Array | None, ws: Workspace, xp: Any) -> None:
     n = ws.n.shape[-1]
     xp.matmul(h_prev, fw.R.T, out=ws.rec)
     if mode == "gru":

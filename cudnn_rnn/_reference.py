@@ -28,14 +28,16 @@ the carried c (LSTM), R_n h + bR_n (GRU) and the carried h, plus each non-final 
 
 from __future__ import annotations
 
-import functools
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, ParamSpec, TypeVar
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import _cells, _reserve
+from . import _cells, _reserve, cpu
 from ._arrays import Array, array_module
 from ._cells import LayerWeights
 from .config import COMPUTE_DTYPES, RNNConfig
@@ -209,11 +211,11 @@ class _Track:
 # ---- forward ----------------------------------------------------------------------------------
 def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Array, c: Array | None,
                    weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
-                   out: Array, xp: Any) -> tuple[Array, Array | None]:
+                   out: Array, run: _Run, xp: Any) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
 
     Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
-    step loop (``_cells.step_forward``) turns them into activations and writes h (and c) rows,
+    step loop (``step_forward`` of ``run.cells``) turns them into activations and writes h (and c) rows,
     then the chunk's outputs go to their natural positions. Writes this direction's output
     [T, B, P] into ``out`` (0 past each length; ``out`` arrives zeroed) and the saved tensors into
     ``saved``; returns the final (h, c).
@@ -234,20 +236,20 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
     rec_n = track("rec_n", n) if "rec_n" in saved else None
     h_carry = xp.array(h, dtype=dtype)  # this direction's own copies, updated in place
     c_carry = None if c is None else xp.array(c, dtype=dtype)
+    gn, width, cells = config.num_gates * n, layer_in.shape[2], run.cells
     for start, stop in _chunks(max_time):
         g_rows, h_rows = gates.rows(start, stop), hidden.rows(start, stop)
         c_rows = None if cell is None else cell.rows(start, stop)
         n_rows = None if rec_n is None else rec_n.rows(start, stop)
+        run.threads.for_products((stop - start) * batch * width * gn)
         _input_preactivations(fw, order.gather(layer_in, start, stop), g_rows, n, xp)
+        run.threads.for_products(batch * p * gn)
         for j in range(stop - start):
             h_prev = h_rows[j - 1] if j else h_carry
             c_prev = None if c_rows is None else (c_rows[j - 1] if j else c_carry)
-            _cells.step_forward(mode, fw, g_rows[j], h_prev, c_prev, h_rows[j],
-                                None if c_rows is None else c_rows[j], None if n_rows is None else n_rows[j], ws, xp)
-            if invalid is not None:  # past a sequence's end the state is carried
-                xp.copyto(h_rows[j], h_prev, where=invalid[start + j])
-                if c_rows is not None:
-                    xp.copyto(c_rows[j], c_prev, where=invalid[start + j])
+            cells.step_forward(mode, fw, g_rows[j], h_prev, c_prev, h_rows[j], None if c_rows is None else c_rows[j],
+                               None if n_rows is None else n_rows[j], ws, xp,
+                               None if invalid is None else invalid[start + j])  # past the end: state carried
         order.put_valid(out, start, stop, h_rows, valid, xp)
         h_carry[...] = h_rows[stop - start - 1]
         if c_rows is not None:
@@ -316,25 +318,34 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
+@dataclass(frozen=True)
+class _Run:
+    """How one call runs: the cells (``_cells``, or ``_fused_cells`` on NumPy, see ``cpu``) and its BLAS threads."""
+
+    cells: ModuleType
+    threads: cpu.BlasThreads
 
 
-def _propagating_non_finite(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """NaN and inf in the inputs propagate to the results silently, as on cuDNN (no NumPy warnings)."""
+@contextlib.contextmanager
+def _running(x: Array) -> Iterator[_Run]:
+    """A call on ``x``'s arrays. NaN and inf in the inputs propagate to the results silently, as on cuDNN."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if array_module(x=x) is not np:
+            yield _Run(_cells, cpu.BlasThreads([], None, 1))
+            return
+        with cpu.blas_threads() as threads:
+            yield _Run(cpu.cells_module(), threads)
 
-    @functools.wraps(function)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return function(*args, **kwargs)
 
-    return wrapper
-
-
-@_propagating_non_finite
 def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
             *, is_training: bool, time_major: bool) -> tuple[Array, Array, Array | None, Array]:
     """Run the network. Shapes: see module docstring and ``ops.cudnn_rnn_v3``."""
+    with _running(x) as run:
+        return _forward(config, x, h0, c0, params, lengths, is_training, time_major, run)
+
+
+def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
+             is_training: bool, time_major: bool, run: _Run) -> tuple[Array, Array, Array | None, Array]:
     xp, io_dtype, dtype, layout, params_c, seq, max_time, batch, valid = _prepare(config, x, params, lengths,
                                                                                   time_major)
     d, p = config.num_directions, config.state_size
@@ -360,7 +371,7 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
             weights = _layer_weights(layout, params_c, k)
             h_last, c_last = _run_direction(config, seq, order, h0[k], None if c0 is None else c0[k], weights,
                                             valid, invalid, _slots_for(saved_all, k),
-                                            out[:, :, direction * p:(direction + 1) * p], xp)
+                                            out[:, :, direction * p:(direction + 1) * p], run, xp)
             hy[k] = h_last
             if cy is not None:
                 cy[k] = c_last
@@ -383,11 +394,17 @@ def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int) -> dict[s
 
 
 # ---- backward ---------------------------------------------------------------------------------
-@_propagating_non_finite
 def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
              y: Array, dy: Array, dhy: Array, dcy: Array | None, reserve: Array, *, time_major: bool
              ) -> tuple[Array, Array, Array | None, Array]:
     """Backprop through the network using the forward's saved tensors in ``reserve``."""
+    with _running(x) as run:
+        return _backward(config, x, h0, c0, params, lengths, dy, dhy, dcy, reserve, time_major, run)
+
+
+def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
+              dy: Array, dhy: Array, dcy: Array | None, reserve: Array, time_major: bool, run: _Run
+              ) -> tuple[Array, Array, Array | None, Array]:
     xp, io_dtype, dtype, layout, params_c, x_tm, max_time, batch, valid = _prepare(config, x, params, lengths,
                                                                                    time_major)
     d, p, n = config.num_directions, config.state_size, config.num_units
@@ -418,7 +435,7 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
                 _layer_weights(layout, params_c, k), _layer_weights(layout, dparams, k),
                 _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k],
                 None if dcy is None else dcy[k], h0[k].astype(dtype, copy=False), c_init, invalid, d_in,
-                direction == 0, xp)
+                direction == 0, run, xp)
             dh0[k] = dh
             if dc0 is not None:
                 dc0[k] = dc
@@ -433,13 +450,13 @@ def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
 def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, weights: LayerWeights,
                         grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array, dc: Array | None,
                         h_init: Array,
-                        c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, xp: Any
-                        ) -> tuple[Array, Array | None]:
+                        c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, run: _Run,
+                        xp: Any) -> tuple[Array, Array | None]:
     """Backprop through one pseudo-layer, a chunk of steps at a time, latest chunk first.
 
     ``layer_in`` [T, B, width] and ``d_out`` [T, B, P] are in natural order; the saved tensors
-    in processing order. Per block of a chunk, ``_cells.factors`` computes what depends only on
-    the saved activations, then the serial steps (``_cells.step_backward``) turn the chunk's
+    in processing order. Per block of a chunk, ``factors`` (of ``run.cells``) computes what depends only
+    on the saved activations, then the serial steps (``step_backward``) turn the chunk's
     ``dg`` and ``dr`` [t, B, G*N] into d(pre-activation) and d(R h + bR); then one GEMM each
     adds the chunk's share of the input, recurrent and bias gradients into ``grads`` (views of
     params_backprop) and of the input gradient into ``d_in`` (written, not added, by the
@@ -475,6 +492,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
         steps = stop - start
         dg, dr = dg_buffer[:steps], dr_buffer[:steps]
         dy = order.gather(d_out, start, stop)
+        run.threads.for_products(batch * gn * p)
         for a, b in reversed(_chunks(stop - start, block)):
             a, b = a + start, b + start
             rows = slice(a - start, b - start)
@@ -482,16 +500,17 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
                                      k=per_block["k"][:b - a] if mode == "lstm" else None,
                                      carry=per_block["carry"][:b - a] if mode in ("lstm", "gru") else None,
                                      unprojected=None if unprojected is None else unprojected[rows])
-            _cells.factors(mode, n, gates[a:b], None if c_seq is None else c_seq[a:b],
+            run.cells.factors(mode, n, gates[a:b], None if c_seq is None else c_seq[a:b],
                            None if c_seq is None else previous(c_seq, c_init, a, b),
                            None if rec_n is None else rec_n[a:b],
                            previous(h_seq, h_init, a, b) if mode == "gru" else None,
                            factors, None if invalid is None else invalid[a:b], xp)
             for t in reversed(range(a, b)):
-                _cells.step_backward(mode, n, t - a, factors, weights["R"], weights["Proj"], dh, dy[t - start], dc,
+                run.cells.step_backward(mode, n, t - a, factors, weights["R"], weights["Proj"], dh, dy[t - start], dc,
                                      None if d_projected is None else d_projected[t - start],
                                      None if invalid is None else invalid[t], ws, xp)
         first = stop == max_time  # the first chunk backprop sees writes the weight gradients, later ones add
+        run.threads.for_products(steps * batch * gn * max(width, p))
         flat_dg, flat_dr = dg.reshape(steps * batch, gn), dr.reshape(steps * batch, gn)
         if grads["W"] is not None:
             _add_products(grads["W"], [(flat_dg.T, order.gather(layer_in, start, stop).reshape(steps * batch, width))],

@@ -7,7 +7,7 @@ gives each process its share of the cores it may run on::
 
     threads = max(1, cores // local_size)        cores = len(os.sched_getaffinity(0))
 
-through threadpoolctl (the ``distributed`` extra), for every BLAS and OpenMP pool loaded. A thread
+through threadpoolctl (a dependency of the package), for every BLAS and OpenMP pool loaded. A thread
 count the user chose wins: when any of ``THREAD_VARIABLES`` is set, nothing changes.
 """
 
@@ -17,18 +17,9 @@ import os
 import warnings
 from collections.abc import Mapping
 
+from ..cpu import THREAD_VARIABLES, host_cores
+
 __all__ = ["THREAD_VARIABLES", "host_cores", "share_host_threads"]
-
-#: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS")
-
-
-def host_cores() -> int:
-    """The cores this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def share_host_threads(local_size: int, environ: Mapping[str, str] | None = None) -> int | None:
@@ -45,7 +36,7 @@ def share_host_threads(local_size: int, environ: Mapping[str, str] | None = None
         from threadpoolctl import threadpool_limits
     except ImportError:
         warnings.warn(f"{local_size} processes share this node's {host_cores()} cores but each runs BLAS on all of "
-                      f"them; pip install threadpoolctl (in the 'distributed' extra), or set OMP_NUM_THREADS="
+                      f"them; pip install threadpoolctl, or set OMP_NUM_THREADS="
                       f"{threads}, to give each process {threads}", UserWarning, stacklevel=3)
         return None
     threadpool_limits(limits=threads)

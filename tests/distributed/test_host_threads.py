@@ -31,11 +31,17 @@ def test_two_processes_on_a_node_each_take_half_the_cores(tmp_path: Path) -> Non
         assert facts["local_size"] == 2
         assert facts["before"] == [facts["cores"]]  # BLAS started on every core ...
         assert facts["after"] == [max(1, facts["cores"] // 2)]  # ... and init() gave each process its share
+        # a NumPy backend call stays within that share (less what the other rank keeps busy), and small
+        # products run on one thread; the share is back when the call ends
+        assert facts["small"] == [1]
+        assert 1 <= facts["large"][0] <= max(1, facts["cores"] // 2)
+        assert facts["restored"] == facts["after"]
 
 
 def test_a_thread_count_the_user_chose_is_kept(tmp_path: Path) -> None:
     for facts in per_rank(tmp_path, 2, OPENBLAS_NUM_THREADS="2"):
         assert facts["before"] == facts["after"] == [2]
+        assert facts["small"] == facts["large"] == facts["restored"] == [2]  # the NumPy backend keeps it too
 
 
 def test_one_process_keeps_every_core(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_info
 
-from cudnn_rnn import distributed
-from cudnn_rnn.distributed._threads import host_cores
+from cudnn_rnn import cpu, distributed
+from cudnn_rnn.cpu import host_cores
 
 
 def blas_threads() -> list[int]:
@@ -22,7 +22,14 @@ def blas_threads() -> list[int]:
 def main() -> None:
     before = blas_threads()
     comm = distributed.init()
-    facts = dict(rank=comm.rank, before=before, after=blas_threads(), cores=host_cores(), local_size=comm.local_size)
+    after = blas_threads()
+    with cpu.blas_threads() as plan:  # the threads a NumPy backend call gives its small and its large products
+        plan.for_products(cpu.GRAIN - 1)
+        small = blas_threads()
+        plan.for_products(cpu.GRAIN)
+        large = blas_threads()
+    facts = dict(rank=comm.rank, before=before, after=after, cores=host_cores(), local_size=comm.local_size,
+                 small=small, large=large, restored=blas_threads())
     (Path(sys.argv[1]) / f"rank{comm.rank}.json").write_text(json.dumps(facts))
     comm.close()
 

@@ -1,0 +1,345 @@
+"""How the NumPy backend uses the CPU: how many BLAS threads each matrix product gets, and which cells run.
+
+    cudnn_rnn.set_num_threads(4)        # every product of the NumPy backend on 4 threads
+    cudnn_rnn.set_num_threads(None)     # back to the policy below
+    cudnn_rnn.get_num_threads()         # 4, or None while the policy decides
+    cudnn_rnn.cpu.set_cells("numpy")    # "auto" (fused when numba is installed), "fused" or "numpy"
+    cudnn_rnn.cpu.describe()            # what the next call will use, as a JSON-ready dict
+
+The environment says the same at first use: ``CUDNN_RNN_NUM_THREADS=n`` (as ``set_num_threads(n)``) and
+``CUDNN_RNN_CELLS=kind`` (as ``set_cells(kind)``); the functions win over the variables.
+
+**Threads.** Unless a count was set (above, or through any of ``THREAD_VARIABLES``, which is then kept
+as it is), a product of ``m*k*n`` multiply-adds runs on::
+
+    1                              if m*k*n < GRAIN      (waking threads costs more than they give)
+    min(pool, cores - others)      otherwise
+
+``pool`` is the BLAS pool's size when the call starts (the library's default, or a process's share
+of a node, see :mod:`cudnn_rnn.distributed`), ``cores`` the cores this process may run on, and
+``others`` how many of them other processes kept busy lately (``/proc/stat`` less this process's
+own CPU time, refreshed at most every ``LOAD_INTERVAL`` seconds; 0 where there is no ``/proc``).
+A waiting OpenBLAS thread spins, so a product split across a core that another process is using
+waits for that process: on a loaded machine one thread wins. The pool's size is restored when the
+call returns. The pools are set through ``threadpoolctl``; without it the policy leaves them alone.
+
+**Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or as
+one compiled pass per step (``_fused_cells``, with numba: ``pip install 'cudnn_rnn[fast]'``); both
+compute the same equations and agree to float rounding. ``"auto"`` takes the fused cells when numba
+imports. CuPy arrays never use either: they run cuDNN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ._checks import shown
+
+__all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "THREAD_VARIABLES",
+           "GRAIN", "LOAD_INTERVAL", "CELL_KINDS", "MAX_THREADS", "host_cores", "BlasThreads", "blas_threads"]
+
+#: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS")
+#: the multiply-adds below which a product runs on one thread (measured with NumPy's OpenBLAS on 2 cores,
+#: a float32 product of 2**17 gained nothing from a second thread and one of 2**21 gained 11%)
+GRAIN = 1 << 20
+#: seconds between two readings of the other processes' load
+LOAD_INTERVAL = 0.5
+#: what ``set_cells`` accepts
+CELL_KINDS = ("auto", "fused", "numpy")
+#: the most threads ``set_num_threads`` accepts
+MAX_THREADS = 4096
+
+_NUM_THREADS_VARIABLE = "CUDNN_RNN_NUM_THREADS"
+_CELLS_VARIABLE = "CUDNN_RNN_CELLS"
+_FAST_HINT = "pip install 'cudnn_rnn[fast]' (numba)"
+
+
+@dataclass
+class _Settings:
+    """What the user chose (None: not chosen), and where it came from."""
+
+    threads: int | None = None
+    threads_source: str | None = None
+    cells: str | None = None
+    cells_source: str | None = None
+    environment_read: bool = False
+
+
+_settings = _Settings()
+
+
+def _read_environment() -> None:
+    """Take ``CUDNN_RNN_NUM_THREADS`` and ``CUDNN_RNN_CELLS`` once, unless a function set them first."""
+    if _settings.environment_read:
+        return
+    _settings.environment_read = True
+    threads = os.environ.get(_NUM_THREADS_VARIABLE, "").strip()
+    if threads and _settings.threads is None:
+        try:
+            count = int(threads)
+        except ValueError:
+            count = 0
+        if not 1 <= count <= MAX_THREADS:
+            raise ValueError(f"the environment variable {_NUM_THREADS_VARIABLE} must be an integer in "
+                             f"[1, {MAX_THREADS}]; got {threads!r}")
+        _settings.threads, _settings.threads_source = count, _NUM_THREADS_VARIABLE
+    cells = os.environ.get(_CELLS_VARIABLE, "").strip()
+    if cells and _settings.cells is None:
+        if cells not in CELL_KINDS:
+            raise ValueError(f"the environment variable {_CELLS_VARIABLE} must be one of {', '.join(CELL_KINDS)}; "
+                             f"got {cells!r}")
+        _settings.cells, _settings.cells_source = cells, _CELLS_VARIABLE
+
+
+def set_num_threads(num_threads: int | None) -> None:
+    """Run every matrix product of the NumPy backend on ``num_threads`` BLAS threads (None: the policy).
+
+    Args:
+        num_threads: an int in [1, MAX_THREADS], or None to let the module's policy choose per product.
+
+    Raises:
+        TypeError: ``num_threads`` is neither an int nor None.
+        ValueError: it is out of range.
+    """
+    if num_threads is not None:
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+            raise TypeError(f"num_threads must be an int or None; got {type(num_threads).__name__} {num_threads!r}")
+        if not 1 <= num_threads <= MAX_THREADS:
+            raise ValueError(f"num_threads must be in [1, {MAX_THREADS}]; got {shown(num_threads)}")
+    _settings.environment_read = True
+    _settings.threads = num_threads
+    _settings.threads_source = None if num_threads is None else "set_num_threads"
+
+
+def get_num_threads() -> int | None:
+    """The thread count set by :func:`set_num_threads` or ``CUDNN_RNN_NUM_THREADS``, or None (the policy)."""
+    _read_environment()
+    return _settings.threads
+
+
+def set_cells(kind: str) -> None:
+    """Choose the NumPy backend's cells: ``"auto"`` (fused when numba imports), ``"fused"`` or ``"numpy"``.
+
+    Raises:
+        ValueError: ``kind`` is none of ``CELL_KINDS``.
+        ImportError: ``"fused"`` without numba (the ``fast`` extra).
+    """
+    if not isinstance(kind, str) or kind not in CELL_KINDS:
+        raise ValueError(f"cells must be one of {', '.join(CELL_KINDS)}; got {kind!r}")
+    if kind == "fused" and _fused_module() is None:
+        raise ImportError(f"the fused cells need numba, which does not import here ({_fused_problem()}); "
+                          f"{_FAST_HINT}")
+    _settings.environment_read = True
+    _settings.cells, _settings.cells_source = kind, "set_cells"
+
+
+_fused: dict[str, Any] = {}
+
+
+def _fused_module() -> ModuleType | None:
+    """``_fused_cells``, imported once, or None when numba is missing or fails to import."""
+    if "module" not in _fused:
+        try:
+            _fused["module"] = importlib.import_module(f"{__package__}._fused_cells")
+        except ImportError as error:
+            _fused["module"], _fused["problem"] = None, f"{type(error).__name__}: {error}"
+    module: ModuleType | None = _fused["module"]
+    return module
+
+
+def _fused_problem() -> str:
+    return str(_fused.get("problem", "numba is not installed"))
+
+
+def cells_module() -> ModuleType:
+    """The cells the NumPy backend runs now: ``_fused_cells`` or ``_cells``."""
+    _read_environment()
+    kind = _settings.cells or "auto"
+    if kind != "numpy":
+        fused = _fused_module()
+        if fused is not None:
+            return fused
+        if kind == "fused":
+            raise ImportError(f"{_settings.cells_source or 'set_cells'} asks for the fused cells, which need numba "
+                              f"({_fused_problem()}); {_FAST_HINT}")
+    return importlib.import_module(f"{__package__}._cells")
+
+
+def cells_in_use() -> str:
+    """``"fused"`` or ``"numpy"``: the cells the NumPy backend's next call runs."""
+    return "fused" if cells_module().__name__.endswith("_fused_cells") else "numpy"
+
+
+# ---- threads ---------------------------------------------------------------------------------
+def host_cores() -> int:
+    """The cores this process may run on: its affinity mask where the OS has one, within a cgroup's CPU quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def _user_thread_variable() -> str | None:
+    """The first of ``THREAD_VARIABLES`` that is set (non-empty), if any."""
+    return next((name for name in THREAD_VARIABLES if os.environ.get(name, "").strip()), None)
+
+
+class _Load:
+    """How many of this process's cores other processes kept busy, from ``/proc/stat``'s per-core lines."""
+
+    def __init__(self) -> None:
+        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.last: tuple[float, float, float] | None = None
+        self.others = 0.0
+
+    def _busy_seconds(self) -> float | None:
+        """Seconds the affinity's cores spent busy since boot (None where /proc/stat cannot say)."""
+        try:
+            with open("/proc/stat", encoding="ascii") as stat:
+                lines = stat.read().splitlines()
+        except OSError:
+            return None
+        wanted, busy = {f"cpu{cpu}" for cpu in self.cpus}, 0
+        for line in lines:
+            fields = line.split()
+            if fields and fields[0] in wanted and len(fields) >= 8:
+                user, nice, system, _idle, _iowait, irq, softirq, *rest = (int(field) for field in fields[1:])
+                busy += user + nice + system + irq + softirq + (rest[0] if rest else 0)
+        return busy / self.tick
+
+    def others_busy(self) -> float:
+        """Other processes' busy cores over the last ``LOAD_INTERVAL`` or more (0 until two readings exist)."""
+        now = time.monotonic()
+        if self.last is not None and now - self.last[0] < LOAD_INTERVAL:
+            return self.others
+        busy = self._busy_seconds()
+        if busy is None:
+            return 0.0
+        own = time.process_time()
+        if self.last is not None:
+            wall = now - self.last[0]
+            self.others = max(0.0, (busy - self.last[1]) - (own - self.last[2])) / wall
+        self.last = (now, busy, own)
+        return self.others
+
+
+class BlasThreads:
+    """One call's thread plan: ``for_products(multiply_adds)`` before a group of equal products sets
+    the pools' threads for them (a no-op when unchanged); ``restore()`` gives back the size found."""
+
+    def __init__(self, pools: list[Any], fixed: int | None, budget: int) -> None:
+        self.pools, self.fixed, self.budget = pools, fixed, budget
+        self.found = [pool.num_threads for pool in pools]
+        self.current: int | None = None
+
+    def threads_for(self, multiply_adds: int) -> int:
+        """The threads a product of ``multiply_adds`` multiply-adds gets."""
+        if self.fixed is not None:
+            return self.fixed
+        return 1 if multiply_adds < GRAIN else self.budget
+
+    def for_products(self, multiply_adds: int) -> None:
+        threads = self.threads_for(multiply_adds)
+        if threads != self.current and self.pools:
+            for pool in self.pools:
+                pool.set_num_threads(threads)
+            self.current = threads
+
+    def restore(self) -> None:
+        if self.current is not None:
+            for pool, found in zip(self.pools, self.found):
+                pool.set_num_threads(found)
+            self.current = None
+
+
+_state: dict[str, Any] = {}
+
+
+def _pools() -> list[Any]:
+    """threadpoolctl's controllers of the BLAS libraries loaded at first use, NumPy's among them (empty
+    without threadpoolctl). A BLAS that another library loads later is not NumPy's: it is left alone."""
+    if "pools" not in _state:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _state["pools"] = []
+        else:
+            _state["pools"] = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    pools: list[Any] = _state["pools"]
+    return pools
+
+
+def _load() -> _Load:
+    if "load" not in _state:
+        _state["load"] = _Load()
+    load: _Load = _state["load"]
+    return load
+
+
+def _plan() -> BlasThreads:
+    """The plan for a call starting now (see the module docstring)."""
+    _read_environment()
+    if _settings.threads is None and _user_thread_variable() is not None:
+        return BlasThreads([], None, 1)  # the user's count is kept: touch nothing
+    pools = _pools()
+    plan = BlasThreads(pools, _settings.threads, 1)
+    pool = max(plan.found, default=1)
+    free = host_cores() - round(_load().others_busy())
+    plan.budget = max(1, min(pool, free))
+    return plan
+
+
+@contextlib.contextmanager
+def blas_threads() -> Iterator[BlasThreads]:
+    """One NumPy backend call's thread plan; the pools' sizes are restored when the call ends."""
+    plan = _plan()
+    try:
+        yield plan
+    finally:
+        plan.restore()
+
+
+def describe() -> dict[str, Any]:
+    """What the NumPy backend's next call uses: cells, numba, thread source, and the BLAS pools, JSON-ready."""
+    _read_environment()
+    user_variable = _user_thread_variable()
+    if _settings.threads is not None:
+        source = f"{_settings.threads_source} ({_settings.threads})"
+    elif user_variable is not None:
+        source = f"{user_variable}={os.environ[user_variable]} (kept as set)"
+    elif not _pools():
+        source = "the BLAS library's own (threadpoolctl is not installed)"
+    else:
+        source = f"policy (1 thread below {GRAIN} multiply-adds, else up to the free cores)"
+    try:
+        cells = cells_in_use()
+    except ImportError as error:
+        cells = f"unavailable: {error}"
+    numba_version = None
+    if _fused_module() is not None:
+        numba_version = importlib.import_module("numba").__version__
+    return {
+        "cells": cells,
+        "cells_setting": _settings.cells or "auto",
+        "numba": numba_version if numba_version is not None else f"not available ({_fused_problem()})",
+        "threads": source,
+        "cores": host_cores(),
+        "others_busy": round(_load().others_busy(), 2),
+        "blas": [{"library": pool.internal_api, "path": pool.filepath, "threads": pool.num_threads}
+                 for pool in _pools()],
+    }
