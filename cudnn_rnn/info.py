@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _cudnn_settings, _lib
+from . import _cudnn_settings, _lib, cpu
 from ._cudnn_streams import device_name
 from ._descriptors import Handle
 from .errors import CudnnError, CudnnNotAvailableError
@@ -105,7 +105,9 @@ def collect() -> dict[str, Any]:
         A JSON-ready dict: ``cudnn_rnn``, ``python`` and ``numpy`` versions; ``cupy`` (its version,
         the CUDA runtime and the GPU names, or the reason it is unavailable); ``cudnn`` (version,
         library path and the CUDA it was built for, or the reason); ``cuda_driver`` (or None);
-        ``tf32_allowed``; and ``backends``, each backend's status in words (``"usable"`` or why not).
+        ``tf32_allowed``; ``cpu``, how the NumPy backend runs (:func:`cudnn_rnn.cpu.describe`: its cells,
+        numba, the thread source and the BLAS pools); and ``backends``, each backend's status in words
+        (``"usable"`` or why not).
     """
     cupy_facts, cudnn_facts = _cupy_facts(), _cudnn_facts()
     driver = _lib.cuda_driver_version()
@@ -117,6 +119,7 @@ def collect() -> dict[str, Any]:
         "cudnn": cudnn_facts,
         "cuda_driver": _cuda_version(driver) if driver else None,
         "tf32_allowed": _cudnn_settings.tf32_allowed(),
+        "cpu": cpu.describe(),
         "backends": {"numpy (reference)": "usable",
                      "cupy (cuDNN)": _cudnn_backend_status(cupy_facts, cudnn_facts)},
     }

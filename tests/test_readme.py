@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 #: the newcomer's two commands, exactly as the README must give them
-EXAMPLE_COMMAND = 'pip install -e ".[examples]" && python examples/train_char_lm.py'
+EXAMPLE_COMMAND = 'pip install -e ".[examples,fast]" && python examples/train_char_lm.py'
 TEST_COMMAND = 'pip install -e ".[test,oracle,cudnn-lib]" && python -m pytest -q tests'
 
 

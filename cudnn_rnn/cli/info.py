@@ -27,6 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
 
 
+def _cells_text(cpu_facts: dict[str, Any]) -> str:
+    if cpu_facts["cells"] == "fused":
+        return f"fused (numba {cpu_facts['numba']})"
+    if cpu_facts["numba"].startswith("not available"):
+        return f"{cpu_facts['cells']} (numba {cpu_facts['numba']}; pip install 'cudnn_rnn[fast]' for the fused cells)"
+    return f"{cpu_facts['cells']} (as chosen: cells={cpu_facts['cells_setting']!r})"
+
+
+def _pools_text(pools: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{pool['library']} {pool['threads']} thread(s)" for pool in pools) or "not visible"
+
+
 def _text(facts: dict[str, Any]) -> str:
     cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
     if cudnn_facts["available"]:
@@ -45,7 +57,8 @@ def _text(facts: dict[str, Any]) -> str:
                f"true float32 (FMA); TF32 off (allow_tf32(True) or {_cudnn_settings.TF32_ENV}=1 to allow)")
     rows = [("cudnn_rnn", facts["cudnn_rnn"]), ("Python", facts["python"]), ("NumPy", facts["numpy"]),
             ("CuPy", cupy), ("cuDNN", cudnn), ("CUDA runtime", runtime), ("CUDA driver", driver),
-            ("GPUs", gpus), ("float32 math", float32)]
+            ("GPUs", gpus), ("float32 math", float32), ("CPU cells", _cells_text(facts["cpu"])),
+            ("CPU threads", f"{facts['cpu']['threads']}; BLAS: {_pools_text(facts['cpu']['blas'])}")]
     lines = [f"{name:<14}{value}" for name, value in rows]
     lines.append("Backends")
     lines += [f"  {name:<20}{status}" for name, status in facts["backends"].items()]
