@@ -15,13 +15,16 @@ as it is), a product of ``m*k*n`` multiply-adds runs on::
     1                              if m*k*n < GRAIN      (waking threads costs more than they give)
     min(pool, cores - others)      otherwise
 
-``pool`` is the BLAS pool's size when the call starts (the library's default, or a process's share
-of a node, see :mod:`cudnn_rnn.distributed`), ``cores`` the cores this process may run on, and
-``others`` how many of them other processes kept busy lately (``/proc/stat`` less this process's
+``pool`` is the BLAS pool's own size (the library's default, a process's share of a node, see
+:mod:`cudnn_rnn.distributed`, or whatever else set it), ``cores`` the cores this process may run on,
+and ``others`` how many of them other processes kept busy lately (``/proc/stat`` less this process's
 own CPU time, refreshed at most every ``LOAD_INTERVAL`` seconds; 0 where there is no ``/proc``).
 A waiting OpenBLAS thread spins, so a product split across a core that another process is using
-waits for that process: on a loaded machine one thread wins. The pool's size is restored when the
-call returns. The pools are set through ``threadpoolctl``; without it the policy leaves them alone.
+waits for that process: on a loaded machine one thread wins. When a call returns, the pool is left
+at ``min(pool, cores - others)`` (at ``n`` after ``set_num_threads(n)``), so that the program's own
+NumPy products between calls (a readout, an optimiser) keep off busy cores too; on a quiet machine
+that is the pool's own size. The pools are set through ``threadpoolctl``; without it the policy
+leaves them alone.
 
 **Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or as
 one compiled pass per step (``_fused_cells``, with numba: ``pip install 'cudnn_rnn[fast]'``); both
@@ -240,12 +243,14 @@ class _Load:
 
 class BlasThreads:
     """One call's thread plan: ``for_products(multiply_adds)`` before a group of equal products sets
-    the pools' threads for them (a no-op when unchanged); ``restore()`` gives back the size found."""
+    the pools' threads for them (a no-op when unchanged); ``finish()`` leaves the pools at ``leave``
+    (None: as they were found)."""
 
-    def __init__(self, pools: list[Any], fixed: int | None, budget: int) -> None:
+    def __init__(self, pools: list[Any], fixed: int | None, budget: int, leave: int | None = None) -> None:
         self.pools, self.fixed, self.budget = pools, fixed, budget
-        self.found = [pool.num_threads for pool in pools]
-        self.current: int | None = None
+        self.found = max((pool.num_threads for pool in pools), default=1)
+        self.current = self.found
+        self.leave = self.found if leave is None else leave
 
     def threads_for(self, multiply_adds: int) -> int:
         """The threads a product of ``multiply_adds`` multiply-adds gets."""
@@ -256,15 +261,18 @@ class BlasThreads:
     def for_products(self, multiply_adds: int) -> None:
         threads = self.threads_for(multiply_adds)
         if threads != self.current and self.pools:
-            for pool in self.pools:
-                pool.set_num_threads(threads)
-            self.current = threads
+            self._set(threads)
 
-    def restore(self) -> None:
-        if self.current is not None:
-            for pool, found in zip(self.pools, self.found):
-                pool.set_num_threads(found)
-            self.current = None
+    def _set(self, threads: int) -> None:
+        for pool in self.pools:
+            pool.set_num_threads(threads)
+        self.current = threads
+
+    def finish(self) -> None:
+        if self.pools:
+            if self.current != self.leave:
+                self._set(self.leave)
+            _state["left"] = self.leave
 
 
 _state: dict[str, Any] = {}
@@ -297,21 +305,22 @@ def _plan() -> BlasThreads:
     if _settings.threads is None and _user_thread_variable() is not None:
         return BlasThreads([], None, 1)  # the user's count is kept: touch nothing
     pools = _pools()
-    plan = BlasThreads(pools, _settings.threads, 1)
-    pool = max(plan.found, default=1)
-    free = host_cores() - round(_load().others_busy())
-    plan.budget = max(1, min(pool, free))
-    return plan
+    found = max((pool.num_threads for pool in pools), default=1)
+    if _state.get("left") != found:  # the first call, or someone else set the pools since the last one
+        _state["size"] = found
+    budget = max(1, min(_state["size"], host_cores() - round(_load().others_busy())))
+    fixed = _settings.threads
+    return BlasThreads(pools, fixed, budget, leave=budget if fixed is None else fixed)
 
 
 @contextlib.contextmanager
 def blas_threads() -> Iterator[BlasThreads]:
-    """One NumPy backend call's thread plan; the pools' sizes are restored when the call ends."""
+    """One NumPy backend call's thread plan; when the call ends the pools are left as the module docstring says."""
     plan = _plan()
     try:
         yield plan
     finally:
-        plan.restore()
+        plan.finish()
 
 
 def describe() -> dict[str, Any]:
