@@ -75,7 +75,7 @@ def _exp_overload(x: Any) -> Any:
     return None
 
 
-_jit = njit(cache=True, error_model="numpy", nogil=True)
+_jit = njit(cache=True, error_model="numpy", nogil=True, fastmath={"contract"})  # a*b + c may be one FMA
 
 # Each loop below reads and writes few arrays, one contiguous row of each: that is what lets the
 # compiler vectorise it (with many arrays in one loop it cannot rule out their overlap cheaply).
