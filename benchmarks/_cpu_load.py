@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 #: the README's example command, less ``--out`` (a fresh temporary folder per run), run from REPO
 EXAMPLE = ("examples/train_char_lm.py", "--steps", "60", "--checkpoint-every", "0")
 #: thread counts removed from the example's environment in both settings
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "CUDNN_RNN_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "CUDNN_RNN_NUM_THREADS")
 #: setting -> what it adds to the example's environment
 SETTINGS: dict[str, dict[str, str]] = {"default": {},
                                        "one_thread": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}}

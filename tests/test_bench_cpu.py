@@ -57,3 +57,33 @@ def test_a_revision_of_the_reference_backend_runs_beside_the_working_tree() -> N
     assert result.returncode == 0, result.stdout + result.stderr
     for bench in bench_cpu.QUICK:
         assert any(line.startswith(bench.name() + " ") for line in result.stdout.splitlines()), result.stdout
+
+
+def load_cpu_load() -> ModuleType:
+    """benchmarks/_cpu_load.py as a module (it imports nothing from the benchmarks folder)."""
+    spec = importlib.util.spec_from_file_location("_cpu_load", REPO / "benchmarks" / "_cpu_load.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_competing_process_runs_inside_the_block_and_is_gone_after_an_error() -> None:
+    cpu_load = load_cpu_load()
+    try:
+        with cpu_load.competing_process(settle=0.2) as process:
+            assert process.poll() is None  # running
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert process.poll() is not None  # stopped and waited for
+
+
+def test_the_example_settings_differ_only_in_the_thread_variables() -> None:
+    cpu_load = load_cpu_load()
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "2", "CUDNN_RNN_NUM_THREADS": "3"}
+    default, one = (cpu_load.child_environment(base, setting) for setting in cpu_load.SETTINGS)
+    for name in cpu_load.THREAD_VARIABLES:
+        assert name not in default
+    assert one["OMP_NUM_THREADS"] == one["OPENBLAS_NUM_THREADS"] == "1"
+    assert default["PATH"] == one["PATH"] == "/bin"

@@ -175,11 +175,42 @@ CPU_FLOAT64: list[Column] = [
 ]
 
 
+CPU_PATH: list[Column] = [
+    ("configuration", ("name",), text),
+    ("cells", ("cells",), text),
+    ("our threads", ("thread_source",), text),
+    ("BLAS", ("numpy_blas_threads",), text),
+    ("torch threads", ("torch_threads",), text),
+    ("ORT threads", ("ort_intra_op_threads",), text),
+]
+CPU_BOUNDS: list[Column] = [
+    ("configuration", ("name",), text),
+    ("floor/torch (training)", ("bound_train_vs_torch",), fixed(2)),
+    ("floor/ORT (inference)", ("bound_inference_vs_ort",), fixed(2)),
+    ("reserve/cuDNN MB", ("bound_memory",), fixed(2)),
+]
+CPU_EXAMPLE: list[Column] = [
+    ("machine", ("name",), text),
+    ("default s", ("default_s",), fixed(2)),
+    ("OMP_NUM_THREADS=1 s", ("one_thread_s",), fixed(2)),
+    ("default/one", ("ratio",), fixed(2)),
+    ("others busy", ("others_busy",), fixed(2)),
+]
+
+
 def cpu_tables(data: dict[str, Any]) -> list[Table | None]:
-    rows = data["results"]
+    rows = data.get("results", [])
+    example = data.get("example") or {}
+    phases = [dict(phase, name="loaded (1 competing process)" if name == "loaded" else name)
+              for name, phase in example.get("phases", {}).items()]
+    example_title = f"README example ({example.get('command', 'the example')}), wall-clock"
     return [table_of("float32 training step (forward + full backprop)", CPU_TRAINING, rows),
             table_of("float32 inference against ONNX Runtime", CPU_INFERENCE, rows),
             table_of("float64 training step against its own GEMM floor", CPU_FLOAT64, rows),
+            table_of("threads and path of each figure", CPU_PATH, rows),
+            table_of("what bounds a missed target: ours runs the floor's products and keeps the reserve, so ours/torch "
+                     ">= floor/torch, ours/ORT >= floor/ORT and peak/cuDNN >= reserve/cuDNN", CPU_BOUNDS, rows),
+            table_of(example_title, CPU_EXAMPLE, phases) if phases else None,
             targets_table(data.get("targets", {}), data.get("targets_met", {}))]
 
 
