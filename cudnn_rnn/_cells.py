@@ -40,7 +40,7 @@ from typing import Any, TypedDict
 from ._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "Workspace",
-           "step_forward", "tanh", "lstm_hidden", "Factors", "factors", "step_backward"]
+           "step_forward", "tanh", "lstm_hidden", "Factors", "factors", "unprojected_gradient", "step_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -282,6 +282,20 @@ def factors(mode: str, n: int, gates: Array, cell: Array | None, cell_prev: Arra
             xp.copyto(carry, 1, where=invalid)
 
 
+def unprojected_gradient(dh_total: Array, Proj: Array | None, d_projected: Array | None, invalid: Array | None,
+                         ws: Workspace, xp: Any) -> Array:
+    """An LSTM step's gradient [B, N] reaching o*tanh(c_t): ``dh_total`` itself, or through the projection
+    ``dh_total @ Proj`` (in ``ws.n``), after ``d_projected`` [B, P] <- dh_total (0 past the end: ``invalid``)."""
+    if Proj is None:
+        return dh_total
+    assert d_projected is not None, "a projecting LSTM step has d_projected"
+    d_projected[...] = dh_total
+    if invalid is not None:
+        xp.copyto(d_projected, 0, where=invalid)
+    xp.matmul(dh_total, Proj, out=ws.n)
+    return ws.n
+
+
 def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
                   dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
                   xp: Any) -> None:
@@ -294,14 +308,7 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
     dg = f.dg[j]
     if mode == "lstm":
         assert f.k is not None and f.carry is not None and dc is not None, "an LSTM step has k, carry and dc"
-        dm = dh_total
-        if Proj is not None:
-            assert d_projected is not None, "a projecting LSTM step has d_projected"
-            d_projected[...] = dh_total
-            if invalid is not None:
-                xp.copyto(d_projected, 0, where=invalid)
-            xp.matmul(dh_total, Proj, out=ws.n)
-            dm = ws.n
+        dm = unprojected_gradient(dh_total, Proj, d_projected, invalid, ws, xp)
         xp.multiply(dm, f.k[j], out=ws.n2)
         dc += ws.n2
         ifg = dg[:, :3 * n].reshape(dg.shape[0], 3, n)

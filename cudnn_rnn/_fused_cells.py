@@ -334,14 +334,7 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
     dg = f.dg[j]
     if mode == "lstm":
         assert f.k is not None and f.carry is not None and dc is not None, "an LSTM step has k, carry and dc"
-        dm = dh_total
-        if Proj is not None:
-            assert d_projected is not None, "a projecting LSTM step has d_projected"
-            d_projected[...] = dh_total
-            if invalid is not None:
-                np.copyto(d_projected, 0, where=invalid)
-            np.matmul(dh_total, Proj, out=ws.n)
-            dm = ws.n
+        dm = _cells.unprojected_gradient(dh_total, Proj, d_projected, invalid, ws, np)
         _lstm_step(dm, f.k[j], f.carry[j], dg, dc)
         np.matmul(dg, R, out=dh)
     elif mode == "gru":

@@ -140,7 +140,9 @@ def _smoke_test(cupy: types.ModuleType) -> None:
 
 def describe_backend(xp: types.ModuleType) -> str:
     if xp is np:
-        return "NumPy reference backend (CPU)"
+        from cudnn_rnn import cpu
+
+        return f"NumPy reference backend (CPU; {cpu.cells_in_use()} cells)"
     device = xp.cuda.Device()
     name = xp.cuda.runtime.getDeviceProperties(device.id)["name"]
     return f"CuPy + cuDNN on GPU {device.id} ({name.decode() if isinstance(name, bytes) else name})"
