@@ -209,3 +209,32 @@ def test_a_second_process_compiles_nothing(tmp_path: Path) -> None:
     first, second = runs
     assert first["misses"] > 0  # compiled and written to the cache ...
     assert second["misses"] == 0 and second["hits"] > 0  # ... and only read the second time
+
+
+@pytest.mark.parametrize("kind", ["numpy", "fused"])
+def test_inference_keeps_nothing_for_backprop(kind: str, cells: None) -> None:
+    """is_training=False: an empty reserve, and at its peak no more than the outputs, a layer's output and
+    one chunk of steps (no [T, B, G*N] activations), on both cells; training keeps them all."""
+    import tracemalloc
+
+    from cudnn_rnn import _reference
+
+    cpu.set_cells(kind)
+    steps, batch, units, layers = 400, 8, 32, 2
+    size = int(cudnn_rnn.cudnn_rnn_params_size(layers, units, units))
+    x = np.ones((steps, batch, units), np.float32)
+    h = np.zeros((layers, batch, units), np.float32)
+    params = np.full(size, 0.01, np.float32)
+    peaks = {}
+    for training in (False, True):
+        cudnn_rnn.cudnn_rnn_v3(x, h, h, params, None, is_training=training)  # compiled, warm
+        tracemalloc.start()
+        outputs = cudnn_rnn.cudnn_rnn_v3(x, h, h, params, None, is_training=training)
+        peaks[training] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        if not training:
+            assert outputs.reserve_space.size == 0
+    output_bytes = steps * batch * units * 4
+    chunk_bytes = _reference.TIME_CHUNK * batch * 4 * units * 4
+    assert peaks[False] <= 3 * output_bytes + 4 * chunk_bytes, peaks
+    assert peaks[True] >= peaks[False] + steps * batch * 5 * units * 4 * layers  # gates and c of every step
