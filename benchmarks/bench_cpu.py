@@ -62,8 +62,7 @@ Targets (each printed as met / NOT met; every configuration must meet the first 
     README example, under one competing CPU-bound process (``--loaded``): default <= 1.1 x one thread
     README example, on a quiet machine: default <= 1.05 x the better of default and one thread
 A configuration that misses a target is named with what bounds it (``BOUNDS``, recorded as ``bound_*``):
-our step runs the floor's products and more, so ours/torch >= floor/torch and ours/ORT >= floor/ORT, and
-our peak holds the reserve, so peak/cuDNN >= reserve/cuDNN.
+ours/torch >= floor/torch, ours/ORT >= floor/ORT (the floor's products are ours) and peak/cuDNN >= reserve/cuDNN.
 
 Defaults: 5 repeats after 1 warm-up per side, 3 repeats in the float64 group (the slowest), 5 runs of the
 README example per setting after 1 warm-up run. The op configurations take 1-4 minutes on 2 cores and the
@@ -89,7 +88,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -111,6 +109,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # this folder's _bench_configs, and a checkout without installing
 
 from _bench_configs import GATES, RESULTS, Bench, write_record  # noqa: E402
+from _bench_report import column, median_ms, print_table, text_column  # noqa: E402
 from _cpu_load import (CELL_KINDS, configure, describe, describe_line, example_environment,  # noqa: E402
                        example_group, host_environment, ours_path, thread_count)
 
@@ -378,20 +377,6 @@ TARGETS: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
 
 
 # ---- measuring --------------------------------------------------------------------------------
-def interleaved_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Milliseconds per call of each step, the steps taking turns so that machine noise hits all alike."""
-    for _ in range(warmup):
-        for step in steps.values():
-            step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(1e3 * (time.perf_counter() - start))
-    return times
-
-
 def training_memory(step: Callable[[], tuple]) -> dict[str, int]:
     """Bytes of one training step of ours (NumPy included, via tracemalloc): ``peak`` allocated while it runs
     and its results live, of which ``reserve`` (the reserve_space) and ``returned`` (the other outputs and
@@ -407,16 +392,6 @@ def training_memory(step: Callable[[], tuple]) -> dict[str, int]:
     reserve = out.reserve_space.nbytes
     returned = sum(a.nbytes for a in (*out, *grads)) - reserve
     return dict(peak=peak, reserve=reserve, returned=returned, transient=peak - reserve - returned)
-
-
-def median_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int, prefix: str) -> dict[str, Any]:
-    """``interleaved_ms`` of ``steps`` as row entries: ``{prefix}{name}_ms`` (median), ``..._times_ms`` (all)
-    and ``{prefix}spread``: the largest max/min of a side's times (1 on a quiet machine)."""
-    times = interleaved_ms(steps, warmup, repeats)
-    row: dict[str, Any] = {f"{prefix}{name}_ms": statistics.median(ms) for name, ms in times.items()}
-    row.update({f"{prefix}{name}_times_ms": ms for name, ms in times.items()})
-    row[f"{prefix}spread"] = max(max(ms) / min(ms) for ms in times.values())
-    return row
 
 
 def measure(bench: Bench, warmup: int, repeats: int, repeats64: int, threads: int, folder: Path) -> dict[str, Any]:
@@ -463,48 +438,28 @@ def measure(bench: Bench, warmup: int, repeats: int, repeats64: int, threads: in
 
 
 # ---- reporting --------------------------------------------------------------------------------
-def _column(header: str, key: str, digits: int = 1, scale: float = 1.0) -> tuple[str, Callable[[dict], str]]:
-    """A table column: its header and how a row's ``key`` is shown (times ``scale``, ``digits`` decimals)."""
-    return header, lambda row: f"{row[key] * scale:.{digits}f}"
-
-
-def _text(header: str, key: str, none: str = "n/a") -> tuple[str, Callable[[dict], str]]:
-    """A table column of a row's ``key`` as text (``none`` for None)."""
-    return header, lambda row: none if row[key] is None else str(row[key])
-
-
 MB = 1 / 2**20
 #: a group whose side's times vary by more (max/min over the repeats) is reported as noisy
 NOISY = 1.3
 TABLES: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
     "training, float32 (forward + backward)": [
-        _column("ours ms", "train_ours_ms"), _column("torch ms", "train_torch_ms"),
-        _column("floor ms", "train_floor_ms"), _column("ours/torch", "ratio_torch", 2),
-        _column("ours/floor", "ratio_floor", 2), _column("peak MB", "peak_bytes", scale=MB),
-        _column("reserve", "reserve_bytes", scale=MB), _column("returned", "returned_bytes", scale=MB),
-        _column("cuDNN MB", "activation_bytes", scale=MB), _column("x", "memory_ratio", 2),
-        _column("transient T->2T MB", "transient_growth_2t_bytes", 2, MB)],
+        column("ours ms", "train_ours_ms"), column("torch ms", "train_torch_ms"),
+        column("floor ms", "train_floor_ms"), column("ours/torch", "ratio_torch", 2),
+        column("ours/floor", "ratio_floor", 2), column("peak MB", "peak_bytes", scale=MB),
+        column("reserve", "reserve_bytes", scale=MB), column("returned", "returned_bytes", scale=MB),
+        column("cuDNN MB", "activation_bytes", scale=MB), column("x", "memory_ratio", 2),
+        column("transient T->2T MB", "transient_growth_2t_bytes", 2, MB)],
     "inference, float32 (forward, is_training=False)": [
-        _column("ours ms", "infer_ours_ms"), _column("ORT ms", "infer_ort_ms"), _column("floor ms", "infer_floor_ms"),
-        _column("ours/ORT", "ratio_ort", 2), _column("ours/floor", "infer_ratio_floor", 2)],
+        column("ours ms", "infer_ours_ms"), column("ORT ms", "infer_ort_ms"), column("floor ms", "infer_floor_ms"),
+        column("ours/ORT", "ratio_ort", 2), column("ours/floor", "infer_ratio_floor", 2)],
     "training, float64 (forward + backward)": [
-        _column("ours64 ms", "float64_ours_ms"), _column("floor64 ms", "float64_floor_ms"),
-        _column("ratio64", "ratio64", 2), _column("ratio32", "ratio32", 2)],
+        column("ours64 ms", "float64_ours_ms"), column("floor64 ms", "float64_floor_ms"),
+        column("ratio64", "ratio64", 2), column("ratio32", "ratio32", 2)],
     "threads and path (the cells ours ran; each side's threads)": [
-        _text("cells", "cells"), _text("ours threads", "ours_threads", "policy"), _text("BLAS", "numpy_blas_threads"),
-        _text("torch", "torch_threads"), _text("ORT", "ort_intra_op_threads")],
+        text_column("cells", "cells"), text_column("ours threads", "ours_threads", "policy"),
+        text_column("BLAS", "numpy_blas_threads"), text_column("torch", "torch_threads"),
+        text_column("ORT", "ort_intra_op_threads")],
 }
-
-
-def print_table(title: str, columns: list[tuple[str, Callable[[dict], str]]], rows: list[dict[str, Any]]) -> None:
-    """One line per row: the configuration's name, then each column right-aligned under its header."""
-    width = max(len("configuration"), *(len(row["name"]) for row in rows))
-    cells = [[cell(row) for _, cell in columns] for row in rows]
-    widths = [max(len(name), 8, *(len(line[i]) for line in cells)) for i, (name, _) in enumerate(columns)]
-    header = f"{'configuration':{width}s}" + "".join(f" {name:>{w}s}" for (name, _), w in zip(columns, widths))
-    print(f"\n{title}\n{header}\n{'-' * len(header)}")
-    for row, line in zip(rows, cells):
-        print(f"{row['name']:{width}s}" + "".join(f" {cell:>{w}s}" for cell, w in zip(line, widths)))
 
 
 #: target -> (what bounds ours from below, how it reads): the measured reason a target can be out of reach.

@@ -28,6 +28,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # this folder's _bench_configs, an
 
 import bench_cpu  # noqa: E402
 from _bench_configs import Bench  # noqa: E402
+from _bench_report import interleaved_ms  # noqa: E402
 
 from cudnn_rnn import _reference  # noqa: E402
 
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         sides = {"rev": step_through(old, current), "now": current}
         for name, mine, other in zip(RESULTS, results_of(sides["now"]()), results_of(sides["rev"]())):
             bench_cpu.relative_difference(f"{bench.name()}: {name}", mine, other, tolerance, args.revision)
-        best = {name: min(times) for name, times in bench_cpu.interleaved_ms(sides, 0, args.repeats).items()}
+        best = {name: min(times) for name, times in interleaved_ms(sides, 0, args.repeats).items()}
         peak = {name: bench_cpu.training_memory(side)["peak"] / 2**20 for name, side in sides.items()}
         print(f"{bench.name():44s} {best['rev']:15.1f} {best['now']:9.1f} {best['now'] / best['rev']:8.2f} "
               f"{peak['rev']:12.1f} {peak['now']:12.1f}")
