@@ -188,10 +188,11 @@ def host_cores() -> int:
     """The cores this process may run on: its affinity mask where the OS has one, within a cgroup's CPU quota."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
-        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as limit:
+            quota, period = limit.read().split()[:2]
         if quota != "max":
             cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
+    except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2 limit here, or one that says nothing usable
         pass
     return cores
 
