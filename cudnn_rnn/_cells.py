@@ -107,7 +107,6 @@ class Workspace:
         self.n = xp.empty((batch, num_units), dtype=dtype)
         self.n2 = xp.empty((batch, num_units), dtype=dtype)
         self.p = xp.empty((batch, state_size), dtype=dtype)
-        self.none_invalid = xp.zeros((batch, 1), dtype=bool)  # the rows' padding mask when there is none
 
 
 def _gate(a: Array, j: int, n: int) -> Array:

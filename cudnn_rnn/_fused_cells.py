@@ -353,5 +353,3 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
 #: every compiled function, for the tests of the disk cache
 KERNELS = (_sigmoid_rows, _tanh_from_sigmoid, _carry_rows, _lstm_forward, _gru_forward, _rnn_forward, _lstm_factors,
            _gru_factors, _rnn_factors, _lstm_step, _gru_step, _add_carried)
-#: the reference these functions stand in for
-REFERENCE = _cells
