@@ -9,8 +9,8 @@
 The environment says the same at first use: ``CUDNN_RNN_NUM_THREADS=n`` (as ``set_num_threads(n)``) and
 ``CUDNN_RNN_CELLS=kind`` (as ``set_cells(kind)``); the functions win over the variables.
 
-**Threads.** Unless a count was set (above, or through any of ``THREAD_VARIABLES``, which is then kept
-as it is), a product of ``m*k*n`` multiply-adds runs on::
+**Threads.** Unless a count was set (above, or through any of ``THREAD_VARIABLES`` in the environment
+the process started with, which is then kept as it is), a product of ``m*k*n`` multiply-adds runs on::
 
     1                              if m*k*n < GRAIN      (waking threads costs more than they give)
     min(pool, cores - others)      otherwise
@@ -35,11 +35,12 @@ imports. CuPy arrays never use either: they run cuDNN.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -79,6 +80,9 @@ class _Settings:
 
 
 _settings = _Settings()
+#: what the policy found or decided once per process: the BLAS pools, the load reading, the pools' own size,
+#: the count a call left them at, the user's thread variable
+_state: dict[str, Any] = {}
 
 
 def _read_environment() -> None:
@@ -187,19 +191,34 @@ def cells_in_use() -> str:
 def host_cores() -> int:
     """The cores this process may run on: its affinity mask where the OS has one, within a cgroup's CPU quota."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cores()
+    return cores if quota is None else min(cores, quota)
+
+
+@functools.cache
+def _cgroup_cores() -> int | None:
+    """The cores a cgroup v2 CPU quota allows (rounded up), read once; None without a usable one."""
     try:
         with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as limit:
             quota, period = limit.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
     except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2 limit here, or one that says nothing usable
-        pass
-    return cores
+        return None
 
 
-def _user_thread_variable() -> str | None:
-    """The first of ``THREAD_VARIABLES`` that is set (non-empty), if any."""
-    return next((name for name in THREAD_VARIABLES if os.environ.get(name, "").strip()), None)
+def user_thread_variable(environ: Mapping[str, str] | None = None) -> str | None:
+    """The first of ``THREAD_VARIABLES`` set (not blank) in ``environ`` (default ``os.environ``), if any."""
+    environ = os.environ if environ is None else environ
+    return next((name for name in THREAD_VARIABLES if environ.get(name, "").strip()), None)
+
+
+def _users_variable() -> str | None:
+    """``user_thread_variable()`` of the environment this process started with, read once: the BLAS
+    libraries read these variables when they load, so a later change means nothing to them."""
+    if "user_variable" not in _state:
+        _state["user_variable"] = user_thread_variable()
+    variable: str | None = _state["user_variable"]
+    return variable
 
 
 class _Load:
@@ -276,9 +295,6 @@ class BlasThreads:
             _state["left"] = self.leave
 
 
-_state: dict[str, Any] = {}
-
-
 def _pools() -> list[Any]:
     """threadpoolctl's controllers of the BLAS libraries loaded at first use, NumPy's among them (empty
     without threadpoolctl). A BLAS that another library loads later is not NumPy's: it is left alone."""
@@ -303,7 +319,7 @@ def _load() -> _Load:
 def _plan() -> BlasThreads:
     """The plan for a call starting now (see the module docstring)."""
     _read_environment()
-    if _settings.threads is None and _user_thread_variable() is not None:
+    if _settings.threads is None and _users_variable() is not None:
         return BlasThreads([], None, 1)  # the user's count is kept: touch nothing
     pools = _pools()
     found = max((pool.num_threads for pool in pools), default=1)
@@ -327,7 +343,7 @@ def blas_threads() -> Iterator[BlasThreads]:
 def describe() -> dict[str, Any]:
     """What the NumPy backend's next call uses: cells, numba, thread source, and the BLAS pools, JSON-ready."""
     _read_environment()
-    user_variable = _user_thread_variable()
+    user_variable = _users_variable()
     if _settings.threads is not None:
         source = f"{_settings.threads_source} ({_settings.threads})"
     elif user_variable is not None:

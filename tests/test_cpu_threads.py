@@ -32,6 +32,7 @@ def policy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The policy alone: no thread variable of the user's, no override."""
     for name in cpu.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(cpu._state, "user_variable", raising=False)  # read again, from the environment above
     cudnn_rnn.set_num_threads(None)
     yield
     cudnn_rnn.set_num_threads(None)

@@ -17,7 +17,7 @@ import os
 import warnings
 from collections.abc import Mapping
 
-from ..cpu import THREAD_VARIABLES, host_cores
+from ..cpu import THREAD_VARIABLES, host_cores, user_thread_variable
 
 __all__ = ["THREAD_VARIABLES", "host_cores", "share_host_threads"]
 
@@ -29,7 +29,7 @@ def share_host_threads(local_size: int, environ: Mapping[str, str] | None = None
     thread variable set by the user, or threadpoolctl missing (then a warning says what to do).
     """
     environ = os.environ if environ is None else environ
-    if local_size <= 1 or any(environ.get(name) for name in THREAD_VARIABLES):
+    if local_size <= 1 or user_thread_variable(environ) is not None:
         return None
     threads = max(1, host_cores() // local_size)
     try:
