@@ -20,7 +20,6 @@ place while :func:`competing_process` keeps one other process spinning on a core
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import platform
 import re
@@ -31,20 +30,20 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
+
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from cudnn_rnn import cpu
 
 REPO = Path(__file__).resolve().parent.parent
 #: the README's example command, less ``--out`` (a fresh temporary folder per run), run from REPO
 EXAMPLE = ("examples/train_char_lm.py", "--steps", "60", "--checkpoint-every", "0")
 #: thread counts removed from the example's environment in both settings
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "CUDNN_RNN_NUM_THREADS")
+THREAD_VARIABLES = (*cpu.THREAD_VARIABLES, "CUDNN_RNN_NUM_THREADS")
 #: setting -> what it adds to the example's environment
 SETTINGS: dict[str, dict[str, str]] = {"default": {},
                                        "one_thread": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}}
-#: what ``--cells`` takes (``cudnn_rnn.cpu.set_cells``)
-CELL_KINDS = ("auto", "fused", "numpy")
 #: under one competing process: default / one thread at most this
 LOADED_TARGET = 1.1
 #: on a quiet machine: default at most this times the better of the two settings
@@ -56,78 +55,34 @@ EXAMPLE_TIMEOUT = 600
 
 
 # ---- our side's path and threads ----------------------------------------------------------------
-def cpu_module() -> ModuleType | None:
-    """``cudnn_rnn.cpu`` (the thread policy and the cells), or None where this cudnn_rnn has none."""
-    try:
-        return importlib.import_module("cudnn_rnn.cpu")
-    except ImportError:
-        return None
-
-
-def _ask(name: str, default: Any = "n/a") -> Any:
-    """``cudnn_rnn.cpu.<name>()``, or ``default`` where it does not exist; a failure is shown, not raised."""
-    function = getattr(cpu_module(), name, None)
-    if function is None:
-        return default
-    try:
-        return function()
-    except (ImportError, ValueError) as error:  # cells asked for without numba, a bad CUDNN_RNN_* variable
-        return f"n/a ({type(error).__name__}: {error})"
-
-
-def describe() -> dict[str, Any] | str:
-    """``cudnn_rnn.cpu.describe()`` (JSON-ready), or "n/a"."""
-    described: dict[str, Any] | str = _ask("describe")
-    return described
-
-
-def _numpy_blas() -> list[dict[str, Any]] | None:
+def _numpy_blas() -> list[dict[str, Any]]:
     """threadpoolctl's entries of NumPy's BLAS (those under numpy's folders when any are: SciPy, imported along
-    the way, brings its own), or None without threadpoolctl."""
-    try:
-        from threadpoolctl import threadpool_info  # optional
-    except ImportError:
-        return None
+    the way, brings its own)."""
     pools = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     return [i for i in pools if "numpy" in Path(i.get("filepath", "")).parent.name] or pools
 
 
 def blas_threads() -> str:
-    """How many threads NumPy's BLAS uses, as far as can be told without extra packages."""
-    pools = _numpy_blas()
-    if pools is not None:
-        return ", ".join(f"{i['internal_api']}:{i['num_threads']}" for i in pools) or "unknown"
-    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if os.environ.get(variable):
-            return f"{variable}={os.environ[variable]}"
-    return f"BLAS default (all {os.cpu_count()} cores; no *_NUM_THREADS set)"
+    """How many threads NumPy's BLAS uses."""
+    return ", ".join(f"{i['internal_api']}:{i['num_threads']}" for i in _numpy_blas()) or "unknown"
 
 
 def blas_pool_size() -> int | None:
-    """The largest of NumPy's BLAS pools (threadpoolctl), or None where that cannot be told."""
-    return max((int(i["num_threads"]) for i in _numpy_blas() or []), default=None)
-
-
-def ours_threads() -> int | None:
-    """The thread count set for our side (``set_num_threads`` or ``CUDNN_RNN_NUM_THREADS``); None: its policy
-    decides per product (or there is no ``cudnn_rnn.cpu``)."""
-    threads = _ask("get_num_threads", None)
-    return threads if isinstance(threads, int) else None
+    """The largest of NumPy's BLAS pools, or None where threadpoolctl sees none."""
+    return max((int(i["num_threads"]) for i in _numpy_blas()), default=None)
 
 
 def ours_path() -> dict[str, Any]:
-    """What our side runs on now, for a record row: ``cells`` ("fused" / "numpy", or "n/a"), ``ours_threads``
-    (None: the policy), ``thread_source`` (``describe()``'s account of it) and ``numpy_blas_threads``."""
-    described = describe()
-    source = described.get("threads", "n/a") if isinstance(described, dict) else described
-    return dict(cells=_ask("cells_in_use"), ours_threads=ours_threads(), thread_source=source,
-                numpy_blas_threads=blas_threads())
+    """What our side runs on now, for a record row: ``cells`` ("fused" / "numpy"), ``ours_threads`` (None: the
+    policy), ``thread_source`` (``describe()``'s account of it) and ``numpy_blas_threads``."""
+    return dict(cells=cpu.cells_in_use(), ours_threads=cpu.get_num_threads(),
+                thread_source=cpu.describe()["threads"], numpy_blas_threads=blas_threads())
 
 
 def thread_count(requested: int | None) -> tuple[int, str]:
     """The threads torch and ONNX Runtime get, and why: ``--threads``, else the count set for our side, else
     NumPy's BLAS pool (the most our policy uses), else the cores."""
-    for count, why in ((requested, "--threads"), (ours_threads(), "the count set for ours"),
+    for count, why in ((requested, "--threads"), (cpu.get_num_threads(), "the count set for ours"),
                        (blas_pool_size(), "NumPy's BLAS pool, the most ours uses"), (os.cpu_count(), "the cores")):
         if count:
             return count, why
@@ -147,44 +102,22 @@ def host_environment(**options: Any) -> dict[str, Any]:
                 load_average=os.getloadavg()[0])
 
 
-def describe_line(described: dict[str, Any] | str) -> str:
+def describe_line(described: dict[str, Any]) -> str:
     """``cudnn_rnn.cpu.describe()`` on one line."""
-    if not isinstance(described, dict):
-        return f"cudnn_rnn.cpu: {described}"
-    pools = ", ".join(f"{pool.get('library')}:{pool.get('threads')}" for pool in described.get("blas", [])) or "none"
-    return (f"cudnn_rnn.cpu: cells {described.get('cells')} (setting {described.get('cells_setting')}, numba "
-            f"{described.get('numba')}); threads {described.get('threads')}; BLAS pools {pools}")
+    pools = ", ".join(f"{pool['library']}:{pool['threads']}" for pool in described["blas"]) or "none"
+    return (f"cudnn_rnn.cpu: cells {described['cells']} (setting {described['cells_setting']}, numba "
+            f"{described['numba']}); threads {described['threads']}; BLAS pools {pools}")
 
 
-def configure(cells: str | None, threads: int | None) -> list[str]:
+def configure(cells: str | None, threads: int | None) -> None:
     """Apply ``--cells`` (``cudnn_rnn.cpu.set_cells``) and ``--threads`` (``cudnn_rnn.set_num_threads``, and
-    every BLAS pool of this process limited to ``threads``, so that the GEMM floor runs on them too). Returns
-    notes to print; raises RuntimeError / ImportError / ValueError when a choice cannot be applied."""
-    notes = []
-    cpu = cpu_module()
+    every BLAS pool of this process limited to ``threads``, so that the GEMM floor runs on them too); raises
+    ImportError / ValueError when a choice cannot be applied."""
     if cells is not None:
-        set_cells = getattr(cpu, "set_cells", None)
-        if set_cells is None:
-            raise RuntimeError("--cells needs cudnn_rnn.cpu.set_cells, which this cudnn_rnn does not have")
-        set_cells(cells)
+        cpu.set_cells(cells)
     if threads is not None:
-        import cudnn_rnn
-
-        set_num_threads: Callable[[int], None] | None = (getattr(cudnn_rnn, "set_num_threads", None)
-                                                         or getattr(cpu, "set_num_threads", None))
-        if set_num_threads is None:
-            notes.append("cudnn_rnn has no set_num_threads: our side runs on the BLAS pools limited below")
-        else:
-            set_num_threads(threads)
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError as error:
-            if set_num_threads is None:
-                raise RuntimeError("--threads needs cudnn_rnn.set_num_threads or threadpoolctl") from error
-            notes.append("threadpoolctl is not installed: the GEMM floor runs on NumPy's BLAS default threads")
-        else:
-            _LIMITS.append(threadpool_limits(limits=threads, user_api="blas"))  # kept for the whole run
-    return notes
+        cpu.set_num_threads(threads)
+        _LIMITS.append(threadpool_limits(limits=threads, user_api="blas"))  # kept for the whole run
 
 
 #: the BLAS limit of ``--threads``, held for the whole run

@@ -110,7 +110,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # this folder's _bench_configs, an
 
 from _bench_configs import GATES, RESULTS, Bench, write_record  # noqa: E402
 from _bench_report import column, median_ms, print_table, text_column  # noqa: E402
-from _cpu_load import (CELL_KINDS, configure, describe, describe_line, example_environment,  # noqa: E402
+from _cpu_load import (configure, describe_line, example_environment,  # noqa: E402
                        example_group, host_environment, ours_path, thread_count)
 
 import cudnn_rnn  # noqa: E402
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side first")
     parser.add_argument("--quick", action="store_true", help="tiny configurations (a smoke test, seconds)")
     parser.add_argument("--only", metavar="TEXT", default="", help="only the configurations whose name contains TEXT")
-    parser.add_argument("--cells", choices=CELL_KINDS, default=None,
+    parser.add_argument("--cells", choices=cudnn_rnn.cpu.CELL_KINDS, default=None,
                         help="our cells (cudnn_rnn.cpu.set_cells; default: auto, or CUDNN_RNN_CELLS)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="every side on N threads (default: ours to its policy, torch and ORT on NumPy's BLAS "
@@ -572,12 +572,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no configuration's name contains {args.only!r}")
     example = args.example_only or args.loaded or not (args.quick or args.only)
     try:
-        notes = configure(args.cells, args.threads)
-    except (RuntimeError, ImportError, ValueError) as error:
+        configure(args.cells, args.threads)
+        described = cudnn_rnn.cpu.describe()
+    except (ImportError, ValueError) as error:  # fused cells without numba; a bad CUDNN_RNN_* variable
         parser.error(str(error))
-    described, environment = describe(), host_environment(cells=args.cells, threads=args.threads)
+    environment = host_environment(cells=args.cells, threads=args.threads)
     print(f"{environment['cores']} cores; load average {environment['load_average']:.2f}; NumPy BLAS: "
-          f"{environment['numpy_blas_threads']}\n{describe_line(described)}", *notes, sep="\n", flush=True)
+          f"{environment['numpy_blas_threads']}\n{describe_line(described)}", flush=True)
     record: dict[str, Any] = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                   environment=environment, loaded=args.loaded, cpu=described)
     targets_met: dict[str, bool | None] = {}
