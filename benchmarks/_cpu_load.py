@@ -191,23 +191,13 @@ def time_example(base: Mapping[str, str], repeats: int, warmup: int) -> dict[str
     return phase
 
 
-def others_busy(seconds: float = 1.0) -> float | None:
-    """How many cores other processes kept busy over the next ``seconds`` (``/proc/stat``'s busy time less this
-    process's own and its waited-for children's), or None where there is no ``/proc/stat``."""
-    def busy() -> float:
-        with open("/proc/stat", encoding="ascii") as stat:
-            ticks = [int(field) for field in stat.readline().split()[1:9]]  # user nice system idle iowait irq ...
-        own = os.times()
-        return (sum(ticks[:3]) + sum(ticks[5:8])) / os.sysconf("SC_CLK_TCK") - (own.user + own.system
-                                                                                + own.children_user
-                                                                                + own.children_system)
-
-    try:
-        start, before = time.perf_counter(), busy()
-        time.sleep(seconds)
-        return max(0.0, busy() - before) / (time.perf_counter() - start)
-    except (OSError, ValueError, AttributeError):
-        return None
+def others_busy(seconds: float = 1.0) -> float:
+    """How many cores other processes kept busy over the next ``seconds``: the thread policy's own reading
+    (``cudnn_rnn.cpu.describe()["others_busy"]``: ``/proc/stat`` less this process's CPU time; 0 without it)."""
+    cpu.describe()  # a reading now ...
+    time.sleep(max(seconds, cpu.LOAD_INTERVAL))
+    busy: float = cpu.describe()["others_busy"]  # ... and the busy cores since
+    return busy
 
 
 @contextlib.contextmanager
@@ -272,7 +262,7 @@ def example_group(base: Mapping[str, str], repeats: int, warmup: int, loaded: bo
     print(f"{header}\n{'-' * len(header)}")
     for name, phase in phases.items():
         label = "loaded (1 competing process)" if name == "loaded" else name
-        busy = "n/a" if phase["others_busy"] is None else f"{phase['others_busy']:.2f}"
+        busy = f"{phase['others_busy']:.2f}"
         print(f"{label:30s} {phase['default_s']:10.2f} {phase['one_thread_s']:13.2f} {phase['ratio']:12.2f} "
               f"{phase['spread']:7.2f} {busy:>12s}")
     backends = {phase["backend"] for phase in phases.values()}
@@ -289,7 +279,7 @@ def example_group(base: Mapping[str, str], repeats: int, warmup: int, loaded: bo
     if noisy:
         print(f"noisy README example timings (a setting's runs varied by more than {NOISY}x): " + "; ".join(noisy))
     quiet_busy = phases["quiet"]["others_busy"]
-    if quiet_busy is not None and quiet_busy > QUIET_BUSY:
+    if quiet_busy > QUIET_BUSY:
         print(f"the quiet machine was not quiet: other processes kept {quiet_busy:.2f} cores busy before its runs")
     return dict(command=example_command(), repeats=repeats, warmup=warmup, loaded=loaded,
                 removed=list(THREAD_VARIABLES), settings=SETTINGS,
