@@ -14,6 +14,8 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import read_file, stack, to_format
+from cudnn_rnn import _safetensors
+from cudnn_rnn.files import write_bytes
 from cudnn_rnn.convert.readers import FILE_KINDS, OPTION_USES, FileReadError, Question, choose, file_kind
 from cudnn_rnn.layout import params_layout
 from reading_testing import found_layer, random_params, savez
@@ -41,6 +43,7 @@ KINDS: dict[str, tuple[Path | None, tuple[str, ...]]] = {
     "keras": (GOLDEN / "keras" / "keras3_functional.keras", ()),
     "hdf5": (GOLDEN / "keras" / "keras2_model.h5", ()),
     "torch": (GOLDEN / "torch" / "checkpoint.pt", ("key", "prefix", "trust_pickle")),
+    "safetensors": (None, ("prefix",)),
     "onnx": (GOLDEN / "onnx" / "torch_lstm_L2_bi_opset14.onnx", ()),
     "tf_checkpoint": (GOLDEN / "tf_checkpoint" / "tf1_cudnn_lstm", ()),
 }
@@ -54,8 +57,12 @@ def file_of_kind(kind: str, tmp_path: Path) -> Path:
     if path is None:
         config = RNNConfig("lstm", 1, 3, 2)
         params = np.zeros(params_layout(config).size, np.float32)
-        path = tmp_path / "parent.npz"
-        np.savez(path, **{f"rnn.{name}": value for name, value in to_format("torch", params, config).value.items()})
+        tensors = {f"rnn.{name}": value for name, value in to_format("torch", params, config).value.items()}
+        path = tmp_path / f"parent.{kind}"
+        if kind == "safetensors":
+            write_bytes(path, _safetensors.encode(tensors))
+        else:
+            np.savez(path, **tensors)
     return path
 
 

@@ -537,7 +537,8 @@ def test_a_keras_file_without_rnns(tmp_path: Path) -> None:
 
 def test_pytorch_options_are_refused_for_keras_files() -> None:
     assert read_refusal(GOLDEN / "keras2_model.h5", prefix="rnn.").endswith(
-        "prefix= applies to PyTorch state_dicts (the key prefix of the RNN in a parent module), not to an HDF5 file "
+        "prefix= applies to PyTorch state_dicts in torch.save and safetensors files (the key prefix of the RNN in a "
+        "parent module), not to an HDF5 file "
         "(Keras .weights.h5 or legacy Keras 2 .h5 model); a Keras file names its RNNs by layer: pick one by its name "
         "with names=[NAME] (the names are listed by cudnn-rnn inspect)")
 

@@ -241,7 +241,8 @@ def test_missing_index_and_missing_data_shard(tmp_path: Path) -> None:
 
 def test_pytorch_options_are_refused() -> None:
     assert read_refusal(GOLDEN / "tf1_cudnn_lstm", prefix="rnn.").endswith(
-        "prefix= applies to PyTorch state_dicts (the key prefix of the RNN in a parent module), not to a TensorFlow "
+        "prefix= applies to PyTorch state_dicts in torch.save and safetensors files (the key prefix of the RNN in a "
+        "parent module), not to a TensorFlow "
         "checkpoint; a TensorFlow checkpoint names its RNNs by variable scope: pick one by its name with names=[NAME] "
         "(the names are listed by cudnn-rnn inspect)")
     assert "key= applies to PyTorch checkpoint dicts" in read_refusal(GOLDEN / "tf1_cudnn_lstm", key="model")

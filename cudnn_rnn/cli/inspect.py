@@ -9,6 +9,8 @@ For each RNN :func:`cudnn_rnn.convert.read_file` finds::
        params: 20992 elements; to cuDNN params: exact
        stacks on: lstm
 
+"stacks on" names the RNN whose output feeds this one where ``convert --stack`` accepts the two
+as one network; where it does not, "input from" names it and says why they do not stack.
 "?" marks a field the file does not tell (with a default after it, the value assumed); the
 conversion line then says which flag to pass. ``--json`` prints the same as a JSON list.
 Exit status 2 when the file cannot be read.
@@ -21,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from ..convert.readers import FoundRNN
+from ..convert.readers import FoundRNN, stack_problem
 from ..layout import params_size
 from ._flags import error_line, in_flags
 from ._reading import CommandError, add_reading_arguments, hints_from, read_found
@@ -40,24 +42,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", metavar="FILE", help="the model file to read")
 
 
-def describe_found(found: FoundRNN) -> dict[str, Any]:
+def describe_found(found: FoundRNN, below: FoundRNN | None = None) -> dict[str, Any]:
     """What ``inspect`` reports for one RNN, as JSON-ready data.
 
     Args:
         found: one RNN that :func:`cudnn_rnn.convert.read_file` found, with the overrides applied.
+        below: the RNN of the same file whose output feeds ``found`` (``found.feeds_from``), if any.
 
     Returns:
         ``{"name", "source", "format", "configuration", "unknown", "params_size", "conversion",
-        "notes", "stacks_on"}``: ``configuration`` the fields the file tells, ``unknown`` the
-        question for each field it does not (in flags), ``params_size`` the number of elements
-        of the cuDNN params buffer (None when the configuration is incomplete or refused),
-        ``conversion`` how the RNN converts to cuDNN params, ``stacks_on`` the RNN it feeds
-        from (None for none).
+        "notes", "input_from", "stacks_on", "no_stack"}``: ``configuration`` the fields the file
+        tells, ``unknown`` the question for each field it does not (in flags), ``params_size`` the
+        number of elements of the cuDNN params buffer (None when the configuration is incomplete
+        or refused), ``conversion`` how the RNN converts to cuDNN params, ``input_from`` the RNN
+        whose output feeds it (None for none), ``stacks_on`` that RNN where ``convert --stack``
+        accepts the pair (else None), ``no_stack`` why it does not (else None).
     """
     try:
         size = params_size(found.config) if found.complete and not found.refusal else None
     except ValueError:  # the fields do not form a valid configuration: conversion() says why
         size = None
+    problem = stack_problem(below, found) if below is not None else None
     return {
         "name": found.name,
         "source": found.source,
@@ -67,7 +72,9 @@ def describe_found(found: FoundRNN) -> dict[str, Any]:
         "params_size": size,
         "conversion": in_flags(found.conversion()),
         "notes": list(found.notes),
-        "stacks_on": found.feeds_from,
+        "input_from": found.feeds_from,
+        "stacks_on": found.feeds_from if found.feeds_from and not problem else None,
+        "no_stack": problem,
     }
 
 
@@ -77,8 +84,10 @@ def _text(index: int, report: dict[str, Any], found: FoundRNN) -> list[str]:
              f"   {found.describe()}",
              f"   params: {size}; to cuDNN params: {report['conversion']}"]
     lines += [f"   note: {note}" for note in found.notes]
-    if found.feeds_from:
-        lines.append(f"   stacks on: {found.feeds_from}")
+    if report["stacks_on"]:
+        lines.append(f"   stacks on: {report['stacks_on']}")
+    elif report["input_from"]:
+        lines.append(f"   input from: {report['input_from']} (they do not stack: {report['no_stack']})")
     return lines
 
 
@@ -96,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
     except (CommandError, ValueError, TypeError) as error:
         print(error_line("inspect", error), file=sys.stderr)
         return 2
-    reports = [describe_found(item) for item in found]
+    by_name = {item.name: item for item in found}
+    reports = [describe_found(item, by_name.get(item.feeds_from or "")) for item in found]
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
         return 0
     print(f"{args.input}: {len(found)} RNN(s)")
     for index, (report, item) in enumerate(zip(reports, found), start=1):
         print("\n".join(_text(index, report, item)))
-    chains = [item for item in found if item.feeds_from]
-    if chains:
+    if any(report["stacks_on"] for report in reports):
         print("consecutive layers stack into one network: cudnn-rnn convert --name A --name B ... (or --stack)")
     return 0

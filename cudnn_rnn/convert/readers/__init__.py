@@ -11,17 +11,20 @@ The file's content, not its name, says what it is (:data:`FILE_KINDS`); each kin
 module, which imports its framework (h5py, torch, onnx, tensorflow) only inside the functions
 that read such a file, so each is needed only for its own files:
 
-=================  ========================================================  ==================  ================
-kind               recognised by                                             reader              options it takes
-=================  ========================================================  ==================  ================
-``npz``            a zip of ``.npy`` members                                 ``_npz_file``       prefix
+=================  ========================================================  =====================  ================
+kind               recognised by                                             reader                 options it takes
+=================  ========================================================  =====================  ================
+``npz``            a zip of ``.npy`` members                                 ``_npz_file``          prefix
 ``keras``          a zip with ``config.json`` and ``model.weights.h5``       ``_keras_file``
 ``hdf5``           the HDF5 signature (``.weights.h5``, Keras 2 ``.h5``)     ``_keras_file``
-``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``     key, prefix,
-                                                                                                 trust_pickle
+``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``        key, prefix,
+                                                                                                    trust_pickle
+``safetensors``    a u64 header length n (2 <= n <= 64 MiB, 8 + n within     ``_safetensors_file``  prefix
+                   the file), then ``{`` (checked before the pickle and
+                   ONNX bytes: n's low byte may be theirs)
 ``onnx``           ``.onnx``, or a protobuf starting with ir_version         ``_onnx_file``
 ``tf_checkpoint``  ``PREFIX.index`` beside the path, or a checkpoint folder  ``_tf_checkpoint``
-=================  ========================================================  ==================  ================
+=================  ========================================================  =====================  ================
 
 Every kind takes ``fmt`` when it names a format the kind can hold; :func:`read_file` refuses an
 option a kind does not take (:data:`OPTION_USES`) before its reader runs, naming what to do
@@ -40,17 +43,20 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._checks import flag
+from ..._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
 from ...formats._table import FORMATS, to_format
-from . import _keras_file, _npz_file, _onnx_file, _tf_checkpoint, _torch_file
+from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
+from ._found import same_field as _same_field
 
 __all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
-           "file_kind", "read_file", "stack", "choose", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]
+           "file_kind", "read_file", "stack", "stack_problem", "choose", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]
 
 #: the options of :func:`read_file` that only some kinds of file take -> what they apply to
 OPTION_USES: dict[str, str] = {
     "key": "PyTorch checkpoint dicts (the entry holding the state_dict)",
-    "prefix": "PyTorch state_dicts (the key prefix of the RNN in a parent module)",
+    "prefix": "PyTorch state_dicts in torch.save and safetensors files (the key prefix of the RNN in a parent "
+              "module)",
     "trust_pickle": "PyTorch files (unpickling whole saved modules)",
 }
 
@@ -86,6 +92,8 @@ FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
              "a Keras file names its RNNs by layer"),
     FileKind("torch", "a PyTorch file (torch.save)", _torch_file.read, ("torch",), ("key", "prefix", "trust_pickle"),
              "a PyTorch file names its RNNs by key prefix"),
+    FileKind("safetensors", "a safetensors file", _safetensors_file.read, ("torch",), ("prefix",),
+             "a safetensors file names its RNNs by key prefix"),
     FileKind("onnx", "an ONNX model", _onnx_file.read, ("onnx",), (),
              "an ONNX model names its RNNs by node"),
     FileKind("tf_checkpoint", "a TensorFlow checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell"),
@@ -94,6 +102,7 @@ FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 ZIP_LOCAL_HEADER = b"PK\x03\x04"  # a zip archive's first bytes; its directory sits at the end
+SAFETENSORS_OPENING = ord("{")  # the header's first byte, after its 8-byte little-endian length
 PICKLE_PROTOCOL_OPCODE = 0x80   # the first byte of a pickle of protocol 2 or later
 ONNX_IR_VERSION_TAG = 0x08      # ModelProto field 1 (ir_version), varint: the first byte of every ONNX model
 TF_CHECKPOINT_SUFFIXES = (".index", ".data-")
@@ -131,6 +140,7 @@ def file_kind(path: str) -> FileKind:
     try:
         with open(path, "rb") as handle:
             head = handle.read(16)
+            file_size = os.fstat(handle.fileno()).st_size
     except OSError as error:
         raise FileReadError(path, f"cannot open it: {error.strerror or error}") from None
     if not head:
@@ -142,12 +152,28 @@ def file_kind(path: str) -> FileKind:
     if head.startswith(ZIP_LOCAL_HEADER):
         raise FileReadError(path, "a zip archive without its central directory (.keras, .npz and torch.save files are "
                                   "zip archives): the file is truncated or corrupt")
+    # before the one-byte pickle and ONNX checks: a safetensors header length's low byte may be 0x80 or 0x08
+    header_length = _safetensors_header_length(head)
+    if header_length is not None and HEADER_LENGTH.size + header_length <= file_size:
+        return FILE_KINDS["safetensors"]
     if head[0] == PICKLE_PROTOCOL_OPCODE:
         return FILE_KINDS["torch"]
     if path.lower().endswith(".onnx") or head[0] == ONNX_IR_VERSION_TAG:
         return FILE_KINDS["onnx"]
+    if header_length is not None:
+        raise FileReadError(path, f"a truncated safetensors file: its header is {header_length} bytes, and only "
+                                  f"{file_size - HEADER_LENGTH.size} follow its length")
     known = ", ".join(kind.description for kind in FILE_KINDS.values())
     raise FileReadError(path, f"not a model file of a known kind ({known}); it starts with bytes {head[:8].hex(' ')}")
+
+
+def _safetensors_header_length(head: bytes) -> int | None:
+    """The header length n of a file starting with ``head`` when it starts as a safetensors file does (a
+    u64 n with 2 <= n <= MAX_HEADER_BYTES, then ``{``), else None; it is one when 8 + n fits in the file."""
+    if len(head) <= HEADER_LENGTH.size or head[HEADER_LENGTH.size] != SAFETENSORS_OPENING:
+        return None
+    (length,) = HEADER_LENGTH.unpack_from(head)
+    return int(length) if 2 <= length <= MAX_HEADER_BYTES else None
 
 
 def _zip_kind(path: str) -> FileKind:
@@ -171,9 +197,9 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     """Every RNN in the model file ``path``, in the file's order.
 
     Args:
-        path: a Keras .keras/.weights.h5/.h5, PyTorch .pt/.pth/.bin, ONNX, TensorFlow checkpoint
-            or .npz file, told apart by its content (a checkpoint by its prefix, ``.index``
-            or folder).
+        path: a Keras .keras/.weights.h5/.h5, PyTorch .pt/.pth/.bin, safetensors, ONNX, TensorFlow
+            checkpoint or .npz file, told apart by its content (a checkpoint by its prefix,
+            ``.index`` or folder).
         key: the entry of a PyTorch checkpoint dict holding the state_dict (found by itself
             when exactly one entry is a state_dict).
         prefix: the key prefix of the RNN in a parent module's state_dict (e.g. ``"rnn."``).
@@ -266,14 +292,10 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
         return found[0]
     configs = [item.config for item in found]
     first = configs[0]
-    for (previous, before), (item, config) in zip(zip(found, configs), zip(found[1:], configs[1:])):
-        for name in ("rnn_mode", "num_units", "num_proj", "direction", "dtype"):
-            if getattr(config, name) != getattr(first, name):
-                raise ValueError(f"cannot stack {item.name} on {previous.name}: {name} is {getattr(config, name)!r}, "
-                                 f"the first layer's is {getattr(first, name)!r}")
-        if config.input_size != before.output_size or config.skip_input:
-            raise ValueError(f"cannot stack {item.name} on {previous.name}: its input size is {config.input_size}, "
-                             f"{previous.name} outputs {before.output_size} features per step")
+    for previous, item in zip(found, found[1:]):
+        problem = stack_problem(previous, item, found[0], conversions=False)
+        if problem:
+            raise ValueError(f"cannot stack {item.name} on {previous.name}: {problem}")
     tensors, notes, offset = {}, [], 0
     for item, config in zip(found, configs):
         converted = item.to_params()
@@ -287,7 +309,51 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     fields["num_layers"] = offset
     return FoundRNN(name="+".join(item.name for item in found),
                     source=f"{len(found)} stacked layers ({', '.join(item.source for item in found)})",
-                    fmt="torch", tensors=tensors, fields=fields, notes=tuple(notes))
+                    fmt="torch", tensors=tensors, fields=fields, notes=tuple(notes),
+                    parts=tuple(part for item in found for part in (item.parts or (item,))))
+
+
+#: the fields every layer of a stack shares with the first
+_SHARED_FIELDS: tuple[str, ...] = ("rnn_mode", "num_units", "num_proj", "direction", "dtype")
+
+
+def _known(item: FoundRNN) -> dict[str, Any]:
+    """The fields ``item`` tells, with the defaults of its questions where they have one."""
+    defaults = {name: question.default for name, question in item.questions.items() if question.default is not None}
+    return {**defaults, **item.fields}
+
+
+def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = None, *,
+                  conversions: bool = True) -> str | None:
+    """Why ``above`` cannot be stacked on ``below`` by :func:`stack` (None: it can), as far as the file tells.
+
+    Fields that a file leaves as questions without a default are not compared: the answer will
+    decide. ``first`` is the stack's first layer, whose shared fields (mode, units, projection,
+    direction, dtype) every layer must have (``below`` when None). With ``conversions``, a layer
+    that converts to cuDNN params only approximately, or not at all, is a problem too (as
+    :func:`stack` finds when it converts them).
+
+    Returns:
+        The reason in a few words ("rnn_mode is 'gru', the first layer's is 'lstm'"), or None.
+    """
+    base, lower, upper = _known(first or below), _known(below), _known(above)
+    for name in _SHARED_FIELDS:
+        if name in upper and name in base and not _same_field(name, upper[name], base[name]):
+            whose = "the first layer's" if first is not None else f"{below.name}'s"
+            return f"{name} is {upper[name]!r}, {whose} is {base[name]!r}"
+    if upper.get("input_mode") == "skip_input":
+        return "its input_mode is skip_input (no input matrices), which only a first layer may have"
+    if all(name in lower for name in ("num_units", "num_proj", "direction")) and "input_size" in upper:
+        width = (lower["num_proj"] or lower["num_units"]) * (2 if lower["direction"] == "bidirectional" else 1)
+        if upper["input_size"] != width:
+            return f"its input size is {upper['input_size']}, {below.name} outputs {width} features per step"
+    for item in (below, above) if conversions else ():
+        conversion = item.conversion()
+        if conversion.startswith("approximate"):
+            return f"{item.name} converts to cuDNN params only approximately"
+        if conversion.startswith("refused"):
+            return f"{item.name} cannot become cuDNN params"
+    return None
 
 
 def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: bool = False,

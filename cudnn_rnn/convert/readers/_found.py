@@ -183,7 +183,10 @@ class FoundRNN:
         refusal: why these weights can never become a cuDNN params buffer (e.g. peepholes), or
             None. Other formats may still hold them (see ``fmt``).
         feeds_from: the name of the RNN found in the same file whose full output sequence is
-            this RNN's input with nothing in between, when the file tells (stackable layers).
+            this RNN's input with nothing in between, when the file tells (whether the two
+            stack into one network is :func:`~cudnn_rnn.convert.readers.stack_problem`'s answer).
+        parts: the RNNs, as read from the file, that a stacked RNN was made of (see
+            :func:`~cudnn_rnn.convert.stack`); empty for an RNN read as it is.
     """
 
     name: str
@@ -195,6 +198,7 @@ class FoundRNN:
     notes: tuple[str, ...] = ()
     refusal: str | None = None
     feeds_from: str | None = None
+    parts: tuple["FoundRNN", ...] = ()
 
     def __post_init__(self) -> None:
         if self.fmt != PARAMS_FORMAT and self.fmt not in FORMATS:
@@ -206,6 +210,7 @@ class FoundRNN:
         object.__setattr__(self, "fields", _frozen(self.fields))
         object.__setattr__(self, "questions", _frozen(self.questions))
         object.__setattr__(self, "notes", tuple(self.notes))
+        object.__setattr__(self, "parts", tuple(self.parts))
 
     def replace(self, **changes: Any) -> "FoundRNN":
         """A copy with some attributes changed.
@@ -253,7 +258,7 @@ class FoundRNN:
                                      f"it can be {' or '.join(map(str, choices))}")
                 fields[name] = value
                 del questions[name]
-            elif name in fields and not _same(name, fields[name], value):
+            elif name in fields and not same_field(name, fields[name], value):
                 raise ValueError(f"{_argument(name, value)} disagrees with the file: {self.name} "
                                  f"({self.source}) has {name}={fields[name]!r}; drop the argument or pick another RNN")
             else:
@@ -374,7 +379,8 @@ class FoundRNN:
         return ", ".join(parts)
 
 
-def _same(name: str, a: Any, b: Any) -> bool:
+def same_field(name: str, a: Any, b: Any) -> bool:
+    """Whether two values of config field ``name`` say the same (dtype names and objects alike)."""
     if name == "dtype":
         try:
             return dtype_name(a) == dtype_name(b)

@@ -1,0 +1,80 @@
+"""safetensors files: a (parent module's) PyTorch state_dict as named arrays behind a JSON header, read without torch.
+
+===========================================  ============================================================
+the file holds                               what is found
+===========================================  ============================================================
+a state_dict (``weight_ih_l0``, ...)         one RNN, named after the file
+a parent module's state_dict                 every RNN inside, by key prefix (``encoder.rnn.`` ->
+                                             ``encoder.rnn``); ``prefix`` picks one
+a cudnn_rnn checkpoint                       refused, naming ``cudnn_rnn.checkpoint.load``
+===========================================  ============================================================
+
+::
+
+    read_layout(file, size)          the length, header and every entry checked (cudnn_rnn._safetensors)
+    select_rnns(path, names, prefix) the RNNs' keys (:mod:`._state_dict`), from the header's names alone
+    read_array(file, entry)          only those tensors' bytes, each a new host array
+
+Nothing is read before the whole header has been checked (dtype codes, shapes, offsets tiling
+the data exactly, the file as long as the header says), and only the RNNs' tensors are read:
+float16/32/64 as they are, bfloat16 as float32 (exact; its bits shifted, so no ml_dtypes is
+needed), any other dtype refused by name, as the PyTorch reader does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+import numpy as np
+
+from ..._safetensors import Entry, SafetensorsError, read_array, read_layout
+from ._found import FileReadError, FoundRNN, ReadOptions
+from ._state_dict import check_one_dtype, rnns_in_state_dict, select_rnns
+
+__all__ = ["read", "READ_DTYPES", "SOURCE"]
+
+#: a tensor's dtype -> the NumPy dtype it is read as (others are refused), as the PyTorch reader does
+READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
+                               "bfloat16": "float32"}
+
+#: what holds each RNN's state_dict, in its source ("PyTorch nn.LSTM state_dict in a safetensors file")
+SOURCE = "state_dict in a safetensors file"
+
+#: the ``__metadata__`` format of a cudnn_rnn checkpoint (a safetensors file of another purpose)
+_CHECKPOINT_FORMAT = "cudnn_rnn.checkpoint"
+
+_BFLOAT16_BITS = np.dtype("<u2")
+
+
+def _tensor(handle: BinaryIO, entry: Entry) -> np.ndarray:
+    """The tensor of ``entry`` as its :data:`READ_DTYPES` dtype: bfloat16 widened to float32 exactly."""
+    if entry.dtype_name != "bfloat16":
+        return read_array(handle, entry)
+    bits = read_array(handle, entry, _BFLOAT16_BITS)
+    return (bits.astype("<u4") << 16).view("<f4")
+
+
+def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
+    """Every RNN in a safetensors file (see the module docstring)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        try:
+            layout = read_layout(handle, size)
+        except SafetensorsError as error:
+            raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+        if layout.metadata.get("format") == _CHECKPOINT_FORMAT:
+            raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
+                                      "cudnn_rnn.checkpoint.load(path)")
+        groups = select_rnns(path, list(layout.entries), options.prefix)
+        for names in groups.values():
+            check_one_dtype(path, {key: layout.entries[key].dtype_name for key in names.values()}, READ_DTYPES)
+        try:
+            arrays = {key: _tensor(handle, layout.entries[key]) for names in groups.values() for key in names.values()}
+        except SafetensorsError as error:
+            raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+    found = rnns_in_state_dict(path, arrays, options, SOURCE)
+    bfloat16 = {prefix for prefix, names in groups.items()
+                if layout.entries[names["weight_ih_l0"]].dtype_name == "bfloat16"}
+    return [item.replace(notes=item.notes + ("the tensors are bfloat16: read as float32, exactly",))
+            if prefix in bfloat16 else item for item, prefix in zip(found, groups)]
