@@ -67,3 +67,25 @@ def test_inspect_refuses_unreadable_files_in_one_line(tmp_path: Path, capsys: py
     err = capsys.readouterr().err
     assert err.startswith("cudnn-rnn inspect: error: cannot read ") and "not a model file of a known kind" in err
     assert len(err.strip().splitlines()) == 1 and "\x1b" not in err
+
+
+KERAS_GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
+
+
+def test_stacks_on_only_where_convert_stack_accepts_the_pair(capsys: pytest.CaptureFixture) -> None:
+    """An LSTM feeding a GRU is 'input from', with the reason; two chaining LSTMs 'stack on' (and --stack agrees)."""
+    functional = KERAS_GOLDEN / "keras3_functional.keras"
+    assert main(["inspect", str(functional)]) == 0
+    out = capsys.readouterr().out
+    assert "stacks on" not in out and "--stack" not in out
+    assert "   input from: encoder (they do not stack: rnn_mode is 'gru', encoder's is 'lstm')" in out.splitlines()
+    assert main(["inspect", "--json", str(functional)]) == 0
+    [_, bi_gru, _] = json.loads(capsys.readouterr().out)
+    assert (bi_gru["input_from"], bi_gru["stacks_on"]) == ("encoder", None)
+    assert bi_gru["no_stack"] == "rnn_mode is 'gru', encoder's is 'lstm'"
+    assert main(["convert", "--stack", str(functional), "x.npz"]) == 2
+    assert "cannot stack bi_gru on encoder" in capsys.readouterr().err
+    chained = KERAS_GOLDEN / "keras3_bidirectional_stack.keras"
+    assert main(["inspect", str(chained)]) == 0
+    out = capsys.readouterr().out
+    assert "   stacks on: bi_1" in out.splitlines() and "(or --stack)" in out
