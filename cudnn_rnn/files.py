@@ -153,9 +153,14 @@ def _machine() -> str:
     return hashlib.blake2b(identity.encode(errors="replace"), digest_size=6).hexdigest()
 
 
+#: extensions of two parts, which a writer looking at its path must see whole (Keras's ``.weights.h5``)
+COMPOUND_EXTENSIONS: tuple[str, ...] = (".weights.h5",)
+
+
 def _extension(name: str) -> str:
     """The extension :func:`write_through_path`'s partial file of target ``name`` ends in."""
-    return os.path.splitext(name)[1]
+    compound = next((ending for ending in COMPOUND_EXTENSIONS if name.lower().endswith(ending)), None)
+    return name[-len(compound):] if compound else os.path.splitext(name)[1]
 
 
 def _leftover_name(name: str) -> re.Pattern[str]:

@@ -203,8 +203,12 @@ def test_params_file_needs_exactly_the_params_key(tmp_path: Path, capsys: pytest
 
 
 @pytest.mark.parametrize("name, match", [
-    ("out.txt", "OUT 'OUT' must end in one of ('.npz', '.pt', '.onnx'); got '.txt'"),
-    ("out.onnx", "a .onnx output is an ONNX model, written for --to onnx; got --to params"),
+    ("out.txt", "OUT 'OUT' must end in one of ('.npz', '.pt', '.pth', '.safetensors', '.keras', '.weights.h5', "
+                "'.onnx'); got '.txt'"),
+    ("out.onnx", "OUT 'OUT' is an ONNX model, which holds the onnx format, not --to params: name OUT ending in .npz "
+                 "or .pt or .pth or .safetensors, or drop --to"),
+    ("out.keras", "OUT 'OUT' is a Keras 3 model, which holds the keras format, not --to params"),
+    ("out.weights.h5", "OUT 'OUT' is a Keras 3 weights file, which holds the keras format, not --to params"),
 ])
 def test_output_file_types(tmp_path: Path, torch_file: Path, capsys: pytest.CaptureFixture, name: str,
                            match: str) -> None:

@@ -1,19 +1,32 @@
 """Convert the RNN weights of a model file into cuDNN params or another framework's format.
 
 ``cudnn-rnn convert [--to FORMAT] [--name NAME ...] [overrides] IN OUT``
+``cudnn-rnn convert IN OUT --into MODEL [--prefix PREFIX | --name LAYER ...]``
 
 IN is any file :func:`cudnn_rnn.convert.read_file` reads (Keras .keras/.weights.h5/.h5, PyTorch
 .pt, ONNX, TensorFlow checkpoints, .npz); its kind comes from its content and the configuration
 from its tensors, so no size needs typing. Configuration flags are overrides: checked against
 what the file says, and needed only where the file cannot tell (the command asks for the one
-flag that is missing, by name). OUT is written by its extension:
+flag that is missing, by name). OUT's name chooses the container, in the form its framework loads
+as it is (:mod:`cudnn_rnn.convert.saving`), and ``--to`` defaults to that framework's format:
 
-* ``.npz``: ``--to params`` (the default) writes a params file (params + configuration, see
-  :mod:`cudnn_rnn.params_file`) that ``cudnn_rnn.LSTM.load`` etc. read directly; ``--to FORMAT``
-  writes that format's named tensors (not bfloat16 ones, which an ``.npz`` cannot name).
-* ``.pt``: the named tensors as a ``torch.save``-d state_dict (needs torch; bfloat16 stays
-  ``torch.bfloat16``).
+* ``.npz``: a params file (params + configuration, see :mod:`cudnn_rnn.params_file`) that
+  ``cudnn_rnn.LSTM.load`` etc. read directly; ``--to FORMAT`` writes that format's named tensors
+  (not bfloat16 ones, which an ``.npz`` cannot name).
+* ``.pt``/``.pth``: a ``torch.save``-d state_dict (``--to torch``, the default; needs torch).
+* ``.safetensors``: the same state_dict in a safetensors file (no pickle; needs nothing).
+* ``.keras``: a Keras 3 model (``keras.saving.load_model`` loads it); ``.weights.h5``: its weights
+  (``--to keras``; needs h5py).
 * ``.onnx``: a runnable ONNX model (``--to onnx``; needs onnx).
+
+An OUT whose container cannot hold ``--to``'s format is refused, naming both.
+
+``--into MODEL`` writes OUT as a copy of the user's own model file MODEL (a torch.save or
+safetensors state_dict, a ``.keras`` or ``.weights.h5`` file) in which the converted RNN's tensors
+replace those of MODEL's RNN: the one under ``--prefix``, or the Keras layer(s) ``--name`` (one per
+network layer), each inferred where MODEL leaves no doubt (:func:`cudnn_rnn.convert.write_into`).
+With ``--into``, ``--prefix``, ``--name`` and ``--key`` choose in MODEL, and IN must hold one RNN
+(or ``--stack`` its layers).
 
 The command refuses unreadable or mismatched input with one message line and exit status 2,
 never writes over its input, and replaces an existing output only with ``--force``. An OUT it
@@ -27,21 +40,19 @@ import argparse
 import os
 import stat
 import sys
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Callable, Sequence
 
 from ..config import RNNConfig
-from ..convert import FORMAT_SPECS, Converted, convert_between, to_format
-from ..formats._core import describe
-from ..convert.onnx_export import DEFAULT_OPSET, export_onnx
+from ..convert import FORMAT_SPECS
+from ..convert.into import write_into
+from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
-from ..files import write_through_path
-from ..params_file import STORED_BITS, write_params_file
+from ..convert.saving import CONTAINERS, Written, container_of, write_file
+from ..formats._core import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
-__all__ = ["add_arguments", "read_and_choose", "run", "main", "WRITERS", "EXAMPLES", "CLI_FORMATS"]
+__all__ = ["add_arguments", "read_and_choose", "run", "main", "EXAMPLES", "CLI_FORMATS"]
 
 #: (what it does, the command line in lines): shown by ``--help`` and run by the tests
 EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -59,6 +70,12 @@ EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("cudnn-rnn convert --from keras --to torch keras_gru.npz torch_gru.npz",)),
     ("TF GRUBlockCell -> cuDNN GRU: a different function (reset before), so it must be asked for",
      ("cudnn-rnn convert --from gru_block_cell --to params --allow-approximation block.npz gru_params.npz",)),
+    ("a Keras model's RNN -> a PyTorch nn.LSTM state_dict in a safetensors file (no pickle)",
+     ("cudnn-rnn convert model.keras lstm.safetensors",)),
+    ("cuDNN params -> a Keras 3 model file that keras.saving.load_model loads as it is",
+     ("cudnn-rnn convert params.npz lstm.keras",)),
+    ("cuDNN params into the user's own PyTorch model: a copy with the RNN under 'encoder.rnn.' replaced",
+     ("cudnn-rnn convert --into model.pt --prefix encoder.rnn params.npz tuned.pt",)),
     ("a bare params buffer holds no configuration: give it all",
      ("cudnn-rnn convert --from params --to torch --rnn-mode lstm --num-layers 2",
       "--num-units 32 --input-size 16 --direction bidirectional params.npz lstm.pt")),
@@ -79,50 +96,6 @@ def _epilog() -> str:
 
 
 # ---- output files --------------------------------------------------------------------------------
-def _import(module: str, purpose: str) -> Any:
-    try:
-        return __import__(module)
-    except ImportError:
-        raise CommandError(f"{purpose} needs the '{module}' package: pip install {module}") from None
-
-
-def _write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
-    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
-    if narrow:  # np.savez would write anonymous void data
-        raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt "
-                        f"(torch.bfloat16) or a params file (--to {PARAMS_FORMAT})")
-    with open(path, "wb") as handle:  # numeric tensors: nothing to pickle, and no name taken for savez's flag
-        np.savez(handle, allow_pickle=False, **tensors)
-
-
-def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
-    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
-    value = np.ascontiguousarray(value)
-    if value.dtype.name == "bfloat16":
-        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(value)
-
-
-def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
-    torch = _import("torch", "writing .pt files")
-    torch.save({name: _torch_tensor(torch, value) for name, value in tensors.items()}, path)
-
-
-#: output extension -> how named tensors are written (.onnx is export_onnx's model, written apart)
-WRITERS: dict[str, Callable[[str, dict[str, np.ndarray]], None] | None] = {
-    ".npz": _write_npz,
-    ".pt": _write_pt,
-    ".onnx": None,
-}
-
-
-def _output_extension(path: str) -> str:
-    extension = os.path.splitext(path)[1].lower()
-    if extension not in WRITERS:
-        raise CommandError(f"OUT {path!r} must end in one of {tuple(WRITERS)}; got {extension or 'no extension'!r}")
-    return extension
-
-
 def _out_problem(target: str) -> str | None:
     """Why OUT cannot be written, where that can be told without writing: its folder, or OUT a folder."""
     folder = os.path.dirname(target) or os.curdir
@@ -162,12 +135,14 @@ def _check_paths(source: str, target: str, force: bool) -> None:
             raise CommandError(f"output {target!r} already exists; pass --force to replace it")
 
 
-def _write(target: str, write: Callable[[str], None]) -> None:
-    """``write_through_path(target, write)``; an OSError (permission, disk full, a folder gone) as one line."""
+def _writing(target: str, write: Callable[[], Written]) -> Written:
+    """``write()``; an OSError (permission, disk full, a folder gone) as one line naming OUT, a refusal as one line."""
     try:
-        write_through_path(target, write)
+        return write()
     except OSError as error:
         raise CommandError(f"cannot write OUT {target!r}: {_out_problem(target) or _reason(error)}") from None
+    except (ValueError, TypeError, ImportError) as error:
+        raise CommandError(one_line(error)) from None
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -176,7 +151,8 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
 
     Args:
         args: the parsed command line (``input``, the reading options, ``name``, ``stack`` and
-            the configuration overrides).
+            the configuration overrides; with ``into``, ``name``, ``prefix`` and ``key`` are
+            MODEL's and IN is read without them).
 
     Returns:
         ``(found, config)``: the chosen (or stacked) RNN and its complete configuration.
@@ -185,9 +161,15 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
         CommandError: the file cannot be read, names no such RNN, holds several without a
             choice, or does not tell a field that no flag gives (one message line).
     """
-    found = read_found(args)
+    into = getattr(args, "into", None) is not None
+    found = read_found(argparse.Namespace(**{**vars(args), "key": None, "prefix": None}) if into else args)
     try:
-        chosen = choose(found, args.name or (), stack_all=args.stack, hints=hints_from(args))
+        if into and len(found) > 1 and not args.stack:
+            listing = "; ".join(f"{item.name} ({item.source})" for item in found)
+            raise ValueError(f"IN holds {len(found)} RNNs ({listing}); with --into, --name and --prefix choose in "
+                             "MODEL: convert the one you want first (cudnn-rnn convert --name NAME IN rnn.npz), or "
+                             "--stack them all")
+        chosen = choose(found, () if into else args.name or (), stack_all=args.stack, hints=hints_from(args))
         return chosen, chosen.config
     except (ValueError, TypeError) as error:
         raise CommandError(one_line(error)) from None
@@ -202,34 +184,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.epilog = _epilog()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--to", dest="target_format", default=PARAMS_FORMAT, choices=CLI_FORMATS, metavar="FORMAT",
-                        help=f"format of OUT: {', '.join(CLI_FORMATS)} (default {PARAMS_FORMAT})")
+    parser.add_argument("--to", dest="target_format", default=None, choices=CLI_FORMATS, metavar="FORMAT",
+                        help=f"format of OUT: {', '.join(CLI_FORMATS)} (default: OUT's own: {_defaults()})")
     choosing = parser.add_argument_group("choosing the RNN (when IN holds several; see cudnn-rnn inspect)")
     choosing.add_argument("--name", action="append", metavar="NAME",
-                          help="the RNN to convert; repeat to stack consecutive layers into one network")
+                          help="the RNN to convert; repeat to stack consecutive layers into one network "
+                               "(with --into: MODEL's Keras layer(s) to fill)")
     choosing.add_argument("--stack", action="store_true", help="stack every RNN of IN, in file order")
     add_reading_arguments(parser)
+    into = parser.add_argument_group("into the user's own model (OUT: a copy of MODEL with the RNN replaced)")
+    into.add_argument("--into", metavar="MODEL",
+                      help="a torch.save or safetensors state_dict, or a Keras .keras/.weights.h5 file; never "
+                           "modified. --prefix (torch, safetensors), --name (Keras) and --key then choose in MODEL")
     parser.add_argument("--allow-approximation", action="store_true",
                         help="accept a conversion that changes the function (e.g. cuDNN GRU <-> GRUBlockCell); "
                              "what changed is printed")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists (never the input)")
-    onnx = parser.add_argument_group("ONNX model output (--to onnx with OUT ending in .onnx)")
+    onnx = parser.add_argument_group("ONNX model output (OUT ending in .onnx)")
     onnx.add_argument("--batch-major", action="store_true", help="X, Y and states batch-major, as time_major=False")
     onnx.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("input", metavar="IN", help="the model file to read")
-    parser.add_argument("output", metavar="OUT", help="output file (.npz, .pt, or .onnx for --to onnx)")
+    parser.add_argument("output", metavar="OUT", help=f"output file: its name chooses the container "
+                                                      f"({', '.join(CONTAINERS)})")
 
 
-def _convert(found: FoundRNN, config: RNNConfig, target: str, allow: bool) -> Converted:
-    """``found``'s weights in format ``target`` ("params": ``{"params": buffer}``)."""
-    if target == PARAMS_FORMAT:
-        converted = found.to_params(allow_approximation=allow)
-        return Converted({PARAMS_FORMAT: converted.value}, converted.approximations)
-    if found.fmt == PARAMS_FORMAT:
-        return to_format(target, found.tensors[PARAMS_FORMAT], config, allow_approximation=allow)
-    if found.refusal and found.fmt != target:
-        raise ValueError(f"{found.name} ({found.source}): {found.refusal}")
-    return convert_between(found.fmt, target, found.tensors, config, allow_approximation=allow)
+def _defaults() -> str:
+    return ", ".join(f"{suffix} {container.default}" for suffix, container in CONTAINERS.items())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -252,54 +232,51 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
-    target = args.target_format
-    out_extension = _output_extension(args.output)
-    if out_extension == ".onnx" and target != "onnx":
-        raise CommandError(f"a .onnx output is an ONNX model, written for --to onnx; got --to {target}")
+    if args.into is None:
+        try:
+            container = container_of(args.output)
+        except ValueError:
+            raise CommandError(f"OUT {args.output!r} must end in one of {tuple(CONTAINERS)}; got "
+                               f"{os.path.splitext(args.output)[1] or 'no extension'!r}") from None
+        if args.target_format is not None and args.target_format not in container.formats:
+            raise CommandError(f"OUT {args.output!r} is {container.description}, which holds the "
+                               f"{' or '.join(container.formats)} format, not --to "
+                               f"{args.target_format}: name OUT {_suffixes_for(args.target_format)}, or drop --to")
+    else:
+        if args.target_format is not None:
+            raise CommandError("--to does not apply with --into: OUT is a copy of MODEL, in MODEL's own format")
+        if args.batch_major or args.opset != DEFAULT_OPSET:
+            raise CommandError("--batch-major and --opset apply to ONNX output, not with --into")
+        _check_paths(args.into, args.output, args.force)
     _check_paths(args.input, args.output, args.force)
     found, config = read_and_choose(args)
-    try:
-        if out_extension == ".onnx":
-            params = _convert(found, config, PARAMS_FORMAT, args.allow_approximation)
-            result = Converted(None, params.approximations)
-
-            def write_model(path: str) -> None:  # (export_onnx returns the model too: not wanted here)
-                export_onnx(params.value[PARAMS_FORMAT], config, path, time_major=not args.batch_major,
-                            opset=args.opset)
-
-            _write(args.output, write_model)
-            written = f"an ONNX model ({config.num_layers} {_onnx_node(config)} node(s), opset {args.opset})"
-        elif target == PARAMS_FORMAT and out_extension == ".npz":
-            result = _convert(found, config, target, args.allow_approximation)
-            _write(args.output, lambda path: write_params_file(path, result.value[PARAMS_FORMAT], config))
-            layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
-            written = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
-        else:
-            result = _convert(found, config, target, args.allow_approximation)
-            writer = WRITERS[out_extension]
-            assert writer is not None  # only .onnx has no writer, and it is written above
-            _write(args.output, lambda path: writer(path, result.value))
-            written = f"{len(result.value)} tensor(s)"
-    except (ValueError, TypeError, ImportError) as error:
-        raise CommandError(one_line(error)) from None
-
-    print(f"converted {found.name} ({found.source}, format {found.fmt}) -> {target} ({describe(config)}, "
+    if args.into is None:
+        written = _writing(args.output, lambda: write_file(
+            args.output, found, args.target_format, allow_approximation=args.allow_approximation,
+            time_major=not args.batch_major, opset=args.opset))
+    else:
+        names = args.name[0] if args.name and len(args.name) == 1 else args.name
+        written = _writing(args.output, lambda: write_into(
+            args.into, args.output, found, prefix=args.prefix, name=names, key=args.key,
+            allow_approximation=args.allow_approximation))
+    parts = found.parts or (found,)
+    formats = "+".join(dict.fromkeys(part.fmt for part in parts))
+    print(f"converted {found.name} ({found.source}, format {formats}) -> {written.fmt} ({describe(config)}, "
           f"dtype={config.dtype})")
-    print(f"read {len(found.tensors)} tensor(s) from {args.input}; wrote {written} to {args.output}")
+    print(f"read {sum(len(part.tensors) for part in parts)} tensor(s) from {args.input}; wrote {written.what} to "
+          f"{args.output}")
     for note in found.notes:
         print(f"note: {note}")
-    if result.approximations:
+    if written.approximations:
         print("approximated (the result computes a different function):")
-        for sentence in result.approximations:
+        for sentence in written.approximations:
             print(f"  - {sentence}")
     else:
         print("exact: the result computes the same function")
 
 
-def _onnx_node(config: RNNConfig) -> str:
-    from ..formats._onnx import node_attributes
-
-    return node_attributes(config)[0]
+def _suffixes_for(fmt: str) -> str:
+    return "ending in " + " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,6 +47,16 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
     [rnn] = read_file("model.keras")       # FoundRNN: name, source, fmt, tensors, fields
     params = rnn.to_params().value           # exact, or refused (InexactConversionError)
     config = rnn.config                      # the RNNConfig the file describes
+
+**Files the frameworks load.** :func:`write_file` writes an RNN (found in a file, a layer of
+this library, or ``(params, config)``) into the container its file name chooses, in the form the
+target framework loads as it is (:mod:`.saving`): ``.npz`` (a params file), ``.pt``/``.pth``
+and ``.safetensors`` (a state_dict), ``.keras`` (a Keras 3 model) and ``.weights.h5``,
+``.onnx``. :func:`write_into` puts it into the user's own model file, replacing that model's
+RNN and nothing else (:mod:`.into`)::
+
+    write_file("lstm.keras", rnn)                                   # keras.saving.load_model reads it
+    write_into("model.pt", "tuned.pt", layer, prefix="encoder.rnn")  # a copy of model.pt, RNN replaced
 """
 
 from __future__ import annotations
@@ -54,8 +64,11 @@ from __future__ import annotations
 from .. import formats as _formats
 from ..formats import (Converted, InexactConversionError, convert_between, expected_shapes, from_format,
                        gru_block_cell_to_mygrad, mygrad_to_gru_block_cell, to_format)
+from .into import write_into
+from .keras_export import export_keras
 from .onnx_export import export_onnx
-from .readers import FileReadError, FoundRNN, Question, read_file, stack
+from .readers import FileReadError, FoundRNN, Question, read_file, stack, stack_problem
+from .saving import CONTAINERS, Written, write_file
 
 __all__ = [
     "FORMATS",
@@ -67,6 +80,11 @@ __all__ = [
     "convert_between",
     "expected_shapes",
     "export_onnx",
+    "export_keras",
+    "write_file",
+    "write_into",
+    "Written",
+    "CONTAINERS",
     "gru_block_cell_to_mygrad",
     "mygrad_to_gru_block_cell",
     "FoundRNN",
@@ -74,6 +92,7 @@ __all__ = [
     "FileReadError",
     "read_file",
     "stack",
+    "stack_problem",
 ]
 
 #: The format names, in the order of the table above (``"canonical"``, ``"torch"``, ...).

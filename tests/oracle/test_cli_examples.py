@@ -147,13 +147,78 @@ def make_bare_params(path: Path) -> Callable[[], None]:
     return check
 
 
-#: input file name -> how to make it (returns the check of the example's output)
-MAKERS: dict[str, Callable[[Path], Callable[[], None]]] = {
-    "model.keras": make_single_keras,
-    "checkpoint.pt": make_checkpoint,
-    "stacked.keras": make_stacked_keras,
-    "rnn.pt": make_relu_rnn,
-    "params.npz": make_params_file,
+def make_keras_for_safetensors(path: Path) -> Callable[[], None]:
+    inputs = keras.Input((None, 5))
+    lstm = keras.layers.LSTM(7, return_sequences=True, name="encoder")
+    keras.Model(inputs, lstm(inputs)).save(path)
+
+    def check() -> None:
+        from safetensors.torch import load_file
+
+        module = torch.nn.LSTM(5, 7, batch_first=True)
+        module.load_state_dict(load_file(str(path.parent / "lstm.safetensors")), strict=True)
+        x, _ = ragged_batch(5, "safetensors")
+        with torch.no_grad():
+            theirs = module(torch.from_numpy(x))[0].numpy()
+        assert relative_error(theirs, np.asarray(lstm(x))) <= 1e-5
+    return check
+
+
+def make_params_for_keras(path: Path) -> Callable[[], None]:
+    config = RNNConfig("lstm", 2, 8, 4, direction="bidirectional")
+    params = random_params(config, rng_for("keras-example"))
+    write_params_file(path, params, config)
+
+    def check() -> None:
+        model = keras.saving.load_model(path.parent / "lstm.keras")
+        x, _ = ragged_batch(4, "keras")
+        ours = cudnn_rnn.LSTM.load(path).forward(x, training=False)[0]
+        assert relative_error(np.asarray(model(x)), ours) <= 1e-5
+    return check
+
+
+class Tagger(torch.nn.Module):
+    """A user's model: encoder.rnn (the example's 2-layer bidirectional LSTM), then a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Module()
+        self.encoder.rnn = torch.nn.LSTM(4, 8, num_layers=2, bidirectional=True, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder.rnn(x)[0])
+
+
+def make_params_and_model(path: Path) -> Callable[[], None]:
+    config = RNNConfig("lstm", 2, 8, 4, direction="bidirectional")
+    params = random_params(config, rng_for("into-example"))
+    write_params_file(path, params, config)
+    model = Tagger()
+    torch.save(model.state_dict(), path.parent / "model.pt")
+
+    def check() -> None:
+        tuned = Tagger()
+        tuned.load_state_dict(torch.load(path.parent / "tuned.pt", weights_only=True), strict=True)
+        x, _ = ragged_batch(4, "into")
+        with torch.no_grad():
+            theirs = tuned(torch.from_numpy(x)).numpy()
+            head = (model.head.weight.numpy(), model.head.bias.numpy())
+        ours = cudnn_rnn.LSTM.load(path).forward(x, training=False)[0]
+        assert relative_error(theirs, ours @ head[0].T + head[1]) <= 1e-5
+    return check
+
+
+#: (input file name, output file name) -> how to make the input (returns the check of the example's output)
+MAKERS: dict[tuple[str, str], Callable[[Path], Callable[[], None]]] = {
+    ("model.keras", "params.npz"): make_single_keras,
+    ("checkpoint.pt", "params.npz"): make_checkpoint,
+    ("stacked.keras", "lstm.pt"): make_stacked_keras,
+    ("rnn.pt", "params.npz"): make_relu_rnn,
+    ("params.npz", "model.onnx"): make_params_file,
+    ("model.keras", "lstm.safetensors"): make_keras_for_safetensors,
+    ("params.npz", "lstm.keras"): make_params_for_keras,
+    ("params.npz", "tuned.pt"): make_params_and_model,
 }
 
 
@@ -166,7 +231,8 @@ def needs_a_maker(index: int) -> bool:
 def test_help_example_runs_on_a_real_file(index: int, tmp_path: Path, monkeypatch, capsys) -> None:
     argv = argv_of(index)
     source = argv[-2]
-    maker = make_bare_params if "--from" in argv and argv[argv.index("--from") + 1] == "params" else MAKERS[source]
+    maker = (make_bare_params if "--from" in argv and argv[argv.index("--from") + 1] == "params"
+             else MAKERS[source, argv[-1]])
     monkeypatch.chdir(tmp_path)
     check = maker(tmp_path / source)
     assert main(["convert", *argv]) == 0, capsys.readouterr().err

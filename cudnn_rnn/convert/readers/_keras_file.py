@@ -83,7 +83,7 @@ from ._keras_layout import LAYER_GROUPS, legacy_layers, store_layers
 from ._keras_weights_only import legacy_weights_only, store_weights_only
 from ._zip import READ_ERRORS, checked_members, read_member
 
-__all__ = ["read", "MAX_MEMBER_BYTES"]
+__all__ = ["read", "locate", "LayerPlaces", "StoredDataset", "MAX_MEMBER_BYTES", "WEIGHTS_MEMBER"]
 
 
 #: what an archive member may take in memory (a larger model.weights.h5: extract it, read the file)
@@ -276,8 +276,12 @@ def _json(path: str, text: bytes, what: str) -> Any:
         raise FileReadError(path, f"{what} is not JSON ({type(error).__name__}: {one_line(error, 120)})") from None
 
 
-def _read_archive(path: str, member_limit: int) -> list[_ReadLayer]:
-    """The layers of a ``.keras`` archive (in the child process); ``member_limit``: MAX_MEMBER_BYTES."""
+#: what is done with each layer a walk of the file finds: read its weights, or say where they lie
+_Visit = Callable[[H5File, RNNLayer, str], Any]
+
+
+def _read_archive(path: str, member_limit: int, visit: _Visit = _read_weights) -> list[Any]:
+    """``visit`` of each layer of a ``.keras`` archive (in the child process); ``member_limit``: MAX_MEMBER_BYTES."""
     import h5py
 
     try:
@@ -303,7 +307,7 @@ def _read_archive(path: str, member_limit: int) -> list[_ReadLayer]:
             layers = list(store_weights_only(h5, h5.file, reason=reason))
         else:
             layers = _with_config(h5, lambda: store_layers(h5, config, h5.file, ()), CONFIG_MEMBER)
-        return [_read_weights(h5, layer, version) for layer in layers]
+        return [visit(h5, layer, version) for layer in layers]
 
 
 def _with_config(h5: H5File, walk: Callable[[], list[RNNLayer]], what: str) -> list[RNNLayer]:
@@ -317,8 +321,8 @@ def _with_config(h5: H5File, walk: Callable[[], list[RNNLayer]], what: str) -> l
                       f"({type(error).__name__}: {one_line(error, 160)})") from None
 
 
-def _read_hdf5(path: str) -> list[_ReadLayer]:
-    """The layers of a legacy ``.h5`` model, or of a weights file (in the child process)."""
+def _read_hdf5(path: str, visit: _Visit = _read_weights) -> list[Any]:
+    """``visit`` of each layer of a legacy ``.h5`` model, or of a weights file (in the child process)."""
     import h5py
 
     h5 = open_h5(h5py, path)
@@ -344,7 +348,7 @@ def _read_hdf5(path: str) -> list[_ReadLayer]:
         else:
             raise h5.fail(f"an HDF5 file that is neither a Keras model nor a Keras weights file (it holds "
                           f"{sorted(root)[:8]})")
-        return [_read_weights(h5, layer, version) for layer in layers]
+        return [visit(h5, layer, version) for layer in layers]
 
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
@@ -352,6 +356,63 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
 
     # what the child runs is pickled; the member limit in force here goes with it
-    work = (functools.partial(_read_archive, path, MAX_MEMBER_BYTES) if kind == "keras"
-            else functools.partial(_read_hdf5, path))
-    return [_to_found_rnn(item) for item in run_isolated(path, work)]
+    return [_to_found_rnn(item) for item in run_isolated(path, _walk(path, kind, _read_weights))]
+
+
+def _walk(path: str, kind: str, visit: _Visit) -> Callable[[], list[Any]]:
+    """The walk of the file's layers that the child process runs (pickled, with the member limit in force here)."""
+    return (functools.partial(_read_archive, path, MAX_MEMBER_BYTES, visit) if kind == "keras"
+            else functools.partial(_read_hdf5, path, visit))
+
+
+# ---- where the weights lie ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredDataset:
+    """Where an HDF5 file keeps one weight: its dataset, and (for contiguous data) its byte offset in the file."""
+
+    dataset: str
+    offset: int | None
+    shape: tuple[int, ...]
+    dtype: str
+    byteorder: str
+
+
+@dataclass(frozen=True)
+class LayerPlaces:
+    """Where a Keras layer's weights lie, keyed by the ``keras`` format's tensor names of a one-layer network
+    (``layer_0/forward/kernel``, ...); empty for a layer whose stored weights are not that format's as they are
+    (a reset-before GRU, a CuDNN layer, a refused layer: ``why`` says which)."""
+
+    name: str
+    display: str
+    places: dict[str, StoredDataset]
+    why: str | None = None
+
+
+def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
+    """Where ``layer``'s weights lie (in the child process)."""
+    name = one_line(layer.name, 200)
+    refusal = layer.refusal or (None if layer.weights_only else config_refusal(layer))
+    if refusal or _builder(layer) is not _keras_tensors:
+        why = refusal or f"a {layer.display} keeps its weights in another layout than LSTM, GRU(reset_after=True) " \
+                         "and SimpleRNN"
+        return LayerPlaces(name, layer.display, {}, why)
+    places = {}
+    for direction, weights in enumerate(layer.weights):
+        for field_name, dataset in weights.items():
+            plain = (dataset.chunks is None and dataset.compression is None and not dataset.external
+                     and h5.dtype(dataset) == dataset.dtype.name)  # (bfloat16 is marked, stored as another type)
+            offset = dataset.id.get_offset() if plain else None
+            order = dataset.dtype.byteorder
+            places[KERAS_NAMES.name(field_name, 0, direction)] = StoredDataset(
+                str(dataset.name), None if offset is None else int(offset), tuple(int(d) for d in dataset.shape),
+                dataset.dtype.name, ">" if order == ">" else "<")
+    return LayerPlaces(name, layer.display, places)
+
+
+def locate(path: str, kind: str) -> list[LayerPlaces]:
+    """Where each RNN layer of a Keras file keeps its weights, in the model's order (offsets in the HDF5 file:
+    for a ``.keras`` archive, in its ``model.weights.h5`` member)."""
+    import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
+
+    return list(run_isolated(path, _walk(path, kind, _places)))

@@ -1,0 +1,298 @@
+"""Put converted RNN weights into the user's own model file: a copy of it with the RNN's tensors replaced.
+
+::
+
+    write_into("model.pt", "tuned.pt", rnn, prefix="encoder.rnn")     # a parent module's state_dict
+    write_into("model.safetensors", "tuned.safetensors", layer)        # the one RNN of the right shapes
+    write_into("model.keras", "tuned.keras", rnn, name=["lstm", "lstm_1"])   # a 2-layer network
+
+``rnn`` is what :func:`~cudnn_rnn.convert.write_file` takes: a
+:class:`~cudnn_rnn.convert.FoundRNN`, a ``cudnn_rnn.LSTM``/``GRU``/``RNN`` layer, or
+``(params, config)``.
+
+============================================  ==========================================================
+MODEL                                         the RNN replaced
+============================================  ==========================================================
+a torch.save state_dict (``.pt``, ``.pth``),  the one under ``prefix`` (``"encoder.rnn"``): its ``weight_ih_l0``,
+also inside a checkpoint dict (``key``)       ... in the ``torch`` format; inferred when MODEL holds one RNN,
+                                              or one of the converted RNN's shapes
+a safetensors state_dict (``.safetensors``)   the same
+a Keras 3 ``.keras`` model or ``.weights.h5``  the layer(s) ``name`` (one Keras layer per cuDNN layer, a
+(or a legacy Keras ``.h5``)                   ``Bidirectional`` for both directions), in the ``keras``
+                                              format; inferred when MODEL holds as many RNN layers as the
+                                              network has, or one layer of the right shapes
+============================================  ==========================================================
+
+Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the
+members holding them): every other tensor and the rest of the file stay byte for byte, and
+MODEL itself is never written. The replaced tensors must have the shapes of MODEL's tensors:
+otherwise a one-line refusal names the first tensor that differs (a gate count, a direction, a
+size). Values are stored in MODEL's dtype, exactly or (with ``allow_approximation``) rounded.
+Before OUT takes its name, it is read back and the replaced tensors compared.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...formats import InexactConversionError
+from ..._safetensors import SafetensorsError, read_layout
+from ..readers import FileReadError, FoundRNN, file_kind, read_file
+from ..readers._keras_file import WEIGHTS_MEMBER, locate
+from ..saving import Written, as_found, converted
+from ...files import write_through_path
+from ._stored import StoredTensor, check_members, fix_zip_checksums, member_data_offset, patch
+from ._torch_zip import state_dicts
+
+__all__ = ["write_into", "INTO_KINDS"]
+
+#: the kinds of MODEL file (:data:`~cudnn_rnn.convert.readers.FILE_KINDS`) -> the format of the tensors replaced
+INTO_KINDS: dict[str, str] = {"torch": "torch", "safetensors": "torch", "keras": "keras", "hdf5": "keras"}
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One tensor to replace: its name in messages, where MODEL keeps it (None: MODEL stores no such tensor,
+    as a bias=False layer stores no bias), and the shape MODEL has for it."""
+
+    label: str
+    stored: StoredTensor | None
+    shape: tuple[int, ...]
+
+
+def _suffix(path: str) -> str:
+    name = os.path.basename(path).lower()
+    return ".weights.h5" if name.endswith(".weights.h5") else os.path.splitext(name)[1]
+
+
+def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: Any, *, prefix: str | None = None,
+               name: str | Sequence[str] | None = None, key: str | None = None,
+               allow_approximation: bool = False) -> Written:
+    """Write a copy of ``model`` to ``out`` with ``rnn``'s weights in place of its RNN's (see the module docstring).
+
+    Args:
+        model: the user's model file (never modified).
+        out: the copy to write (replaced if it exists; it must end as ``model`` does).
+        rnn: the weights: a FoundRNN, a ``cudnn_rnn.LSTM``/``GRU``/``RNN`` layer, or ``(params, config)``.
+        prefix: torch and safetensors files: the key prefix of the RNN in MODEL (``"encoder.rnn"``).
+        name: Keras files: the layer to fill, or one layer per cuDNN layer of a multi-layer network.
+        key: torch files: the checkpoint dict entry holding the state_dict.
+        allow_approximation: accept a conversion, or a rounding into MODEL's dtype, that changes the function.
+
+    Returns:
+        :class:`~cudnn_rnn.convert.saving.Written`: ``what`` names the RNN replaced and the tensor count.
+
+    Raises:
+        FileReadError: MODEL cannot be read, or holds no such RNN.
+        ValueError: an option that does not apply, no single RNN to replace (listing them), a tensor
+            whose shape differs (naming it), ``out`` naming ``model`` or ending otherwise.
+        InexactConversionError: the conversion or the rounding into MODEL's dtype changes the function.
+        TypeError: ``rnn`` is of no accepted kind.
+        OSError: ``out`` cannot be written (nothing is left behind).
+    """
+    model_path, out_path = os.fspath(model), os.fspath(out)
+    kind = file_kind(model_path)
+    if kind.name not in INTO_KINDS:
+        raise ValueError(f"model {model_path!r} is {kind.description}; weights can be written into "
+                         "PyTorch (.pt), safetensors and Keras (.keras, .weights.h5) files")
+    if _suffix(out_path) != _suffix(model_path):
+        raise ValueError(f"out {out_path!r} is a copy of model {model_path!r}, so it must end in "
+                         f"{_suffix(model_path) or 'no extension'!r} as well; got {_suffix(out_path) or 'none'!r}")
+    if os.path.exists(out_path) and os.path.samefile(model_path, out_path):
+        raise ValueError(f"out {out_path!r} is model itself; model is never modified: choose another out")
+    source = as_found(rnn)
+    config = source.config
+    fmt = INTO_KINDS[kind.name]
+    result = converted(source, fmt, allow_approximation=allow_approximation)
+    tensors = dict(result.value)
+    if fmt == "torch":
+        if name is not None:
+            raise ValueError(f"name= picks a Keras layer; model {model_path!r} is {kind.description}: use prefix=")
+        target, slots = _torch_slots(model_path, kind.name, prefix, key, tensors)
+    else:
+        if prefix is not None or key is not None:
+            raise ValueError(f"prefix= and key= pick a PyTorch RNN; model {model_path!r} is {kind.description}: "
+                             "use name=")
+        target, slots = _keras_slots(model_path, kind.name, name, tensors, config.num_layers)
+    writes, notes = _values(slots, tensors, allow_approximation)
+    members = sorted({stored.member for stored, _ in writes.values() if stored.member})
+
+    def write(partial: str) -> None:
+        shutil.copyfile(model_path, partial)
+        with open(partial, "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+            patch(mapped, writes)
+            fix_zip_checksums(mapped, members)
+            mapped.flush()
+        _check_written(partial, writes, members)
+
+    write_through_path(out_path, write)
+    return Written(out_path, fmt, f"a copy of {model_path} with the {len(writes)} tensor(s) of {target} replaced",
+                   tuple(result.approximations) + tuple(notes))
+
+
+# ---- which tensors -------------------------------------------------------------------------------------------
+def _fits(found: FoundRNN, tensors: Mapping[str, np.ndarray]) -> bool:
+    return set(found.tensors) == set(tensors) and all(
+        tuple(found.tensors[name].shape) == tuple(tensors[name].shape) for name in tensors)
+
+
+def _pick_one(path: str, candidates: list[FoundRNN], tensors: Mapping[str, np.ndarray], option: str) -> FoundRNN:
+    """The one candidate to replace: the only one, or the only one of the converted tensors' shapes."""
+    if len(candidates) == 1:
+        return candidates[0]
+    fitting = [found for found in candidates if _fits(found, tensors)]
+    if len(fitting) == 1:
+        return fitting[0]
+    listing = "; ".join(f"{found.name} ({found.source})" for found in candidates)
+    how = "none has" if not fitting else f"{len(fitting)} have"
+    raise ValueError(f"model {path!r} holds {len(candidates)} RNNs ({listing}) and {how} the converted RNN's "
+                     f"shapes: pick one with {option}")
+
+
+def _torch_slots(path: str, kind: str, prefix: str | None, key: str | None,
+                 tensors: Mapping[str, np.ndarray]) -> tuple[str, dict[str, _Slot]]:
+    found = [item for item in read_file(path, prefix=prefix, key=key) if item.fmt == "torch"]
+    if not found:
+        raise FileReadError(path, "it holds no nn.LSTM, nn.GRU or nn.RNN state_dict whose tensors could be replaced")
+    chosen = _pick_one(path, found, tensors, "prefix=")
+    places = safetensors_places(path) if kind == "safetensors" else _torch_places(path, chosen, key)
+    start = f"{chosen.name}." if any(name.startswith(f"{chosen.name}.") for name in places) else ""
+    slots = {name: _Slot(start + name, places.get(start + name), tuple(value.shape))
+             for name, value in chosen.tensors.items()}
+    return f"the RNN under {start!r}" if start else f"the RNN {chosen.name}", slots
+
+
+def _torch_places(path: str, chosen: FoundRNN, key: str | None) -> dict[str, StoredTensor]:
+    """Where the torch file keeps the tensors of ``chosen`` (the mapping that holds its first weight)."""
+    first = next(iter(chosen.tensors))
+    mappings = [mapping for mapping in state_dicts(path) if (key is None or mapping.trail[:1] == (key,))
+                and (f"{chosen.name}.{first}" in mapping.tensors or first in mapping.tensors
+                     or f"{chosen.name}.{first}" in mapping.others or first in mapping.others)]
+    if len(mappings) != 1:
+        raise FileReadError(path, f"found the RNN {chosen.name} in {len(mappings)} places of the pickle; pass key= "
+                                  "to name the checkpoint entry that holds it")
+    (mapping,) = mappings
+    for name, why in mapping.others.items():
+        if name == first or name.startswith(f"{chosen.name}."):
+            raise FileReadError(path, f"tensor {name!r} cannot be replaced in place: {why}")
+    return mapping.tensors
+
+
+def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors: Mapping[str, np.ndarray],
+                 num_layers: int) -> tuple[str, dict[str, _Slot]]:
+    found = read_file(path)
+    layers = {places.name: places for places in locate(path, kind)}
+    names = [name] if isinstance(name, str) else list(name or ())
+    by_name = {item.name: item for item in found}
+    listing = "; ".join(f"{item.name} ({item.source})" for item in found)
+    if names:
+        unknown = [layer for layer in names if layer not in by_name]
+        if unknown:
+            raise ValueError(f"model {path!r} has no RNN layer named {unknown[0]!r}; it holds: {listing}")
+        picked = [by_name[layer] for layer in names]
+    elif len(found) == num_layers:
+        picked = list(found)
+    elif num_layers == 1:
+        picked = [_pick_one(path, found, tensors, "name=")]
+    else:
+        raise ValueError(f"model {path!r} holds {len(found)} RNN layers ({listing}); the converted network has "
+                         f"{num_layers}: name one layer per network layer with name=[FIRST, SECOND, ...]")
+    if len(picked) != num_layers:
+        raise ValueError(f"the converted network has {num_layers} layer(s); name= names {len(picked)}: name one "
+                         "Keras layer per network layer")
+    member_start = _member_start(path) if kind == "keras" else 0
+    slots = {}
+    for index, item in enumerate(picked):
+        places = layers.get(item.name)
+        if places is None or places.why:
+            raise ValueError(f"layer {item.name!r} of model {path!r} ({item.source}) cannot be written: "
+                             f"{places.why if places else 'its weights were not found'}")
+        for tensor, value in item.tensors.items():
+            dataset = places.places.get(tensor)
+            if dataset is not None and dataset.offset is None:
+                raise ValueError(f"layer {item.name!r} of model {path!r}: dataset {dataset.dataset!r} is stored "
+                                 "chunked, compressed or marked with another dtype, so it cannot be replaced in "
+                                 "place: save the model again with keras")
+            stored = None if dataset is None or dataset.offset is None else StoredTensor.contiguous(
+                member_start + dataset.offset, dataset.shape, dataset.dtype, dataset.byteorder,
+                WEIGHTS_MEMBER if kind == "keras" else None)
+            where = f" ({dataset.dataset})" if dataset else ""
+            label = f"{item.name}: {tensor.split('/', 1)[1].replace('/', ' ')}{where}"
+            slots[f"layer_{index}/{tensor.split('/', 1)[1]}"] = _Slot(label, stored, tuple(value.shape))
+    return "layer(s) " + ", ".join(repr(item.name) for item in picked), slots
+
+
+def _member_start(path: str) -> int:
+    """Where the ``.keras`` archive's weights member starts (it must be stored, as Keras stores it)."""
+    with open(path, "rb") as handle, zipfile.ZipFile(handle) as archive:
+        info = archive.getinfo(WEIGHTS_MEMBER)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"model {path!r} compresses {WEIGHTS_MEMBER!r}, so its weights cannot be replaced in "
+                             "place: save it again with keras (which stores it uncompressed)")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return member_data_offset(mapped, info)
+
+
+# ---- the values ----------------------------------------------------------------------------------------------
+def _values(slots: Mapping[str, _Slot], tensors: Mapping[str, np.ndarray],
+            allow_approximation: bool) -> tuple[dict[str, tuple[StoredTensor, np.ndarray]], list[str]]:
+    """Each converted tensor checked against its slot, cast to the stored dtype (exactly, or rounded if allowed)."""
+    for name in (*tensors, *slots):
+        if name not in slots:
+            raise ValueError(f"the converted RNN has tensor {name!r}, which the model's RNN lacks (a direction or "
+                             "layer more than it has)")
+        if name not in tensors:
+            raise ValueError(f"the model's tensor {slots[name].label!r} has no counterpart in the converted RNN "
+                             "(a direction or layer fewer than it has)")
+    writes, notes = {}, []
+    for name, value in tensors.items():
+        slot = slots[name]
+        if tuple(value.shape) != slot.shape:
+            raise ValueError(f"tensor {slot.label!r} has shape {slot.shape} in the model; the converted RNN's is "
+                             f"{tuple(value.shape)}: the RNNs differ in size, gates or directions")
+        if slot.stored is None:
+            if np.any(value != 0):
+                raise ValueError(f"the model stores no {slot.label!r} (a layer without biases); the converted "
+                                 "values are not all zero")
+            continue
+        cast = np.asarray(value).astype(slot.stored.numpy_dtype)
+        if not np.array_equal(cast.astype(value.dtype), value, equal_nan=True):
+            message = (f"tensor {slot.label!r} is {slot.stored.dtype} in the model; the converted {value.dtype} "
+                       "values do not all fit it exactly")
+            if not allow_approximation:
+                raise InexactConversionError(f"{message}. Pass allow_approximation=True to round them.")
+            notes.append(f"{message}: rounded")
+        writes[slot.label] = (slot.stored, cast)
+    return writes, list(dict.fromkeys(notes))
+
+
+def _check_written(path: str, writes: Mapping[str, tuple[StoredTensor, np.ndarray]], members: Sequence[str]) -> None:
+    """Read the written tensors back from ``path`` and compare them with what was meant; check the members' CRCs."""
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        for label, (stored, values) in writes.items():
+            view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset,
+                              strides=stored.strides)
+            same = np.array_equal(view, values, equal_nan=True)
+            del view  # (the map cannot close while an array looks into it)
+            if not same:  # pragma: no cover - a bug, not a user error
+                raise AssertionError(f"tensor {label!r} reads back other values than were written")
+    if members:
+        check_members(path, members)
+
+
+def safetensors_places(path: str) -> dict[str, StoredTensor]:
+    """Where a safetensors file keeps each tensor (its header checked first)."""
+    try:
+        with open(path, "rb") as handle:
+            layout = read_layout(handle, os.fstat(handle.fileno()).st_size)
+    except SafetensorsError as error:
+        raise FileReadError(path, str(error)) from None
+    return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype.name if entry.code != "BF16"
+                                          else "bfloat16") for name, entry in layout.entries.items()}

@@ -1,0 +1,185 @@
+"""Tensors where a file stores them, and writing new values there in place.
+
+    StoredTensor(offset=1408, shape=(32, 8), strides=(32, 4), dtype="float32", member="archive/data/0")
+    patch(mapped, {key: (stored, values)})      the values written at their offsets, by their strides
+    fix_zip_checksums(mapped, ["archive/data/0"])   each member's CRC-32 recomputed, in the three
+                                                     places a zip archive keeps it
+
+A stored tensor is found by a locator (:mod:`._torch_zip`, :mod:`._locate`) in a file that was
+read and checked first; :func:`patch` checks again that every byte it writes lies inside the
+file. Only stored (uncompressed) zip members can be patched in place; the archive's bytes
+outside the patched data and checksums stay as they are.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...config import numpy_dtype
+
+__all__ = ["StoredTensor", "patch", "fix_zip_checksums", "member_data_offset", "c_strides", "check_members"]
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """Where a file keeps one tensor.
+
+    Attributes:
+        offset: the byte offset of its first element in the file.
+        shape: its shape.
+        strides: bytes between neighbours along each axis (C order for most files).
+        dtype: its element type's name ("float32", "bfloat16", ...).
+        byteorder: "<" or ">".
+        member: the zip member holding it (its checksum must be renewed), or None.
+    """
+
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+    byteorder: str = "<"
+    member: str | None = None
+
+    @classmethod
+    def contiguous(cls, offset: int, shape: Sequence[int], dtype: str, byteorder: str = "<",
+                   member: str | None = None) -> "StoredTensor":
+        """A tensor stored in C order from ``offset`` on."""
+        itemsize = numpy_dtype(dtype).itemsize
+        return cls(offset, tuple(int(size) for size in shape), c_strides(shape, itemsize), dtype, byteorder, member)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The dtype of its bytes in the file."""
+        stored: np.dtype = numpy_dtype(self.dtype).newbyteorder(">" if self.byteorder == ">" else "<")
+        return stored
+
+    def span(self) -> tuple[int, int]:
+        """The first byte and one past the last byte it touches."""
+        if any(size == 0 for size in self.shape):
+            return self.offset, self.offset
+        low = self.offset + sum(min(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
+        high = self.offset + sum(max(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
+        return low, high + self.numpy_dtype.itemsize
+
+
+def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """The strides of a C-ordered array of ``shape``."""
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray]]) -> None:
+    """Write each array at its stored place in the mapped file.
+
+    Raises:
+        ValueError: a stored tensor reaches outside the file, or two overlap (naming them).
+    """
+    spans = sorted((*stored.span(), key) for key, (stored, _) in writes.items())
+    for (low, high, key) in spans:
+        if low < 0 or high > len(mapped):
+            raise ValueError(f"tensor {key!r} is stored at bytes [{low}, {high}), outside the file's {len(mapped)}")
+    for (_, high, key), (low, _, other) in zip(spans, spans[1:]):
+        if low < high:
+            raise ValueError(f"tensors {key!r} and {other!r} share bytes of the file; cannot write both")
+    for stored, values in writes.values():
+        view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset,
+                          strides=stored.strides)
+        view[...] = values
+
+
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")          # local file header, 30 bytes
+_CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # central directory header, 46 bytes
+_LOCAL_SIGNATURE, _CENTRAL_SIGNATURE, _DESCRIPTOR_SIGNATURE = b"PK\x03\x04", b"PK\x01\x02", b"PK\x07\x08"
+_LOCAL_CRC, _CENTRAL_CRC = 14, 16
+
+
+def member_data_offset(mapped: mmap.mmap | bytes, info: zipfile.ZipInfo) -> int:
+    """Where a member's data starts: after its local header, name and extra field."""
+    fields = _LOCAL.unpack_from(mapped, info.header_offset)
+    if fields[0] != _LOCAL_SIGNATURE:
+        raise ValueError(f"member {info.filename!r} has no local header where the archive's directory says")
+    return int(info.header_offset + _LOCAL.size + fields[9] + fields[10])
+
+
+def _central_entries(mapped: mmap.mmap, archive: zipfile.ZipFile) -> dict[str, int]:
+    """Member name -> the offset of its central directory entry."""
+    entries, position = {}, archive.start_dir
+    for info in archive.infolist():
+        fields = _CENTRAL.unpack_from(mapped, position)
+        if fields[0] != _CENTRAL_SIGNATURE:
+            raise ValueError(f"the archive's directory is damaged at byte {position}")
+        entries[info.filename] = position
+        position += _CENTRAL.size + fields[10] + fields[11] + fields[12]
+    return entries
+
+
+def fix_zip_checksums(mapped: mmap.mmap, members: Sequence[str]) -> None:
+    """Recompute the CRC-32 of each named (stored) member and write it where the archive keeps it.
+
+    A zip archive keeps a member's checksum in its local header, in its central directory entry,
+    and, where the member's flags say so, in a data descriptor after its data.
+
+    Raises:
+        ValueError: a member is compressed (its bytes cannot be patched in place) or missing.
+    """
+    if not members:
+        return
+    with zipfile.ZipFile(_MappedFile(mapped)) as archive:
+        central = _central_entries(mapped, archive)
+        for name in dict.fromkeys(members):
+            info = archive.getinfo(name)
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(f"member {name!r} is compressed; only stored members can be rewritten in place")
+            start = member_data_offset(mapped, info)
+            checksum = struct.pack("<I", zlib.crc32(memoryview(mapped)[start:start + info.file_size]) & 0xFFFFFFFF)
+            local = slice(info.header_offset + _LOCAL_CRC, info.header_offset + _LOCAL_CRC + 4)
+            if not (info.flag_bits & 0x8 and mapped[local] == bytes(4)):  # (zero: the descriptor holds it)
+                mapped[local] = checksum
+            mapped[central[name] + _CENTRAL_CRC:central[name] + _CENTRAL_CRC + 4] = checksum
+            if info.flag_bits & 0x8:  # a data descriptor follows the data, with or without its signature
+                after = start + info.compress_size
+                at = after + 4 if mapped[after:after + 4] == _DESCRIPTOR_SIGNATURE else after
+                mapped[at:at + 4] = checksum
+
+
+def check_members(path: str, members: Sequence[str]) -> None:
+    """Read each named member of the archive ``path`` whole, which checks its CRC-32 (zipfile raises otherwise)."""
+    with zipfile.ZipFile(path) as archive:
+        for name in members:
+            with archive.open(name) as member:
+                while member.read(1 << 24):
+                    pass
+
+
+class _MappedFile:
+    """A read-only file object over a mapped file, for zipfile (which seeks and reads)."""
+
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self._mapped, self._position = mapped, 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._position, len(self._mapped))[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._mapped) if size is None or size < 0 else self._position + size
+        data = self._mapped[self._position:end]
+        self._position += len(data)
+        return data
+
+    def seekable(self) -> bool:
+        return True

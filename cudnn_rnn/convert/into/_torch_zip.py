@@ -1,0 +1,134 @@
+"""Where a torch.save zip archive keeps each tensor, from its pickle read without running it.
+
+    state_dicts(path) -> [StateDict(trail=("model",), tensors={"rnn.weight_ih_l0": StoredTensor(...), ...}), ...]
+
+``torch.save`` writes ``<top>/data.pkl`` and one stored member ``<top>/data/<key>`` per storage.
+Each tensor in the pickle is ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride,
+...)``, its storage the persistent id ``("storage", <dtype>Storage, key, location, numel)``: so
+the tensor's elements lie in member ``data/<key>`` from element ``offset`` on, ``stride``
+elements apart. Every mapping of the pickle (a state_dict, or one inside a checkpoint dict,
+:data:`SEARCH_DEPTH` deep) whose values include tensors is listed.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..readers._found import FileReadError
+from ..readers._pickle_inspector import Pickled, inspect_pickle
+from ..readers._zip import checked_members, read_member
+from ._stored import StoredTensor, member_data_offset
+
+__all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES", "SEARCH_DEPTH"]
+
+#: torch's typed storage classes -> the dtype of their elements (the ones an RNN's weights can have)
+STORAGE_DTYPES: dict[str, str] = {"DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+                                  "BFloat16Storage": "bfloat16"}
+
+#: the functions that rebuild a tensor from a storage record, and a Parameter from a tensor
+_REBUILD_TENSOR = {"_rebuild_tensor", "_rebuild_tensor_v2"}
+_REBUILD_PARAMETER = {"_rebuild_parameter", "_rebuild_parameter_with_state"}
+SEARCH_DEPTH = 3
+
+
+@dataclass
+class StateDict:
+    """A mapping of the pickle and where its tensors lie (those of a dtype in :data:`STORAGE_DTYPES`)."""
+
+    trail: tuple[str, ...]
+    tensors: dict[str, StoredTensor] = field(default_factory=dict)
+    others: dict[str, str] = field(default_factory=dict)  # key -> why it cannot be written in place
+
+
+def _items(value: Any) -> list[tuple[Any, Any]] | None:
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, Pickled) and value.name == "OrderedDict":
+        return [item for item in value.items if isinstance(item, tuple) and len(item) == 2]
+    return None
+
+
+def _sequence(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, Pickled) and value.args:  # torch.Size(tuple)
+        value = value.args[0]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def _tensor(value: Any, top: str, archive: zipfile.ZipFile, mapped: mmap.mmap) -> StoredTensor | str | None:
+    """The stored place of a pickled tensor, a reason it has none, or None for something that is no tensor."""
+    if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
+        value = value.args[0]
+    if not (isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and len(value.args) >= 4):
+        return None
+    record, offset, size, stride = value.args[:4]
+    shape, strides = _sequence(size), _sequence(stride)
+    if not (isinstance(record, tuple) and len(record) == 5 and record[0] == "storage") or shape is None \
+            or strides is None or not isinstance(offset, int) or len(shape) != len(strides):
+        return "its pickled record is not a plain tensor's"
+    storage_type, key = record[1], record[2]
+    dtype = STORAGE_DTYPES.get(getattr(storage_type, "name", ""))
+    if dtype is None:
+        return f"its storage is {getattr(storage_type, 'name', storage_type)!s:.40}, not a float type"
+    info = archive.getinfo(f"{top}/data/{key}")
+    if info.compress_type != zipfile.ZIP_STORED:
+        return "its storage is compressed in the archive"
+    itemsize = {"float64": 8, "float32": 4}.get(dtype, 2)
+    start = member_data_offset(mapped, info)
+    stored = StoredTensor(start + offset * itemsize, shape, tuple(s * itemsize for s in strides), dtype,
+                          member=info.filename)
+    low, high = stored.span()
+    if low < start or high > start + info.file_size:
+        return "it reaches outside its storage"
+    return stored
+
+
+def state_dicts(path: str) -> list[StateDict]:
+    """Every mapping of tensors in the torch.save zip archive ``path``, with where each tensor lies.
+
+    Raises:
+        FileReadError: not a torch.save zip archive (a legacy torch.save file cannot be written in
+            place: save it again with torch.save), or a damaged one.
+    """
+    with open(path, "rb") as handle:
+        if not zipfile.is_zipfile(handle):
+            raise FileReadError(path, "a legacy (non-zip) torch.save file, whose tensors cannot be replaced in "
+                                      "place: load it and torch.save it again (the zip format is torch's default)")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, zipfile.ZipFile(handle) as archive:
+            return _walk_archive(path, archive, mapped)
+
+
+def _walk_archive(path: str, archive: zipfile.ZipFile, mapped: mmap.mmap) -> list[StateDict]:
+    """The mappings of the archive's pickle (see :func:`state_dicts`)."""
+    members = checked_members(path, archive)
+    top = next(iter(members)).split("/", 1)[0]
+    pickle_name = f"{top}/data.pkl"
+    if pickle_name not in members:
+        raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
+    data = read_member(path, archive, members[pickle_name])
+    root = inspect_pickle(path, io.BytesIO(data), len(data), "data.pkl").root
+    found: list[StateDict] = []
+
+    def walk(value: Any, trail: tuple[str, ...]) -> None:
+        items = _items(value)
+        if items is None or len(trail) > SEARCH_DEPTH:
+            return
+        mapping = StateDict(trail)
+        for key, item in items:
+            place = _tensor(item, top, archive, mapped)
+            if isinstance(place, StoredTensor) and isinstance(key, str):
+                mapping.tensors[key] = place
+            elif isinstance(place, str) and isinstance(key, str):
+                mapping.others[key] = place
+            elif isinstance(key, str):
+                walk(item, (*trail, key))
+        if mapping.tensors or mapping.others:
+            found.append(mapping)
+
+    walk(root, ())
+    return found

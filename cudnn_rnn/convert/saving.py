@@ -1,0 +1,277 @@
+"""Write converted RNN weights as the file a framework loads as it is: OUT's name chooses the container.
+
+::
+
+    write_file("lstm.safetensors", rnn)        # nn.LSTM state_dict names in a safetensors file
+    write_file("model.keras", rnn)             # a Keras 3 model: Input -> LSTM (keras.saving.load_model)
+    write_file("params.npz", layer)            # a params file (cudnn_rnn.LSTM.load)
+    write_file("gru.pt", (params, config))     # torch.save of an nn.GRU state_dict
+
+``rnn`` is a :class:`~cudnn_rnn.convert.FoundRNN` (what :func:`~cudnn_rnn.convert.read_file`
+finds), one of the library's layers (:class:`cudnn_rnn.LSTM`, ``GRU``, ``RNN``), or a
+``(params, config)`` pair. ``fmt`` names the format of the tensors written; each container takes
+the formats it can hold, and defaults to its framework's own (:data:`CONTAINERS`):
+
+================  ====================  ==============================================  ===========================
+OUT ends in       fmt (default first)   what is written                                 loaded by
+================  ====================  ==============================================  ===========================
+``.npz``          params, any format    a params file; or the format's named tensors    ``cudnn_rnn.LSTM.load``;
+                                                                                        ``np.load``
+``.pt``/``.pth``  torch, any            ``torch.save`` of a state_dict                  ``torch.load``
+``.safetensors``  torch, any            the same state_dict as safetensors (no pickle)  ``safetensors.torch.load_file``
+``.keras``        keras                 a Keras 3 model: Input, then the RNN's layers   ``keras.saving.load_model``
+``.weights.h5``   keras                 that model's weights                            ``model.load_weights``
+``.onnx``         onnx                  a runnable ONNX model                           ONNX Runtime
+================  ====================  ==============================================  ===========================
+
+Every file is written whole or not at all (:mod:`cudnn_rnn.files`). A conversion that would
+change the function is refused unless ``allow_approximation=True`` (then
+:attr:`Written.approximations` says what changed), as in :func:`~cudnn_rnn.convert.to_format`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from .._arrays import Array, to_host
+from .._recurrent_layer import RecurrentLayer
+from ..config import RNNConfig
+from ..files import write_bytes, write_through_path
+from ..formats import Converted, convert_between, to_format
+from ..formats._core import check_params
+from ..formats._onnx import node_attributes
+from ..params_file import STORED_BITS, write_params_file
+from .keras_export import export_keras
+from .onnx_export import DEFAULT_OPSET, export_onnx
+from ..formats._table import FORMATS
+from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
+
+__all__ = ["CONTAINERS", "Container", "Written", "RNNSource", "container_of", "as_found", "converted", "write_file"]
+
+#: what can be written: a found RNN, a layer of this library, or ``(params, config)``
+RNNSource = Union[FoundRNN, RecurrentLayer, "tuple[Array, RNNConfig]"]
+
+#: every format a container of named tensors can hold: the params buffer, then the named formats
+ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
+
+
+@dataclass(frozen=True)
+class Container:
+    """A kind of output file.
+
+    Attributes:
+        suffix: how its name ends (``".keras"``, ``".weights.h5"``).
+        formats: the formats it holds, its default first.
+        description: what it is, for messages ("a Keras 3 model").
+        loaded_by: what loads it, for messages and the guide.
+    """
+
+    suffix: str
+    formats: tuple[str, ...]
+    description: str
+    loaded_by: str
+
+    @property
+    def default(self) -> str:
+        """The format written when none is named."""
+        return self.formats[0]
+
+
+def _first(default: str) -> tuple[str, ...]:
+    return (default, *(name for name in ANY_FORMAT if name != default))
+
+
+#: OUT's ending -> its container (a name ending in ``.weights.h5`` is Keras weights, not ``.h5``)
+CONTAINERS: dict[str, Container] = {container.suffix: container for container in (
+    Container(".npz", _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load"),
+    Container(".pt", _first("torch"), "a torch.save file", "torch.load"),
+    Container(".pth", _first("torch"), "a torch.save file", "torch.load"),
+    Container(".safetensors", _first("torch"), "a safetensors file", "safetensors.torch.load_file"),
+    Container(".keras", ("keras",), "a Keras 3 model", "keras.saving.load_model"),
+    Container(".weights.h5", ("keras",), "a Keras 3 weights file", "keras.Model.load_weights"),
+    Container(".onnx", ("onnx",), "an ONNX model", "onnxruntime.InferenceSession"),
+)}
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_file` (or :func:`~cudnn_rnn.convert.write_into`) wrote.
+
+    Attributes:
+        path: the file written.
+        fmt: the format of its tensors (``"params"`` for a params file).
+        what: what it holds, in words ("a Keras 3 model (1 LSTM layer)", "8 tensor(s)").
+        approximations: what changed, one sentence each (empty: the same function).
+    """
+
+    path: str
+    fmt: str
+    what: str
+    approximations: tuple[str, ...] = ()
+
+
+def container_of(path: str | os.PathLike[str]) -> Container:
+    """The container OUT's name chooses.
+
+    Raises:
+        ValueError: a name that ends in none of :data:`CONTAINERS`' suffixes (naming it and them).
+    """
+    name = os.path.basename(os.fspath(path)).lower()
+    for suffix in sorted(CONTAINERS, key=len, reverse=True):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return CONTAINERS[suffix]
+    ending = os.path.splitext(name)[1] or "no extension"
+    raise ValueError(f"path {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got {ending!r}")
+
+
+def as_found(rnn: Any) -> FoundRNN:
+    """``rnn`` as a :class:`FoundRNN`: a found RNN as it is; a layer or ``(params, config)`` as its params.
+
+    Raises:
+        TypeError: anything else, or a pair whose parts are not a buffer and an RNNConfig.
+        ValueError: params that do not fit the config.
+    """
+    if isinstance(rnn, FoundRNN):
+        return rnn
+    if isinstance(rnn, RecurrentLayer):
+        params, config, source = rnn.params, rnn.config, f"a cudnn_rnn.{type(rnn).__name__} layer"
+    elif isinstance(rnn, tuple) and len(rnn) == 2 and isinstance(rnn[1], RNNConfig):
+        (params, config), source = rnn, "a params buffer"
+    else:
+        raise TypeError("rnn must be a FoundRNN (from read_file), a cudnn_rnn.LSTM/GRU/RNN layer or a (params, "
+                        f"config) pair; got {type(rnn).__name__}")
+    check_params(params, config)
+    fields = {name: getattr(config, name) for name in CONFIG_FIELDS}
+    return FoundRNN("params", source, PARAMS_FORMAT, {PARAMS_FORMAT: to_host(params)}, fields)
+
+
+def converted(found: FoundRNN, fmt: str, *, allow_approximation: bool = False) -> Converted:
+    """``found``'s weights in format ``fmt`` (``"params"``: ``{"params": buffer}``), exact or refused.
+
+    Raises:
+        ValueError: a question is unanswered, or the weights cannot be held by ``fmt``.
+        InexactConversionError: the conversion changes the function and approximations were not allowed.
+    """
+    config = found.config
+    if fmt == PARAMS_FORMAT:
+        params = found.to_params(allow_approximation=allow_approximation)
+        return Converted({PARAMS_FORMAT: params.value}, params.approximations)
+    if found.fmt == PARAMS_FORMAT:
+        return to_format(fmt, found.tensors[PARAMS_FORMAT], config, allow_approximation=allow_approximation)
+    if found.refusal and found.fmt != fmt:
+        raise ValueError(f"{found.name} ({found.source}): {found.refusal}")
+    return convert_between(found.fmt, fmt, found.tensors, config, allow_approximation=allow_approximation)
+
+
+def _check_format(container: Container, fmt: str | None) -> str:
+    if fmt is None:
+        return container.default
+    if fmt not in ANY_FORMAT:
+        raise ValueError(f"fmt must be None or one of {ANY_FORMAT}; got {fmt!r}")
+    if fmt not in container.formats:
+        held = " or ".join(repr(name) for name in container.formats)
+        raise ValueError(f"a {container.suffix} file is {container.description}, which holds the {held} format, "
+                         f"not {fmt!r}: choose another format, or a file name ending in "
+                         f"{_suffixes_for(fmt)}")
+    return fmt
+
+
+def _suffixes_for(fmt: str) -> str:
+    return " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
+
+
+# ---- named tensors ---------------------------------------------------------------------------------------------
+def _write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
+    if narrow:  # np.savez would write anonymous void data
+        raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt, a "
+                        f".safetensors or a params file (fmt={PARAMS_FORMAT!r}) instead")
+
+    def write(partial: str) -> None:
+        with open(partial, "wb") as handle:  # numeric tensors: nothing to pickle, no name taken for savez's flag
+            np.savez(handle, allow_pickle=False, **tensors)
+
+    write_through_path(path, write)
+
+
+def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
+    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
+    value = np.ascontiguousarray(value)
+    if value.dtype.name == "bfloat16":
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
+
+
+def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("writing a .pt file needs the 'torch' package: pip install torch", name="torch") from None
+    state = {name: _torch_tensor(torch, value) for name, value in tensors.items()}
+    write_through_path(path, lambda partial: torch.save(state, partial))
+
+
+def _write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
+    from .._safetensors import encode
+
+    write_bytes(path, encode({name: np.ascontiguousarray(value) for name, value in tensors.items()}))
+
+
+#: container suffix -> how named tensors are written to it
+TENSOR_WRITERS: dict[str, Callable[[str, dict[str, np.ndarray]], None]] = {
+    ".npz": _write_npz, ".pt": _write_pt, ".pth": _write_pt, ".safetensors": _write_safetensors,
+}
+
+
+# ---- the function ----------------------------------------------------------------------------------------------
+def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *, allow_approximation: bool = False,
+               time_major: bool = True, opset: int = DEFAULT_OPSET) -> Written:
+    """Write ``rnn``'s weights to ``path``, in the container its name chooses (see the module docstring).
+
+    Args:
+        path: the file to write (replaced if it exists); its ending chooses the container.
+        rnn: a :class:`FoundRNN`, a ``cudnn_rnn.LSTM``/``GRU``/``RNN`` layer, or ``(params, config)``.
+        fmt: the format of the tensors written; None: the container's default.
+        allow_approximation: accept a conversion that changes the function.
+        time_major: ONNX only: the model's inputs and outputs time-major (else batch-major).
+        opset: ONNX only: the opset of the model.
+
+    Returns:
+        :class:`Written`: what was written, and the approximations made.
+
+    Raises:
+        ValueError: an unknown ending, a format the container does not hold (naming both), a
+            question the source leaves open, or weights the format cannot hold.
+        InexactConversionError: the conversion changes the function and approximations were not allowed.
+        TypeError: ``rnn`` is of no accepted kind.
+        ImportError: the container's package (torch, h5py, onnx) is missing.
+        OSError: the file cannot be written (nothing is left behind).
+    """
+    target = os.fspath(path)
+    container = container_of(target)
+    fmt = _check_format(container, fmt)
+    found = as_found(rnn)
+    config = found.config
+    result = converted(found, PARAMS_FORMAT if container.suffix in (".keras", ".weights.h5", ".onnx") else fmt,
+                       allow_approximation=allow_approximation)
+    if container.suffix in (".keras", ".weights.h5"):
+        export_keras(result.value[PARAMS_FORMAT], config, target)  # (whole or not at all, as every writer here)
+        layers = f"{config.num_layers} layer(s)"
+        what = f"{container.description} ({layers}: keras.saving.load_model reads it)" \
+            if container.suffix == ".keras" else f"{container.description} ({layers})"
+    elif container.suffix == ".onnx":
+        export_onnx(result.value[PARAMS_FORMAT], config, target, time_major=time_major, opset=opset)
+        what = f"an ONNX model ({config.num_layers} {node_attributes(config)[0]} node(s), opset {opset})"
+    elif fmt == PARAMS_FORMAT and container.suffix == ".npz":
+        write_params_file(target, result.value[PARAMS_FORMAT], config)
+        layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
+        what = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
+    else:
+        TENSOR_WRITERS[container.suffix](target, dict(result.value))
+        what = f"{len(result.value)} tensor(s)"
+    return Written(target, fmt, what, tuple(result.approximations))
+
