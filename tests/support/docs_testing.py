@@ -82,6 +82,7 @@ PAGE_RUNNERS: dict[str, str] = {
     "converting/onnx.md": "oracle",
     "converting/gru-block-cell.md": "oracle",
     "converting/porting-tf1.md": "oracle",
+    "converting/into-your-model.md": "oracle",
     "training.md": "default",
     "distributed.md": "distributed",
     "checkpoints.md": "default",
