@@ -287,3 +287,24 @@ def test_bad_arguments_are_refused_naming_them(tmp_path: Path) -> None:
     assert refusal(TypeError, params, config, b"m.keras") == "path must be a str or os.PathLike[str]; got bytes"
     assert refusal(ValueError, params[:-1], config, path).startswith("params must be 1-D with ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_weights_file_of_many_layers_reads_back_in_keras_order(tmp_path: Path) -> None:
+    """HDF5 lists groups by name (lstm_10 before lstm_2); a weights file without a config is read in the order
+    Keras numbered its layers, so twelve layers stack back into the same network."""
+    config = RNNConfig("gru", 12, 3, 3)
+    params = random_params(config, rng_for("twelve"))
+    export_keras(params, config, tmp_path / "deep.weights.h5")
+    found = read_file(tmp_path / "deep.weights.h5")
+    assert [item.name for item in found] == ["gru"] + [f"gru_{index}" for index in range(1, 12)]
+    assert np.array_equal(stack(found).to_params().value, params)
+
+
+@pytest.mark.parametrize("ending", [".keras", ".weights.h5"])
+def test_bfloat16_weights_read_back_as_float32_exactly(tmp_path: Path, ending: str) -> None:
+    config = RNNConfig("gru", 2, 4, 3, direction="bidirectional", dtype="bfloat16")
+    params = random_params(config, rng_for("bfloat16-back")).astype(ml_dtypes.bfloat16)
+    export_keras(params, config, tmp_path / f"model{ending}")
+    found = read_file(tmp_path / f"model{ending}")
+    assert all("the tensors are bfloat16: read as float32, exactly" in item.notes for item in found)
+    assert np.array_equal(stack(found).to_params().value, params.astype(np.float32))

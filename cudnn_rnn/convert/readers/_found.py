@@ -401,7 +401,15 @@ def questions_for_all(reason: str) -> dict[str, Question]:
     return {name: Question((), reason, DEFAULTS.get(name)) for name in CONFIG_FIELDS if name != "dtype"}
 
 
-# ---- checks every reader shares ------------------------------------------------------------------
+# ---- what every reader shares --------------------------------------------------------------------
+#: the note on an RNN whose bfloat16 weights were read as float32 (every bfloat16 value is a float32 one)
+BFLOAT16_NOTE = "the tensors are bfloat16: read as float32, exactly"
+
+
+def widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values, given as their 16-bit patterns (any 2-byte dtype), as float32: exactly, without ml_dtypes."""
+    return (np.ascontiguousarray(bits).view("<u2").astype("<u4") << 16).view("<f4")
+
 def check_declared_size(path: str, name: str, shape: tuple[int, ...], itemsize: int, stored_bytes: int,
                         compressed: bool) -> int:
     """Refuse a tensor whose declared size the file cannot hold; returns its size in bytes.

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...config import BUILTIN_DTYPES
-from ._found import FileReadError, check_declared_size, one_line
+from ._found import FileReadError, check_declared_size, one_line, widen_bfloat16
 from ._hdf5_heaps import check_global_heaps
 
 __all__ = ["H5File", "open_h5", "h5py_errors"]
@@ -95,13 +95,15 @@ class H5File:
             name = dataset.name
             if dataset.is_virtual or dataset.external:
                 raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
-            if dtype not in BUILTIN_DTYPES:
-                raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES}")
+            bfloat16 = dtype == "bfloat16" and dataset.dtype.itemsize == 2  # (Keras: 2-byte data, marked)
+            if dtype not in BUILTIN_DTYPES and not bfloat16:
+                raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES} or bfloat16")
             compressed = dataset.id.get_create_plist().get_nfilters() > 0
             stored = min(int(dataset.id.get_storage_size()), self.size)
             check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize, stored,
                                 compressed)
-            return np.ascontiguousarray(dataset[()])
+            data = np.ascontiguousarray(dataset[()])
+            return widen_bfloat16(data) if bfloat16 else data
 
 
 @contextlib.contextmanager

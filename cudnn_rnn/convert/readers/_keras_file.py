@@ -73,7 +73,7 @@ from ...formats._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE
 from ...formats._keras import GATE_ORDERS as KERAS_GATE_ORDERS
 from ...formats._keras import TENSOR_NAMES as KERAS_NAMES
 from ...formats._torch import TENSOR_NAMES as TORCH_NAMES
-from ._found import FileReadError, FoundRNN, ReadOptions, one_line
+from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated
 from ._infer import infer
@@ -215,10 +215,12 @@ def _read_weights(h5: H5File, layer: RNNLayer, version: str) -> _ReadLayer:
     if not layer.refusal:
         _check_weights(h5, layer)
         stored = {h5.dtype(dataset) for weights in layer.weights for dataset in weights.values()}
-        odd = sorted(stored - set(BUILTIN_DTYPES))
+        odd = sorted(stored - set(BUILTIN_DTYPES) - {"bfloat16"})
         if odd:
-            layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {BUILTIN_DTYPES}: cast the "
-                             "model's weights first")
+            layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {BUILTIN_DTYPES} or bfloat16 "
+                             "(read as float32): cast the model's weights first")
+        elif "bfloat16" in stored:
+            layer.notes.append(BFLOAT16_NOTE)
     if layer.refusal:
         return _ReadLayer(dataclasses.replace(layer, weights=[]), source, fields=_shape_fields(layer))
     units = config.get("units")
@@ -400,13 +402,14 @@ def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
     places = {}
     for direction, weights in enumerate(layer.weights):
         for field_name, dataset in weights.items():
+            marked = h5.dtype(dataset)  # (Keras marks bfloat16 data, stored as 2-byte opaque values)
             plain = (dataset.chunks is None and dataset.compression is None and not dataset.external
-                     and h5.dtype(dataset) == dataset.dtype.name)  # (bfloat16 is marked, stored as another type)
+                     and (marked == dataset.dtype.name or (marked == "bfloat16" and dataset.dtype.itemsize == 2)))
             offset = dataset.id.get_offset() if plain else None
             order = dataset.dtype.byteorder
             places[KERAS_NAMES.name(field_name, 0, direction)] = StoredDataset(
                 str(dataset.name), None if offset is None else int(offset), tuple(int(d) for d in dataset.shape),
-                dataset.dtype.name, ">" if order == ">" else "<")
+                marked, ">" if order == ">" else "<")
     return LayerPlaces(name, layer.display, places)
 
 

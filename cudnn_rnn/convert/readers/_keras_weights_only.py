@@ -11,6 +11,7 @@ What only a config tells (activations, go_backwards, merge_mode) is Keras's defa
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator, Mapping
 
 from ...formats._keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
@@ -58,12 +59,23 @@ def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str
     return layer
 
 
+_NUMBERED = re.compile(r"^(.*?)(?:_(\d+))?$")
+
+
+def creation_order(name: str) -> tuple[str, int]:
+    """A sort key that puts Keras's auto-numbered names in the order Keras made them: ``lstm``, ``lstm_1``,
+    ``lstm_2``, ..., ``lstm_10`` (HDF5 lists groups by name, which puts ``lstm_10`` before ``lstm_2``)."""
+    match = _NUMBERED.match(name)
+    assert match is not None  # (the pattern matches every string)
+    return match.group(1), int(match.group(2) or 0)
+
+
 def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen: set[Any] | None = None,
                         reason: str = WEIGHTS_ONLY) -> Iterator[RNNLayer]:
     """RNN layers of a Keras 3 store found by their groups alone: <layer>/cell/vars, or forward_layer and
     backward_layer beside each other (Bidirectional); every other group is searched, each once."""
     seen = set() if seen is None else seen
-    for key, child in h5.groups(group).items():
+    for key, child in sorted(h5.groups(group).items(), key=lambda item: creation_order(item[0])):
         if child.id in seen or key == "vars":
             continue
         seen.add(child.id)

@@ -29,7 +29,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..._safetensors import Entry, SafetensorsError, read_array, read_layout
-from ._found import FileReadError, FoundRNN, ReadOptions
+from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, widen_bfloat16
 from ._state_dict import check_one_dtype, rnns_in_state_dict, select_rnns
 
 __all__ = ["read", "READ_DTYPES", "SOURCE"]
@@ -51,8 +51,7 @@ def _tensor(handle: BinaryIO, entry: Entry) -> np.ndarray:
     """The tensor of ``entry`` as its :data:`READ_DTYPES` dtype: bfloat16 widened to float32 exactly."""
     if entry.dtype_name != "bfloat16":
         return read_array(handle, entry)
-    bits = read_array(handle, entry, _BFLOAT16_BITS)
-    return (bits.astype("<u4") << 16).view("<f4")
+    return widen_bfloat16(read_array(handle, entry, _BFLOAT16_BITS))
 
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
@@ -76,5 +75,5 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     found = rnns_in_state_dict(path, arrays, options, SOURCE)
     bfloat16 = {prefix for prefix, names in groups.items()
                 if layout.entries[names["weight_ih_l0"]].dtype_name == "bfloat16"}
-    return [item.replace(notes=item.notes + ("the tensors are bfloat16: read as float32, exactly",))
+    return [item.replace(notes=item.notes + (BFLOAT16_NOTE,))
             if prefix in bfloat16 else item for item, prefix in zip(found, groups)]

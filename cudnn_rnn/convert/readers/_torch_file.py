@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Mapping, NoReturn
 
 import numpy as np
 
-from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
+from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
 from ._state_dict import check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import READ_ERRORS, checked_members, read_member
@@ -395,7 +395,7 @@ def _arrays(path: str, state: Mapping[str, Any], groups: dict[str, dict[str, str
         raise FileReadError(path, f"the RNNs' tensors would take {total} bytes, more than {MAX_COPY_FACTOR} times the "
                                   f"{file_size}-byte file (they share storage): read one RNN at a time with "
                                   "prefix=PREFIX")
-    notes = {prefix: ["the tensors are bfloat16: read as float32, exactly"]
+    notes = {prefix: [BFLOAT16_NOTE]
              for prefix, names in groups.items() if _torch_dtype(state[names["weight_ih_l0"]]) == "bfloat16"}
     return {key: _to_numpy(state[key]) for key in keys}, notes
 
