@@ -308,3 +308,15 @@ def test_with_into_in_must_hold_one_rnn(tmp_path: Path, capsys: pytest.CaptureFi
     assert convert_main([str(two), str(tmp_path / "o.pt"), "--into", str(model)]) == 2
     assert "IN holds 2 RNNs (a (PyTorch nn.LSTM state_dict); b (PyTorch nn.LSTM state_dict)); with --into, " \
            "--name and --prefix choose in MODEL" in capsys.readouterr().err
+
+
+def test_a_bfloat16_keras_model_takes_bfloat16_weights(tmp_path: Path) -> None:
+    pytest.importorskip("ml_dtypes")
+    write_file(tmp_path / "model.keras", GRU(3, 4, bidirectional=True, dtype="bfloat16", seed=1))
+    new = GRU(3, 4, bidirectional=True, dtype="bfloat16", seed=2)
+    write_into(tmp_path / "model.keras", tmp_path / "out.keras", new)
+    [found] = read_file(tmp_path / "out.keras")
+    assert np.array_equal(found.to_params().value, new.params.astype(np.float32))
+    with pytest.raises(InexactConversionError, match="is bfloat16 in the model; the converted float32 values do not "
+                                                     "all fit it exactly"):
+        write_into(tmp_path / "model.keras", tmp_path / "out32.keras", GRU(3, 4, bidirectional=True, seed=2))

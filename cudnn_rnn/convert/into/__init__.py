@@ -218,8 +218,8 @@ def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors
             dataset = places.places.get(tensor)
             if dataset is not None and dataset.offset is None:
                 raise ValueError(f"layer {item.name!r} of model {path!r}: dataset {dataset.dataset!r} is stored "
-                                 "chunked, compressed or marked with another dtype, so it cannot be replaced in "
-                                 "place: save the model again with keras")
+                                 "chunked or compressed, or in a type other than its marked dtype, so it cannot be "
+                                 "replaced in place: save the model again with keras")
             stored = None if dataset is None or dataset.offset is None else StoredTensor.contiguous(
                 member_start + dataset.offset, dataset.shape, dataset.dtype, dataset.byteorder,
                 WEIGHTS_MEMBER if kind == "keras" else None)
