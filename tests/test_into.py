@@ -265,7 +265,7 @@ def test_keras_layers_are_picked_by_name_and_checked(tmp_path: Path) -> None:
     write_into(model, tmp_path / "out.keras", one)
     found = read_file(tmp_path / "out.keras")
     assert np.array_equal(found[1].to_params().value, from_keras(one))
-    with pytest.raises(ValueError, match=f"model '.*' has no RNN layer named 'nope'; it holds: {names[0]}"):
+    with pytest.raises(ValueError, match=f"no RNN named 'nope' in model '.*'; it holds: {names[0]}"):
         write_into(model, tmp_path / "out.keras", one, name="nope")
     with pytest.raises(ValueError, match=r"tensor '.*: forward kernel \(.*\)' has shape \(3, 16\) in the model; the "
                                          r"converted RNN's is \(4, 16\)"):

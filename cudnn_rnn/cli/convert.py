@@ -8,7 +8,7 @@ IN is any file :func:`cudnn_rnn.convert.read_file` reads (Keras .keras/.weights.
 from its tensors, so no size needs typing. Configuration flags are overrides: checked against
 what the file says, and needed only where the file cannot tell (the command asks for the one
 flag that is missing, by name). OUT's name chooses the container, in the form its framework loads
-as it is (:mod:`cudnn_rnn.convert.saving`), and ``--to`` defaults to that framework's format:
+as it is (:func:`cudnn_rnn.convert.write_file`), and ``--to`` defaults to that framework's format:
 
 * ``.npz``: a params file (params + configuration, see :mod:`cudnn_rnn.params_file`) that
   ``cudnn_rnn.LSTM.load`` etc. read directly; ``--to FORMAT`` writes that format's named tensors
@@ -46,7 +46,7 @@ from ..config import RNNConfig
 from ..convert import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
-from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, one_line
+from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
 from ..convert.saving import CONTAINERS, Written, container_of, write_file
 from ..formats._core import describe
 from ._flags import error_line
@@ -165,10 +165,9 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
     found = read_found(argparse.Namespace(**{**vars(args), "key": None, "prefix": None}) if into else args)
     try:
         if into and len(found) > 1 and not args.stack:
-            listing = "; ".join(f"{item.name} ({item.source})" for item in found)
-            raise ValueError(f"IN holds {len(found)} RNNs ({listing}); with --into, --name and --prefix choose in "
-                             "MODEL: convert the one you want first (cudnn-rnn convert --name NAME IN rnn.npz), or "
-                             "--stack them all")
+            raise ValueError(f"IN holds {len(found)} RNNs ({listing(found)}); with --into, --name and --prefix "
+                             "choose in MODEL: convert the one you want first (cudnn-rnn convert --name NAME IN "
+                             "rnn.npz), or --stack them all")
         chosen = choose(found, () if into else args.name or (), stack_all=args.stack, hints=hints_from(args))
         return chosen, chosen.config
     except (ValueError, TypeError) as error:

@@ -50,10 +50,10 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
 
 **Files the frameworks load.** :func:`write_file` writes an RNN (found in a file, a layer of
 this library, or ``(params, config)``) into the container its file name chooses, in the form the
-target framework loads as it is (:mod:`.saving`): ``.npz`` (a params file), ``.pt``/``.pth``
+target framework loads as it is (module ``cudnn_rnn.convert.saving``): ``.npz`` (a params file), ``.pt``/``.pth``
 and ``.safetensors`` (a state_dict), ``.keras`` (a Keras 3 model) and ``.weights.h5``,
 ``.onnx``. :func:`write_into` puts it into the user's own model file, replacing that model's
-RNN and nothing else (:mod:`.into`)::
+RNN and nothing else (module ``cudnn_rnn.convert.into``)::
 
     write_file("lstm.keras", rnn)                                   # keras.saving.load_model reads it
     write_into("model.pt", "tuned.pt", layer, prefix="encoder.rnn")  # a copy of model.pt, RNN replaced
@@ -68,7 +68,8 @@ from .into import write_into
 from .keras_export import export_keras
 from .onnx_export import export_onnx
 from .readers import FileReadError, FoundRNN, Question, read_file, stack, stack_problem
-from .saving import CONTAINERS, Written, write_file
+from . import saving as _saving
+from .saving import Written, write_file
 
 __all__ = [
     "FORMATS",
@@ -106,3 +107,10 @@ FORMATS: tuple[str, ...] = _formats.FORMATS
 #:
 #: :meta hide-value:
 FORMAT_SPECS = _formats.FORMAT_SPECS
+
+#: File ending -> the container :func:`write_file` writes for it (``".npz"``, ``".pt"``, ``".pth"``,
+#: ``".safetensors"``, ``".keras"``, ``".weights.h5"``, ``".onnx"``): the formats it holds, its default
+#: first, what it is, and what loads it.
+#:
+#: :meta hide-value:
+CONTAINERS = _saving.CONTAINERS

@@ -44,7 +44,7 @@ import numpy as np
 
 from ...formats import InexactConversionError
 from ..._safetensors import SafetensorsError, read_layout
-from ..readers import FileReadError, FoundRNN, file_kind, read_file
+from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
 from ..readers._keras_file import WEIGHTS_MEMBER, locate
 from ..saving import Written, as_found, converted
 from ...files import write_through_path
@@ -87,7 +87,7 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         allow_approximation: accept a conversion, or a rounding into MODEL's dtype, that changes the function.
 
     Returns:
-        :class:`~cudnn_rnn.convert.saving.Written`: ``what`` names the RNN replaced and the tensor count.
+        :class:`~cudnn_rnn.convert.Written`: ``what`` names the RNN replaced and the tensor count.
 
     Raises:
         FileReadError: MODEL cannot be read, or holds no such RNN.
@@ -150,10 +150,9 @@ def _pick_one(path: str, candidates: list[FoundRNN], tensors: Mapping[str, np.nd
     fitting = [found for found in candidates if _fits(found, tensors)]
     if len(fitting) == 1:
         return fitting[0]
-    listing = "; ".join(f"{found.name} ({found.source})" for found in candidates)
     how = "none has" if not fitting else f"{len(fitting)} have"
-    raise ValueError(f"model {path!r} holds {len(candidates)} RNNs ({listing}) and {how} the converted RNN's "
-                     f"shapes: pick one with {option}")
+    raise ValueError(f"model {path!r} holds {len(candidates)} RNNs ({listing(candidates)}) and {how} the converted "
+                     f"RNN's shapes: pick one with {option}")
 
 
 def _torch_slots(path: str, kind: str, prefix: str | None, key: str | None,
@@ -190,19 +189,14 @@ def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors
     found = read_file(path)
     layers = {places.name: places for places in locate(path, kind)}
     names = [name] if isinstance(name, str) else list(name or ())
-    by_name = {item.name: item for item in found}
-    listing = "; ".join(f"{item.name} ({item.source})" for item in found)
     if names:
-        unknown = [layer for layer in names if layer not in by_name]
-        if unknown:
-            raise ValueError(f"model {path!r} has no RNN layer named {unknown[0]!r}; it holds: {listing}")
-        picked = [by_name[layer] for layer in names]
+        picked = named(found, names, f"model {path!r}")
     elif len(found) == num_layers:
         picked = list(found)
     elif num_layers == 1:
         picked = [_pick_one(path, found, tensors, "name=")]
     else:
-        raise ValueError(f"model {path!r} holds {len(found)} RNN layers ({listing}); the converted network has "
+        raise ValueError(f"model {path!r} holds {len(found)} RNN layers ({listing(found)}); the converted network has "
                          f"{num_layers}: name one layer per network layer with name=[FIRST, SECOND, ...]")
     if len(picked) != num_layers:
         raise ValueError(f"the converted network has {num_layers} layer(s); name= names {len(picked)}: name one "

@@ -50,7 +50,8 @@ from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Quest
 from ._found import same_field as _same_field
 
 __all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
-           "file_kind", "read_file", "stack", "stack_problem", "choose", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]
+           "file_kind", "read_file", "stack", "stack_problem", "choose", "listing", "named", "one_line",
+           "CONFIG_FIELDS", "PARAMS_FORMAT"]
 
 #: the options of :func:`read_file` that only some kinds of file take -> what they apply to
 OPTION_USES: dict[str, str] = {
@@ -356,6 +357,21 @@ def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = Non
     return None
 
 
+def listing(found: Sequence[FoundRNN]) -> str:
+    """The RNNs of a file for a message: ``"encoder (Keras 3 LSTM); decoder (Keras 3 GRU)"``."""
+    return "; ".join(f"{item.name} ({item.source})" for item in found)
+
+
+def named(found: Sequence[FoundRNN], names: Sequence[str], where: str) -> list[FoundRNN]:
+    """The RNNs of ``found`` named ``names``, in that order; ValueError naming the first unknown name, ``where``
+    it was looked for ("the file", "model 'm.keras'") and what is there."""
+    by_name = {item.name: item for item in found}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        raise ValueError(f"no RNN named {unknown[0]!r} in {where}; it holds: {listing(found)}")
+    return [by_name[name] for name in names]
+
+
 def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: bool = False,
            hints: Mapping[str, Any] | None = None) -> FoundRNN:
     """The one RNN a conversion should take from a file's ``found`` list, with ``hints`` applied.
@@ -379,18 +395,13 @@ def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: b
             that disagrees with the file.
     """
     given = {name: value for name, value in (hints or {}).items() if value is not None}
-    by_name = {item.name: item for item in found}
-    listing = "; ".join(f"{item.name} ({item.source})" for item in found)
     if names:
-        unknown = [name for name in names if name not in by_name]
-        if unknown:
-            raise ValueError(f"no RNN named {unknown[0]!r} in the file; it holds: {listing}")
-        picked = [by_name[name] for name in names]
+        picked = named(found, names, "the file")
     elif stack_all or len(found) == 1:
         picked = list(found)
     else:
-        raise ValueError(f"the file holds {len(found)} RNNs: {listing}; pick one with names=[NAME], or stack "
-                         "consecutive layers with names=[FIRST, SECOND] or stack_all=True")
+        raise ValueError(f"the file holds {len(found)} RNNs: {listing(found)}; pick one with names=[NAME], or "
+                         "stack consecutive layers with names=[FIRST, SECOND] or stack_all=True")
     if len(picked) > 1:
         picked = [item.with_hints(**{name: value for name, value in given.items() if name in item.questions})
                   for item in picked]
