@@ -502,8 +502,8 @@ def test_weights_of_a_dtype_cudnn_has_no_params_for(tmp_path: Path) -> None:
             del file[f"layers/lstm/cell/vars/{index}"]
             file[f"layers/lstm/cell/vars/{index}"] = data.astype(np.int32)
     found = {item.name: item for item in read_file(path)}["encoder"]
-    assert found.refusal == ("its weights are 'int32'; cuDNN params are one of ('float16', 'float32', 'float64'): cast "
-                             "the model's weights first")
+    assert found.refusal == ("its weights are 'int32'; cuDNN params are one of ('float16', 'float32', 'float64') or "
+                             "bfloat16 (read as float32): cast the model's weights first")
 
 
 def test_layer_names_are_shown_without_terminal_escapes(tmp_path: Path) -> None:
