@@ -320,3 +320,20 @@ def test_a_bfloat16_keras_model_takes_bfloat16_weights(tmp_path: Path) -> None:
     with pytest.raises(InexactConversionError, match="is bfloat16 in the model; the converted float32 values do not "
                                                      "all fit it exactly"):
         write_into(tmp_path / "model.keras", tmp_path / "out32.keras", GRU(3, 4, bidirectional=True, seed=2))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: write_file(5, LSTM(2, 3)), TypeError, "path must be a str or os.PathLike; got int"),
+    (lambda: write_file("a.npz", LSTM(2, 3), allow_approximation="yes"), TypeError,
+     "allow_approximation must be a bool; got str 'yes'"),
+    (lambda: write_file("a.onnx", LSTM(2, 3), opset=17.0), TypeError, "opset must be an int; got float 17.0"),
+    (lambda: write_file("a.txt", LSTM(2, 3)), ValueError, r"path 'a.txt' must end in one of \('.npz', '.pt'"),
+    (lambda: write_file("a.npz", LSTM(2, 3), fmt="bogus"), ValueError, "fmt must be None or one of"),
+    (lambda: write_into(None, "b.pt", LSTM(2, 3)), TypeError, "model must be a str or os.PathLike; got NoneType"),
+    (lambda: write_into("a.pt", "b.pt", LSTM(2, 3), prefix=3), TypeError, "prefix must be a str or None; got int 3"),
+    (lambda: write_into("a.pt", "b.pt", LSTM(2, 3), name=[]), TypeError,
+     "name must be a layer name, a non-empty list of them, or None"),
+])
+def test_bad_arguments_are_named(call, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        call()

@@ -38,6 +38,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from .._arrays import Array, to_host
+from .._checks import flag
 from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
 from ..files import write_bytes, write_through_path
@@ -251,6 +252,12 @@ def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *
         ImportError: the container's package (torch, h5py, onnx) is missing.
         OSError: the file cannot be written (nothing is left behind).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}")
+    flag("allow_approximation", allow_approximation)
+    flag("time_major", time_major)
+    if not isinstance(opset, int) or isinstance(opset, bool):
+        raise TypeError(f"opset must be an int; got {type(opset).__name__} {opset!r:.40}")
     target = os.fspath(path)
     container = container_of(target)
     fmt = _check_format(container, fmt)

@@ -42,12 +42,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...formats import InexactConversionError
+from ..._checks import flag
 from ..._safetensors import SafetensorsError, read_layout
+from ...files import write_through_path
+from ...formats import InexactConversionError
 from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
 from ..readers._keras_file import WEIGHTS_MEMBER, locate
 from ..saving import Written, as_found, converted
-from ...files import write_through_path
 from ._stored import StoredTensor, check_members, fix_zip_checksums, member_data_offset, patch
 from ._torch_zip import state_dicts
 
@@ -97,6 +98,16 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         TypeError: ``rnn`` is of no accepted kind.
         OSError: ``out`` cannot be written (nothing is left behind).
     """
+    for argument, path in (("model", model), ("out", out)):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
+    for argument, text in (("prefix", prefix), ("key", key)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{argument} must be a str or None; got {type(text).__name__} {text!r:.60}")
+    if name is not None and not isinstance(name, str) and not (
+            isinstance(name, (list, tuple)) and name and all(isinstance(item, str) for item in name)):
+        raise TypeError(f"name must be a layer name, a non-empty list of them, or None; got {name!r:.60}")
+    flag("allow_approximation", allow_approximation)
     model_path, out_path = os.fspath(model), os.fspath(out)
     kind = file_kind(model_path)
     if kind.name not in INTO_KINDS:
