@@ -218,6 +218,8 @@ def test_what_cannot_be_written_into_is_refused(tmp_path: Path) -> None:
 # ---- safetensors ----------------------------------------------------------------------------------------------
 def test_a_safetensors_state_dict_changes_only_in_the_rnns_bytes(tmp_path: Path) -> None:
     state = {key: value.numpy() for key, value in tagger(torch.nn.GRU(4, 6, bidirectional=True)).state_dict().items()}
+    state["positions"] = np.arange(7, dtype=np.int64)  # tensors of other dtypes stay as they are
+    state["scale"] = np.ones(3, np.uint8)
     model = tmp_path / "model.safetensors"
     write_bytes(model, encode(state))
     layer = GRU(4, 6, bidirectional=True, seed=9)

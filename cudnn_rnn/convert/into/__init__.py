@@ -299,5 +299,5 @@ def safetensors_places(path: str) -> dict[str, StoredTensor]:
             layout = read_layout(handle, os.fstat(handle.fileno()).st_size)
     except SafetensorsError as error:
         raise FileReadError(path, str(error)) from None
-    return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype.name if entry.code != "BF16"
-                                          else "bfloat16") for name, entry in layout.entries.items()}
+    return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype_name, itemsize=entry.itemsize)
+            for name, entry in layout.entries.items()}

@@ -49,9 +49,10 @@ class StoredTensor:
 
     @classmethod
     def contiguous(cls, offset: int, shape: Sequence[int], dtype: str, byteorder: str = "<",
-                   member: str | None = None) -> "StoredTensor":
-        """A tensor stored in C order from ``offset`` on."""
-        itemsize = numpy_dtype(dtype).itemsize
+                   member: str | None = None, itemsize: int | None = None) -> "StoredTensor":
+        """A tensor stored in C order from ``offset`` on (``itemsize``: bytes per element, for a dtype that is
+        not an RNN's)."""
+        itemsize = numpy_dtype(dtype).itemsize if itemsize is None else itemsize
         return cls(offset, tuple(int(size) for size in shape), c_strides(shape, itemsize), dtype, byteorder, member)
 
     @property
