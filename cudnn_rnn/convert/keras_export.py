@@ -85,6 +85,7 @@ from ..files import write_bytes, write_through_path
 from ..formats import _keras
 from ..formats._core import check_config, check_params
 from ..formats._table import to_format
+from .readers._keras_file import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
 
 __all__ = ["export_keras", "KERAS_VERSION", "ENDINGS", "ARCHIVE_MEMBERS", "MODE_LAYERS"]
 
@@ -97,7 +98,6 @@ DATE_FORMAT = "%Y-%m-%d@%H:%M:%S"
 #: path ending -> what is written there
 ENDINGS: dict[str, str] = {".keras": "the model (a Keras 3 archive)", ".weights.h5": "its weights alone"}
 
-METADATA_MEMBER, CONFIG_MEMBER, WEIGHTS_MEMBER = "metadata.json", "config.json", "model.weights.h5"
 #: the members of a .keras archive, in the order Keras writes them
 ARCHIVE_MEMBERS: tuple[str, ...] = (METADATA_MEMBER, CONFIG_MEMBER, WEIGHTS_MEMBER)
 
