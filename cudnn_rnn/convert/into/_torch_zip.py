@@ -6,24 +6,24 @@
 Each tensor in the pickle is ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride,
 ...)``, its storage the persistent id ``("storage", <dtype>Storage, key, location, numel)``: so
 the tensor's elements lie in member ``data/<key>`` from element ``offset`` on, ``stride``
-elements apart. Every mapping of the pickle (a state_dict, or one inside a checkpoint dict,
-:data:`SEARCH_DEPTH` deep) whose values include tensors is listed.
+elements apart. The archive and its pickle are checked as the PyTorch reader checks them
+(``_torch_file.inspect_zip``). Every mapping of the pickle (a state_dict, or one inside a checkpoint dict,
+``SEARCH_DEPTH`` deep, as the reader searches) whose values include tensors is listed.
 """
 
 from __future__ import annotations
 
-import io
 import mmap
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..readers._found import FileReadError
-from ..readers._pickle_inspector import Pickled, inspect_pickle
-from ..readers._zip import checked_members, read_member
+from ..readers._pickle_inspector import Pickled
+from ..readers._torch_file import SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, Layout, inspect_zip
 from ._stored import StoredTensor, member_data_offset
 
-__all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES", "SEARCH_DEPTH"]
+__all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES"]
 
 #: torch's typed storage classes -> the dtype of their elements (the ones an RNN's weights can have)
 STORAGE_DTYPES: dict[str, str] = {"DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
@@ -32,7 +32,6 @@ STORAGE_DTYPES: dict[str, str] = {"DoubleStorage": "float64", "FloatStorage": "f
 #: the functions that rebuild a tensor from a storage record, and a Parameter from a tensor
 _REBUILD_TENSOR = {"_rebuild_tensor", "_rebuild_tensor_v2"}
 _REBUILD_PARAMETER = {"_rebuild_parameter", "_rebuild_parameter_with_state"}
-SEARCH_DEPTH = 3
 
 
 @dataclass
@@ -60,7 +59,7 @@ def _sequence(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _tensor(value: Any, top: str, archive: zipfile.ZipFile, mapped: mmap.mmap) -> StoredTensor | str | None:
+def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str | None:
     """The stored place of a pickled tensor, a reason it has none, or None for something that is no tensor."""
     if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
         value = value.args[0]
@@ -71,14 +70,14 @@ def _tensor(value: Any, top: str, archive: zipfile.ZipFile, mapped: mmap.mmap) -
     if not (isinstance(record, tuple) and len(record) == 5 and record[0] == "storage") or shape is None \
             or strides is None or not isinstance(offset, int) or len(shape) != len(strides):
         return "its pickled record is not a plain tensor's"
-    storage_type, key = record[1], record[2]
-    dtype = STORAGE_DTYPES.get(getattr(storage_type, "name", ""))
+    storage = getattr(record[1], "name", "")
+    dtype = STORAGE_DTYPES.get(storage)
     if dtype is None:
-        return f"its storage is {getattr(storage_type, 'name', storage_type)!s:.40}, not a float type"
-    info = archive.getinfo(f"{top}/data/{key}")
+        return f"its storage is {storage or record[1]!s:.40}, not a float type"
+    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
     if info.compress_type != zipfile.ZIP_STORED:
         return "its storage is compressed in the archive"
-    itemsize = {"float64": 8, "float32": 4}.get(dtype, 2)
+    itemsize = STORAGE_ITEMSIZES[storage]
     start = member_data_offset(mapped, info)
     stored = StoredTensor(start + offset * itemsize, shape, tuple(s * itemsize for s in strides), dtype,
                           member=info.filename)
@@ -96,39 +95,31 @@ def state_dicts(path: str) -> list[StateDict]:
             place: save it again with torch.save), or a damaged one.
     """
     with open(path, "rb") as handle:
-        if not zipfile.is_zipfile(handle):
+        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
             raise FileReadError(path, "a legacy (non-zip) torch.save file, whose tensors cannot be replaced in "
                                       "place: load it and torch.save it again (the zip format is torch's default)")
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, zipfile.ZipFile(handle) as archive:
-            return _walk_archive(path, archive, mapped)
+        layout = inspect_zip(path, handle)
+        if layout.torchscript:
+            raise FileReadError(path, "a TorchScript archive: save the weights with torch.save(model.state_dict(), "
+                                      "path) and write into that")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            found: list[StateDict] = []
 
+            def walk(value: Any, trail: tuple[str, ...]) -> None:
+                items = _items(value)
+                if items is None or len(trail) > SEARCH_DEPTH:
+                    return
+                mapping = StateDict(trail)
+                for key, item in items:
+                    place = _tensor(item, layout, mapped)
+                    if isinstance(place, StoredTensor) and isinstance(key, str):
+                        mapping.tensors[key] = place
+                    elif isinstance(place, str) and isinstance(key, str):
+                        mapping.others[key] = place
+                    elif isinstance(key, str):
+                        walk(item, (*trail, key))
+                if mapping.tensors or mapping.others:
+                    found.append(mapping)
 
-def _walk_archive(path: str, archive: zipfile.ZipFile, mapped: mmap.mmap) -> list[StateDict]:
-    """The mappings of the archive's pickle (see :func:`state_dicts`)."""
-    members = checked_members(path, archive)
-    top = next(iter(members)).split("/", 1)[0]
-    pickle_name = f"{top}/data.pkl"
-    if pickle_name not in members:
-        raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
-    data = read_member(path, archive, members[pickle_name])
-    root = inspect_pickle(path, io.BytesIO(data), len(data), "data.pkl").root
-    found: list[StateDict] = []
-
-    def walk(value: Any, trail: tuple[str, ...]) -> None:
-        items = _items(value)
-        if items is None or len(trail) > SEARCH_DEPTH:
-            return
-        mapping = StateDict(trail)
-        for key, item in items:
-            place = _tensor(item, top, archive, mapped)
-            if isinstance(place, StoredTensor) and isinstance(key, str):
-                mapping.tensors[key] = place
-            elif isinstance(place, str) and isinstance(key, str):
-                mapping.others[key] = place
-            elif isinstance(key, str):
-                walk(item, (*trail, key))
-        if mapping.tensors or mapping.others:
-            found.append(mapping)
-
-    walk(root, ())
+            walk(layout.root, ())
     return found

@@ -35,7 +35,7 @@ import pickle
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Mapping, NoReturn
 
 import numpy as np
@@ -45,7 +45,7 @@ from ._pickle_inspector import Pickled, inspect_pickle
 from ._state_dict import check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import READ_ERRORS, checked_members, read_member
 
-__all__ = ["read", "STORAGE_ITEMSIZES", "MODULE_MODES"]
+__all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "MODULE_MODES", "SEARCH_DEPTH"]
 
 #: the legacy typed-storage classes torch.save names in its pickles -> bytes per element
 #: (frozen in torch: newer dtypes are saved as an UntypedStorage of bytes)
@@ -101,14 +101,19 @@ def _count(path: str, value: Any, what: str) -> int:
 
 # ---- the two file layouts -----------------------------------------------------------------------------
 @dataclass
-class _Layout:
-    """What inspection found: the names the file's pickle refers to; whether it is TorchScript."""
+class Layout:
+    """What inspection found: the names the file's pickle refers to; whether it is TorchScript; for a
+    torch.save zip archive, the pickle's top object (stand-ins, see :mod:`._pickle_inspector`), the archive's
+    top folder and its checked members."""
 
     names: list[str]
     torchscript: bool = False
+    root: Any = None
+    top: str = ""
+    members: dict[str, zipfile.ZipInfo] = field(default_factory=dict)
 
 
-def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
+def inspect_zip(path: str, handle: BinaryIO) -> Layout:
     """Check a torch.save zip archive: every member (:mod:`._zip`), then every storage record of data.pkl."""
     try:
         archive = zipfile.ZipFile(handle)
@@ -119,7 +124,7 @@ def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
         raise FileReadError(path, "an empty zip archive")
     top = next(iter(members)).split("/", 1)[0]
     if f"{top}/constants.pkl" in members or any(name.startswith(f"{top}/code/") for name in members):
-        return _Layout([], torchscript=True)
+        return Layout([], torchscript=True)
     pickle_name = f"{top}/data.pkl"
     if pickle_name not in members:
         raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
@@ -141,10 +146,10 @@ def _inspect_zip(path: str, handle: BinaryIO) -> _Layout:
             raise FileReadError(path, f"{what} is missing from the archive: the file is truncated or corrupt")
         itemsize = _storage_itemsize(path, storage_type, what)
         check_declared_size(path, f"data/{key}", (_count(path, numel, what),), itemsize, member.file_size, False)
-    return _Layout(inspected.names)
+    return Layout(inspected.names, root=inspected.root, top=top, members=members)
 
 
-def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> _Layout:
+def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> Layout:
     """Check a legacy torch.save file: five pickles (magic number, protocol, system info, the
     object, the storage keys), then each storage as an 8-byte count and its data."""
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
@@ -194,11 +199,11 @@ def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> _Layout:
     if declared > data_bytes:
         raise FileReadError(path, f"the storages declare {declared} bytes but the file holds {data_bytes} after its "
                                   "pickles: the file is truncated or corrupt")
-    return _Layout(body.names)
+    return Layout(body.names)
 
 
 # ---- loading --------------------------------------------------------------------------------------------
-def _unsafe_message(error: BaseException, layout: _Layout) -> str:
+def _unsafe_message(error: BaseException, layout: Layout) -> str:
     named = list(dict.fromkeys(_GLOBAL_IN_MESSAGE.findall(str(error))))
     named += [name for name in layout.names if not _TENSOR_PICKLE_NAMES.match(name) and name not in named]
     what = f" ({', '.join(one_line(name, 60) for name in named[:4])})" if named else ""
@@ -207,7 +212,7 @@ def _unsafe_message(error: BaseException, layout: _Layout) -> str:
             "if you trust this file")
 
 
-def _torch_load(path: str, handle: BinaryIO, layout: _Layout, trust_pickle: bool) -> Any:
+def _torch_load(path: str, handle: BinaryIO, layout: Layout, trust_pickle: bool) -> Any:
     """``torch.load`` of the inspected file (``weights_only`` unless ``trust_pickle``), its errors as FileReadError."""
     import torch
 
@@ -452,7 +457,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         size = os.fstat(handle.fileno()).st_size
         head = handle.read(len(ZIP_MAGIC))
         handle.seek(0)
-        layout = _inspect_zip(path, handle) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
+        layout = inspect_zip(path, handle) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
         loaded = _torch_load(path, handle, layout, options.trust_pickle)
     target, entry = _pick(path, loaded, options)
     module = target if isinstance(target, torch.nn.Module) else None
