@@ -49,7 +49,8 @@ from ...formats import InexactConversionError
 from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
 from ..readers._keras_file import WEIGHTS_MEMBER, locate
 from ..saving import Written, as_found, converted
-from ._stored import StoredTensor, check_members, fix_zip_checksums, member_data_offset, patch
+from ..readers._zip import member_data_offset
+from ._stored import StoredTensor, check_members, fix_zip_checksums, patch
 from ._torch_zip import state_dicts
 
 __all__ = ["write_into", "INTO_KINDS"]
@@ -139,7 +140,7 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         shutil.copyfile(model_path, partial)
         with open(partial, "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
             patch(mapped, writes)
-            fix_zip_checksums(mapped, members)
+            fix_zip_checksums(partial, mapped, members)
             mapped.flush()
         _check_written(partial, writes, members)
 

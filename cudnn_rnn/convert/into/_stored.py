@@ -2,13 +2,13 @@
 
     StoredTensor(offset=1408, shape=(32, 8), strides=(32, 4), dtype="float32", member="archive/data/0")
     patch(mapped, {key: (stored, values)})      the values written at their offsets, by their strides
-    fix_zip_checksums(mapped, ["archive/data/0"])   each member's CRC-32 recomputed, in the three
-                                                     places a zip archive keeps it
+    fix_zip_checksums(path, mapped, ["archive/data/0"])   each member's CRC-32 recomputed, in the
+                                                           three places a zip archive keeps it
 
-A stored tensor is found by a locator (:mod:`._torch_zip`, :mod:`._locate`) in a file that was
-read and checked first; :func:`patch` checks again that every byte it writes lies inside the
-file. Only stored (uncompressed) zip members can be patched in place; the archive's bytes
-outside the patched data and checksums stay as they are.
+A stored tensor is found by a locator (``_torch_zip.state_dicts``, the Keras reader's ``locate``,
+``safetensors_places``) in a file that was read and checked first; :func:`patch` checks again
+that every byte it writes lies inside the file. Only stored (uncompressed) zip members can be
+patched in place; the archive's bytes outside the patched data and checksums stay as they are.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...config import numpy_dtype
+from ..readers._zip import member_data_offset
 
-__all__ = ["StoredTensor", "patch", "fix_zip_checksums", "member_data_offset", "c_strides", "check_members"]
+__all__ = ["StoredTensor", "patch", "fix_zip_checksums", "c_strides", "check_members"]
 
 
 @dataclass(frozen=True)
@@ -98,18 +99,9 @@ def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray
         view[...] = values
 
 
-_LOCAL = struct.Struct("<4sHHHHHIIIHH")          # local file header, 30 bytes
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # central directory header, 46 bytes
-_LOCAL_SIGNATURE, _CENTRAL_SIGNATURE, _DESCRIPTOR_SIGNATURE = b"PK\x03\x04", b"PK\x01\x02", b"PK\x07\x08"
+_CENTRAL_SIGNATURE, _DESCRIPTOR_SIGNATURE = b"PK\x01\x02", b"PK\x07\x08"
 _LOCAL_CRC, _CENTRAL_CRC = 14, 16
-
-
-def member_data_offset(mapped: mmap.mmap | bytes, info: zipfile.ZipInfo) -> int:
-    """Where a member's data starts: after its local header, name and extra field."""
-    fields = _LOCAL.unpack_from(mapped, info.header_offset)
-    if fields[0] != _LOCAL_SIGNATURE:
-        raise ValueError(f"member {info.filename!r} has no local header where the archive's directory says")
-    return int(info.header_offset + _LOCAL.size + fields[9] + fields[10])
 
 
 def _central_entries(mapped: mmap.mmap, archive: zipfile.ZipFile) -> dict[str, int]:
@@ -124,8 +116,9 @@ def _central_entries(mapped: mmap.mmap, archive: zipfile.ZipFile) -> dict[str, i
     return entries
 
 
-def fix_zip_checksums(mapped: mmap.mmap, members: Sequence[str]) -> None:
-    """Recompute the CRC-32 of each named (stored) member and write it where the archive keeps it.
+def fix_zip_checksums(path: str, mapped: mmap.mmap, members: Sequence[str]) -> None:
+    """Recompute the CRC-32 of each named (stored) member of the archive ``path``, open as ``mapped``, and write
+    it where the archive keeps it.
 
     A zip archive keeps a member's checksum in its local header, in its central directory entry,
     and, where the member's flags say so, in a data descriptor after its data.
@@ -135,7 +128,7 @@ def fix_zip_checksums(mapped: mmap.mmap, members: Sequence[str]) -> None:
     """
     if not members:
         return
-    with zipfile.ZipFile(_MappedFile(mapped)) as archive:
+    with zipfile.ZipFile(path) as archive:  # (only its directory is read: the map holds the data)
         central = _central_entries(mapped, archive)
         for name in dict.fromkeys(members):
             info = archive.getinfo(name)
@@ -160,27 +153,3 @@ def check_members(path: str, members: Sequence[str]) -> None:
             with archive.open(name) as member:
                 while member.read(1 << 24):
                     pass
-
-
-class _MappedFile:
-    """A read-only file object over a mapped file, for zipfile (which seeks and reads)."""
-
-    def __init__(self, mapped: mmap.mmap) -> None:
-        self._mapped, self._position = mapped, 0
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._position, len(self._mapped))[whence]
-        self._position = base + offset
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._mapped) if size is None or size < 0 else self._position + size
-        data = self._mapped[self._position:end]
-        self._position += len(data)
-        return data
-
-    def seekable(self) -> bool:
-        return True

@@ -21,7 +21,8 @@ from typing import Any
 from ..readers._found import FileReadError
 from ..readers._pickle_inspector import Pickled
 from ..readers._torch_file import SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, Layout, inspect_zip
-from ._stored import StoredTensor, member_data_offset
+from ..readers._zip import member_data_offset
+from ._stored import StoredTensor
 
 __all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES"]
 

@@ -31,6 +31,7 @@ What ``zipfile`` and ``zlib`` raise on damaged data (a bad CRC, a broken deflate
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zipfile
@@ -39,7 +40,7 @@ from typing import BinaryIO
 
 from ._found import MAX_COMPRESSION_RATIO, FileReadError, one_line
 
-__all__ = ["checked_members", "read_member", "READ_ERRORS", "READ_METHODS"]
+__all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS", "READ_METHODS"]
 
 #: a member's local header: its signature, then 22 bytes of fields, then the lengths of its name
 #: and extra field (u16 each); the name, the extra field and the data follow
@@ -80,6 +81,18 @@ def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -
     if info.file_size > info.compress_size * MAX_COMPRESSION_RATIO:
         raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes from {info.compress_size} "
                                   "compressed bytes, more than deflate can expand (a decompression bomb)")
+
+
+def member_data_offset(buffer: bytes | mmap.mmap, info: zipfile.ZipInfo) -> int:
+    """Where a member's data starts in the archive's bytes: after its local header, name and extra field.
+
+    Raises:
+        ValueError: no local header is where the directory says.
+    """
+    signature, _, name_length, extra_length = LOCAL_HEADER.unpack_from(buffer, info.header_offset)
+    if signature != LOCAL_HEADER_SIGNATURE:
+        raise ValueError(f"member {info.filename!r} has no local header where the archive's directory says")
+    return int(info.header_offset + LOCAL_HEADER.size + name_length + extra_length)
 
 
 def checked_members(path: str, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
