@@ -62,7 +62,8 @@ from typing import IO, Any, Callable, Iterable, Iterator, cast
 
 import numpy as np
 
-__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "PARTIAL_SUFFIX",
+__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "extension",
+           "COMPOUND_EXTENSIONS", "PARTIAL_SUFFIX",
            "PAUSE_VARIABLE", "UNCHECKED_AFTER", "MAX_COMPRESSION_RATIO", "NPY_HEADER_READERS"]
 
 #: the suffix of a file being written (a killed write leaves one behind)
@@ -157,8 +158,9 @@ def _machine() -> str:
 COMPOUND_EXTENSIONS: tuple[str, ...] = (".weights.h5",)
 
 
-def _extension(name: str) -> str:
-    """The extension :func:`write_through_path`'s partial file of target ``name`` ends in."""
+def extension(name: str) -> str:
+    """A file name's extension, two parts where :data:`COMPOUND_EXTENSIONS` says (``m.weights.h5`` ->
+    ``.weights.h5``); the one :func:`write_through_path`'s partial file of target ``name`` ends in."""
     compound = next((ending for ending in COMPOUND_EXTENSIONS if name.lower().endswith(ending)), None)
     return name[-len(compound):] if compound else os.path.splitext(name)[1]
 
@@ -166,7 +168,7 @@ def _extension(name: str) -> str:
 def _leftover_name(name: str) -> re.Pattern[str]:
     """The names of the partial files of target ``name`` (this form, with machine and pid, and the earlier one)."""
     return re.compile(rf"\.{re.escape(name)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
-                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(_extension(name))})?")
+                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(extension(name))})?")
 
 
 def _process_lives(pid: int) -> bool | None:
@@ -319,8 +321,8 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
         OSError: the file cannot be written (its folder does not exist, permission denied, no
             space left); the target is untouched and no partial file is left.
     """
-    extension = _extension(os.path.basename(os.path.abspath(os.fspath(path))))
-    with _partial_file(path, PARTIAL_SUFFIX + extension) as (descriptor, partial):
+    ending = extension(os.path.basename(os.path.abspath(os.fspath(path))))
+    with _partial_file(path, PARTIAL_SUFFIX + ending) as (descriptor, partial):
         os.close(descriptor)
         write(partial)
         descriptor = os.open(partial, os.O_RDONLY)

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..._checks import flag
 from ..._safetensors import SafetensorsError, read_layout
-from ...files import write_through_path
+from ...files import extension, write_through_path
 from ...formats import InexactConversionError
 from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
 from ..readers._keras_file import WEIGHTS_MEMBER, locate
@@ -70,8 +70,7 @@ class _Slot:
 
 
 def _suffix(path: str) -> str:
-    name = os.path.basename(path).lower()
-    return ".weights.h5" if name.endswith(".weights.h5") else os.path.splitext(name)[1]
+    return extension(os.path.basename(path)).lower()
 
 
 def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: Any, *, prefix: str | None = None,
@@ -222,13 +221,14 @@ def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors
                              f"{places.why if places else 'its weights were not found'}")
         for tensor, value in item.tensors.items():
             dataset = places.places.get(tensor)
-            if dataset is not None and dataset.offset is None:
-                raise ValueError(f"layer {item.name!r} of model {path!r}: dataset {dataset.dataset!r} is stored "
-                                 "chunked or compressed, or in a type other than its marked dtype, so it cannot be "
-                                 "replaced in place: save the model again with keras")
-            stored = None if dataset is None or dataset.offset is None else StoredTensor.contiguous(
-                member_start + dataset.offset, dataset.shape, dataset.dtype, dataset.byteorder,
-                WEIGHTS_MEMBER if kind == "keras" else None)
+            stored = None  # (no dataset: a weight the layer does not store, as a bias with use_bias=False)
+            if dataset is not None:
+                if dataset.offset is None:
+                    raise ValueError(f"layer {item.name!r} of model {path!r}: dataset {dataset.dataset!r} is stored "
+                                     "chunked or compressed, or in a type other than its marked dtype, so it cannot "
+                                     "be replaced in place: save the model again with keras")
+                stored = StoredTensor.contiguous(member_start + dataset.offset, dataset.shape, dataset.dtype,
+                                                 dataset.byteorder, WEIGHTS_MEMBER if kind == "keras" else None)
             where = f" ({dataset.dataset})" if dataset else ""
             label = f"{item.name}: {tensor.split('/', 1)[1].replace('/', ' ')}{where}"
             slots[f"layer_{index}/{tensor.split('/', 1)[1]}"] = _Slot(label, stored, tuple(value.shape))
