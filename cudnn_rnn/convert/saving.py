@@ -41,14 +41,14 @@ from .._arrays import Array, to_host
 from .._checks import flag
 from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
-from ..files import write_bytes, write_through_path
+from ..files import extension, write_bytes, write_through_path
 from ..formats import Converted, convert_between, to_format
 from ..formats._core import check_params
 from ..formats._onnx import node_attributes
 from ..params_file import STORED_BITS, write_params_file
+from ..formats._table import FORMATS
 from .keras_export import export_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
-from ..formats._table import FORMATS
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
 __all__ = ["CONTAINERS", "Container", "Written", "RNNSource", "container_of", "as_found", "converted", "write_file"]
@@ -121,12 +121,11 @@ def container_of(path: str | os.PathLike[str]) -> Container:
     Raises:
         ValueError: a name that ends in none of :data:`CONTAINERS`' suffixes (naming it and them).
     """
-    name = os.path.basename(os.fspath(path)).lower()
-    for suffix in sorted(CONTAINERS, key=len, reverse=True):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return CONTAINERS[suffix]
-    ending = os.path.splitext(name)[1] or "no extension"
-    raise ValueError(f"path {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got {ending!r}")
+    ending = extension(os.path.basename(os.fspath(path))).lower()
+    if ending in CONTAINERS:
+        return CONTAINERS[ending]
+    raise ValueError(f"path {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got "
+                     f"{ending or 'no extension'!r}")
 
 
 def as_found(rnn: Any) -> FoundRNN:
