@@ -161,7 +161,7 @@ COMPOUND_EXTENSIONS: tuple[str, ...] = (".weights.h5",)
 def extension(name: str) -> str:
     """A file name's extension, two parts where :data:`COMPOUND_EXTENSIONS` says (``m.weights.h5`` ->
     ``.weights.h5``); the one :func:`write_through_path`'s partial file of target ``name`` ends in. A name
-    that is all extension has none, as for :func:`os.path.splitext`."""
+    that is all extension has none, as for ``os.path.splitext``."""
     compound = next((ending for ending in COMPOUND_EXTENSIONS
                      if name.lower().endswith(ending) and len(name) > len(ending)), None)
     return name[-len(compound):] if compound else os.path.splitext(name)[1]

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import numpy as np
 
-from .._arrays import Array, to_host
+from .._arrays import to_host
 from .._checks import flag
 from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
@@ -51,10 +51,7 @@ from .keras_export import export_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
-__all__ = ["CONTAINERS", "Container", "Written", "RNNSource", "container_of", "as_found", "converted", "write_file"]
-
-#: what can be written: a found RNN, a layer of this library, or ``(params, config)``
-RNNSource = Union[FoundRNN, RecurrentLayer, "tuple[Array, RNNConfig]"]
+__all__ = ["CONTAINERS", "Container", "Written", "container_of", "as_found", "converted", "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
@@ -228,8 +225,8 @@ TENSOR_WRITERS: dict[str, Callable[[str, dict[str, np.ndarray]], None]] = {
 
 
 # ---- the function ----------------------------------------------------------------------------------------------
-def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *, allow_approximation: bool = False,
-               time_major: bool = True, opset: int = DEFAULT_OPSET) -> Written:
+def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *,
+               allow_approximation: bool = False, time_major: bool = True, opset: int = DEFAULT_OPSET) -> Written:
     """Write ``rnn``'s weights to ``path``, in the container its name chooses (see the module docstring).
 
     Args:
