@@ -39,6 +39,7 @@ import numpy as np
 
 from .._arrays import to_host
 from .._checks import flag
+from .._safetensors import encode
 from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
 from ..files import extension, write_bytes, write_through_path
@@ -213,9 +214,7 @@ def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-    from .._safetensors import encode
-
-    write_bytes(path, encode({name: np.ascontiguousarray(value) for name, value in tensors.items()}))
+    write_bytes(path, encode(tensors))  # (encode writes each array little-endian in C order)
 
 
 #: container suffix -> how named tensors are written to it
