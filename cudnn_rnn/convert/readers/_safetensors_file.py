@@ -30,13 +30,9 @@ import numpy as np
 
 from ..._safetensors import Entry, SafetensorsError, read_array, read_layout
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, widen_bfloat16
-from ._state_dict import check_one_dtype, rnns_in_state_dict, select_rnns
+from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns
 
-__all__ = ["read", "READ_DTYPES", "SOURCE"]
-
-#: a tensor's dtype -> the NumPy dtype it is read as (others are refused), as the PyTorch reader does
-READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
-                               "bfloat16": "float32"}
+__all__ = ["read", "SOURCE"]
 
 #: what holds each RNN's state_dict, in its source ("PyTorch nn.LSTM state_dict in a safetensors file")
 SOURCE = "state_dict in a safetensors file"
@@ -48,7 +44,7 @@ _BFLOAT16_BITS = np.dtype("<u2")
 
 
 def _tensor(handle: BinaryIO, entry: Entry) -> np.ndarray:
-    """The tensor of ``entry`` as its :data:`READ_DTYPES` dtype: bfloat16 widened to float32 exactly."""
+    """The tensor of ``entry`` as its ``READ_DTYPES`` dtype: bfloat16 widened to float32 exactly."""
     if entry.dtype_name != "bfloat16":
         return read_array(handle, entry)
     return widen_bfloat16(read_array(handle, entry, _BFLOAT16_BITS))

@@ -20,7 +20,8 @@ import numpy as np
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._infer import infer
 
-__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "RNN_CLASSES", "ARRAY_DTYPES"]
+__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "RNN_CLASSES", "ARRAY_DTYPES",
+           "READ_DTYPES"]
 
 
 #: gates per cell -> the torch class whose state_dict it is
@@ -29,6 +30,11 @@ RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
 
 #: the dtypes an RNN's NumPy arrays may have
 ARRAY_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+
+#: a stored tensor's dtype -> the NumPy dtype a PyTorch or safetensors file's RNN tensor is read as (others are
+#: refused): bfloat16, which NumPy has no type for without ml_dtypes, as float32 (exactly)
+READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
+                               "bfloat16": "float32"}
 
 
 _RNN_KEY = re.compile(r"^((?:.*\.)?)((?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l\d+(?:_reverse)?)$")

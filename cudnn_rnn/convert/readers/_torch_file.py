@@ -42,7 +42,7 @@ import numpy as np
 
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
-from ._state_dict import check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
+from ._state_dict import READ_DTYPES, check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import READ_ERRORS, checked_members, read_member
 
 __all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "MODULE_MODES", "SEARCH_DEPTH"]
@@ -58,10 +58,6 @@ STORAGE_ITEMSIZES: dict[str, int] = {
 
 #: ``nn.RNNBase.mode`` -> rnn_mode (what a pickled module says and its state_dict cannot)
 MODULE_MODES: dict[str, str] = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
-
-#: torch dtype -> the NumPy dtype its tensors are read as (others are refused)
-READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
-                               "bfloat16": "float32"}
 
 #: the first two pickles of a legacy (non-zip) torch.save file
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
