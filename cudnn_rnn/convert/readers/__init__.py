@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._checks import flag
+from ...config import DIRECTIONS
 from ..._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
 from ...formats._table import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
@@ -345,7 +346,7 @@ def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = Non
     if upper.get("input_mode") == "skip_input":
         return "its input_mode is skip_input (no input matrices), which only a first layer may have"
     if all(name in lower for name in ("num_units", "num_proj", "direction")) and "input_size" in upper:
-        width = (lower["num_proj"] or lower["num_units"]) * (2 if lower["direction"] == "bidirectional" else 1)
+        width = (lower["num_proj"] or lower["num_units"]) * DIRECTIONS.get(lower["direction"], 1)  # (output_size)
         if upper["input_size"] != width:
             return f"its input size is {upper['input_size']}, {below.name} outputs {width} features per step"
     for item in (below, above) if conversions else ():
