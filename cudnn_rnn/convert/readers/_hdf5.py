@@ -88,6 +88,10 @@ class H5File:
         with h5py_errors(self.path, self.where):
             return marked if isinstance(marked, str) else dataset.dtype.name
 
+    def marked_bfloat16(self, dataset: Any) -> bool:
+        """Whether the dataset holds bfloat16 values as Keras stores them: 2-byte data marked ``dtype="bfloat16"``."""
+        return self.dtype(dataset) == "bfloat16" and dataset.dtype.itemsize == 2
+
     def array(self, dataset: Any) -> np.ndarray:
         """The dataset's data, once its storage and declared size are checked."""
         dtype = self.dtype(dataset)
@@ -95,7 +99,7 @@ class H5File:
             name = dataset.name
             if dataset.is_virtual or dataset.external:
                 raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
-            bfloat16 = dtype == "bfloat16" and dataset.dtype.itemsize == 2  # (Keras: 2-byte data, marked)
+            bfloat16 = self.marked_bfloat16(dataset)
             if dtype not in BUILTIN_DTYPES and not bfloat16:
                 raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES} or bfloat16")
             compressed = dataset.id.get_create_plist().get_nfilters() > 0

@@ -203,15 +203,21 @@ class _ReadLayer:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+def _config_refusal(layer: RNNLayer) -> str | None:
+    """Why cuDNN cannot compute the layer, from what its config (and its class) says; None when it can."""
+    refusal = layer.refusal or (None if layer.weights_only else config_refusal(layer))
+    if layer.reset_after is False and len(layer.configs) == 2:
+        refusal = refusal or BIDIRECTIONAL_RESET_BEFORE
+    return refusal
+
+
 def _read_weights(h5: H5File, layer: RNNLayer, version: str) -> _ReadLayer:
     """Read a layer's weights (only its shapes when it is refused)."""
     source = f"Keras {version} {layer.display}" + (" (weights only)" if layer.weights_only else "")
     config = layer.configs[0]
+    layer.refusal = _config_refusal(layer)
     if not layer.weights_only:
-        layer.refusal = layer.refusal or config_refusal(layer)
         layer.notes += config_notes(layer)
-    if layer.reset_after is False and len(layer.configs) == 2:
-        layer.refusal = layer.refusal or BIDIRECTIONAL_RESET_BEFORE
     if not layer.refusal:
         _check_weights(h5, layer)
         stored = {h5.dtype(dataset) for weights in layer.weights for dataset in weights.values()}
@@ -394,7 +400,7 @@ class LayerPlaces:
 def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
     """Where ``layer``'s weights lie (in the child process)."""
     name = one_line(layer.name, 200)
-    refusal = layer.refusal or (None if layer.weights_only else config_refusal(layer))
+    refusal = _config_refusal(layer)
     if refusal or _builder(layer) is not _keras_tensors:
         why = refusal or f"a {layer.display} keeps its weights in another layout than LSTM, GRU(reset_after=True) " \
                          "and SimpleRNN"
@@ -402,9 +408,9 @@ def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
     places = {}
     for direction, weights in enumerate(layer.weights):
         for field_name, dataset in weights.items():
-            marked = h5.dtype(dataset)  # (Keras marks bfloat16 data, stored as 2-byte opaque values)
+            marked = h5.dtype(dataset)
             plain = (dataset.chunks is None and dataset.compression is None and not dataset.external
-                     and (marked == dataset.dtype.name or (marked == "bfloat16" and dataset.dtype.itemsize == 2)))
+                     and (marked == dataset.dtype.name or h5.marked_bfloat16(dataset)))
             offset = dataset.id.get_offset() if plain else None
             order = dataset.dtype.byteorder
             places[KERAS_NAMES.name(field_name, 0, direction)] = StoredDataset(
