@@ -47,7 +47,7 @@ from ..convert import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
-from ..convert.saving import CONTAINERS, Written, container_of, write_file
+from ..convert.saving import CONTAINERS, Written, container_of, suffixes_for, write_file
 from ..formats._core import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
@@ -233,14 +233,13 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> None:
     if args.into is None:
         try:
-            container = container_of(args.output)
-        except ValueError:
-            raise CommandError(f"OUT {args.output!r} must end in one of {tuple(CONTAINERS)}; got "
-                               f"{os.path.splitext(args.output)[1] or 'no extension'!r}") from None
+            container = container_of(args.output, "OUT")
+        except ValueError as error:
+            raise CommandError(str(error)) from None
         if args.target_format is not None and args.target_format not in container.formats:
             raise CommandError(f"OUT {args.output!r} is {container.description}, which holds the "
-                               f"{' or '.join(container.formats)} format, not --to "
-                               f"{args.target_format}: name OUT {_suffixes_for(args.target_format)}, or drop --to")
+                               f"{' or '.join(container.formats)} format, not --to {args.target_format}: name OUT "
+                               f"ending in {suffixes_for(args.target_format)}, or drop --to")
     else:
         if args.target_format is not None:
             raise CommandError("--to does not apply with --into: OUT is a copy of MODEL, in MODEL's own format")
@@ -254,9 +253,8 @@ def _run(args: argparse.Namespace) -> None:
             args.output, found, args.target_format, allow_approximation=args.allow_approximation,
             time_major=not args.batch_major, opset=args.opset))
     else:
-        names = args.name[0] if args.name and len(args.name) == 1 else args.name
         written = _writing(args.output, lambda: write_into(
-            args.into, args.output, found, prefix=args.prefix, name=names, key=args.key,
+            args.into, args.output, found, prefix=args.prefix, name=args.name, key=args.key,
             allow_approximation=args.allow_approximation))
     parts = found.parts or (found,)
     formats = "+".join(dict.fromkeys(part.fmt for part in parts))
@@ -272,10 +270,6 @@ def _run(args: argparse.Namespace) -> None:
             print(f"  - {sentence}")
     else:
         print("exact: the result computes the same function")
-
-
-def _suffixes_for(fmt: str) -> str:
-    return "ending in " + " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,7 +52,7 @@ from .keras_export import export_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
-__all__ = ["CONTAINERS", "Container", "Written", "container_of", "as_found", "converted", "write_file"]
+__all__ = ["CONTAINERS", "Container", "Written", "container_of", "suffixes_for", "as_found", "converted", "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
@@ -113,8 +113,12 @@ class Written:
     approximations: tuple[str, ...] = ()
 
 
-def container_of(path: str | os.PathLike[str]) -> Container:
-    """The container OUT's name chooses.
+def container_of(path: str | os.PathLike[str], argument: str = "path") -> Container:
+    """The container a file's name chooses.
+
+    Args:
+        path: the file to write.
+        argument: what the caller calls it, for the message ("path", "OUT").
 
     Raises:
         ValueError: a name that ends in none of :data:`CONTAINERS`' suffixes (naming it and them).
@@ -122,7 +126,7 @@ def container_of(path: str | os.PathLike[str]) -> Container:
     ending = extension(os.path.basename(os.fspath(path))).lower()
     if ending in CONTAINERS:
         return CONTAINERS[ending]
-    raise ValueError(f"path {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got "
+    raise ValueError(f"{argument} {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got "
                      f"{ending or 'no extension'!r}")
 
 
@@ -173,12 +177,12 @@ def _check_format(container: Container, fmt: str | None) -> str:
     if fmt not in container.formats:
         held = " or ".join(repr(name) for name in container.formats)
         raise ValueError(f"a {container.suffix} file is {container.description}, which holds the {held} format, "
-                         f"not {fmt!r}: choose another format, or a file name ending in "
-                         f"{_suffixes_for(fmt)}")
+                         f"not {fmt!r}: choose another format, or a file name ending in {suffixes_for(fmt)}")
     return fmt
 
 
-def _suffixes_for(fmt: str) -> str:
+def suffixes_for(fmt: str) -> str:
+    """The endings whose containers hold format ``fmt``, for messages: ``".npz or .pt or .pth or .safetensors"``."""
     return " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
 
 
