@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import Array
+from .._arrays import Array, to_host
 from ..config import RNNConfig
 from ..files import write_bytes, write_through_path
 from ..formats import _keras
@@ -221,7 +221,8 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
     if np.dtype(params.dtype).name != config.dtype:
         raise TypeError(f"params.dtype must be config.dtype ({config.dtype}); got {np.dtype(params.dtype).name}")
     h5py = _import_h5py()
-    weights = {name: _to_host(value) for name, value in to_format("keras", params, config).value.items()}
+    weights = {name: np.ascontiguousarray(to_host(value))
+               for name, value in to_format("keras", params, config).value.items()}
     layers = _layers(config)
     if ending == ".weights.h5":  # through a path, as save_weights writes it: libhdf5 lays out a file on disk
         write_through_path(path, lambda temporary: _weights_store(h5py, temporary, layers, weights))
@@ -231,10 +232,6 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
     store = buffer.getvalue()
     metadata = {"keras_version": KERAS_VERSION, "date_saved": datetime.datetime.now().strftime(DATE_FORMAT)}
     write_bytes(path, _archive(json.dumps(metadata), json.dumps(_model_config(config)), store))
-
-
-def _to_host(value: Any) -> np.ndarray:
-    return np.ascontiguousarray(value.get() if hasattr(value, "get") else value)
 
 
 def _archive(metadata: str, config: str, store: bytes) -> bytes:
