@@ -65,7 +65,7 @@ from ._dropout_rng import DropoutRNG
 from ._lib import ForwardMode, WgradMode
 from .config import RNNConfig, numpy_dtype
 
-__all__ = ["forward", "backward", "RESERVE_SURVIVES_BACKWARD", "CUDNN_IGNORES_PADDING"]
+__all__ = ["forward", "backward", "reserve_elements", "RESERVE_SURVIVES_BACKWARD", "CUDNN_IGNORES_PADDING"]
 
 #: Whether cudnnRNNBackwardData_v8/BackwardWeights_v8 leave the reserve space as the forward wrote it.
 #: The headers mark it [in,out], so until a GPU run shows otherwise (tests/gpu/test_backend.py
@@ -120,6 +120,25 @@ def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: An
                          f"got {params.size}")
     use(plan.buffers, stream)
     return stream, handle, network, plan
+
+
+def reserve_elements(config: RNNConfig, max_time: int, batch: int, time_major: bool, device_id: int) -> int:
+    """Length of the reserve_space a training forward of [T, B] returns on GPU ``device_id``: header and payload.
+
+    ``time_major`` is the layout the backend runs (time-major for a persistent algorithm). cuDNN
+    sizes the reserve from T, B and the network, not from each sequence's length, so the plan for
+    full lengths gives it; the plan is cached for the calls that follow. A framework bridge asks
+    this while tracing, before any data exists.
+    """
+    cupy = import_cupy()
+    with cupy.cuda.Device(device_id):
+        check_dtype_supported(config.dtype, device_id)
+        stream = cupy.cuda.get_current_stream()
+        lengths = np.full(batch, max_time, dtype=np.int32)
+        _, plan = thread_context(device_id).network_and_plan(config, True, stream, max_time, batch, time_major,
+                                                             lengths)
+        itemsize = numpy_dtype(config.dtype).itemsize
+        return _reserve.header_elements(numpy_dtype(config.dtype)) + -(-plan.reserve_size // itemsize)
 
 
 def _without_padding(values: Any, plan: BatchPlan) -> Any:

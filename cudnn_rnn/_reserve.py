@@ -5,6 +5,7 @@ without waiting for the device. This module is its one owner::
     header(key), write_header(reserve, key), header_only(xp, dtype, key)     the forward writes the header
     host_reserved = record(reserve, key)        ops, after every forward: one way to record
     check(reserve, host_reserved, key)          ops, before every backprop: every refusal
+    check_array(reserve, key)                   a bridge's backprop from its own residual: the array alone
 
 A reserve_space is ``[header | payload]``: the payload is the backend's own business; the
 header (:data:`HEADER_BYTES`, so the payload stays aligned for cuDNN) starts with the key's
@@ -45,7 +46,7 @@ from ._arrays import Array, array_kind, to_host
 from .config import RNNConfig, numpy_dtype
 
 __all__ = ["HEADER_BYTES", "ForwardKey", "header_elements", "header", "header_view", "write_header", "header_only",
-           "payload", "read_header", "record", "recorded_fingerprint", "check"]
+           "payload", "read_header", "record", "recorded_fingerprint", "check", "check_array"]
 
 HEADER_BYTES = 256
 _TAG_BYTES = 8
@@ -159,19 +160,7 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
     checked. Reads the header (a wait on CuPy) only when ``reserve`` is not an array a forward
     returned.
     """
-    if reserve is None:
-        raise TypeError("reserve_space must be the forward's reserve_space array; got None")
-    if reserve.ndim != 1:
-        raise ValueError(f"reserve_space must be a 1-D array; got shape {tuple(reserve.shape)} ({reserve.ndim}-D)")
-    dtype = numpy_dtype(key.config.dtype)
-    if reserve.dtype != dtype:
-        raise TypeError(f"reserve_space must have the dtype of input ({dtype}); got {reserve.dtype}")
-    if reserve.shape[0] == 0:
-        raise ValueError("reserve_space is empty: the forward ran with is_training=False, which keeps nothing "
-                         "for backprop; run the forward with is_training=True")
-    if reserve.shape[0] < header_elements(reserve.dtype):
-        raise ValueError(f"reserve_space has {reserve.shape[0]} elements, fewer than any forward call "
-                         "writes; pass the reserve_space returned by cudnn_rnn_v3")
+    check_array(reserve, key)
     if host_reserved is not None:
         kind = array_kind(host_reserved)
         if kind is None:
@@ -190,3 +179,24 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
     if not matches:
         raise ValueError("reserve_space was made by a different forward call (configuration, attributes, shapes, "
                          "layout or sequence_lengths differ); pass the reserve_space of the matching cudnn_rnn_v3 call")
+
+
+def check_array(reserve: Array, key: ForwardKey) -> None:
+    """Raise unless ``reserve`` could be a training reserve of ``key``'s call: a 1-D array of its dtype, a header long.
+
+    Reads nothing from the array. :func:`check` starts with it; a framework bridge whose reserve is
+    its own forward's residual in the same graph relies on it alone (``ops.backprop_from_residual``).
+    """
+    if reserve is None:
+        raise TypeError("reserve_space must be the forward's reserve_space array; got None")
+    if reserve.ndim != 1:
+        raise ValueError(f"reserve_space must be a 1-D array; got shape {tuple(reserve.shape)} ({reserve.ndim}-D)")
+    dtype = numpy_dtype(key.config.dtype)
+    if reserve.dtype != dtype:
+        raise TypeError(f"reserve_space must have the dtype of input ({dtype}); got {reserve.dtype}")
+    if reserve.shape[0] == 0:
+        raise ValueError("reserve_space is empty: the forward ran with is_training=False, which keeps nothing "
+                         "for backprop; run the forward with is_training=True")
+    if reserve.shape[0] < header_elements(reserve.dtype):
+        raise ValueError(f"reserve_space has {reserve.shape[0]} elements, fewer than any forward call "
+                         "writes; pass the reserve_space returned by cudnn_rnn_v3")

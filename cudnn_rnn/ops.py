@@ -451,6 +451,44 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
         ValueError: as for :func:`cudnn_rnn_v3`, for gradients shaped unlike the outputs, and for
             a reserve_space or host_reserved that does not come from the matching training forward.
     """
+    call = _prepare_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+                             output_backprop, output_h_backprop, output_c_backprop, reserve_space, rnn_mode=rnn_mode,
+                             input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
+                             num_proj=num_proj, time_major=time_major, algo=algo)
+    with call.on_device():  # a reserve that is not the forward's own array has its header read there
+        _reserve.check(reserve_space, host_reserved, call.reserve_key)
+        return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
+
+
+def backprop_from_residual(input: Array, input_h: Array, input_c: Array | None, params: Array,
+                           sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
+                           output_backprop: Array | None, output_h_backprop: Array | None,
+                           output_c_backprop: Array | None, reserve_space: Array, *, rnn_mode: str, input_mode: str,
+                           direction: str, dropout: float, seed: int, seed2: int, num_proj: int, time_major: bool,
+                           algo: str) -> RNNGradients:
+    """:func:`cudnn_rnn_backprop_v3` for a framework bridge whose reserve_space is its own forward's residual.
+
+    A framework's graph hands the backward the very buffer its forward filled, with the forward's
+    attributes and shapes, in a buffer of the framework's (so no record of it exists): the reserve
+    is checked as an array (rank, dtype, length) but its header is not read, which on CuPy would
+    wait for the device. Arguments, results and other errors as :func:`cudnn_rnn_backprop_v3`'s.
+    """
+    call = _prepare_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+                             output_backprop, output_h_backprop, output_c_backprop, reserve_space, rnn_mode=rnn_mode,
+                             input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
+                             num_proj=num_proj, time_major=time_major, algo=algo)
+    with call.on_device():
+        _reserve.check_array(reserve_space, call.reserve_key)
+        return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
+
+
+def _prepare_backprop(input: Array, input_h: Array, input_c: Array | None, params: Array,
+                      sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
+                      output_backprop: Array | None, output_h_backprop: Array | None,
+                      output_c_backprop: Array | None, reserve_space: Array, *, rnn_mode: str, input_mode: str,
+                      direction: str, dropout: float, seed: int, seed2: int, num_proj: int, time_major: bool,
+                      algo: str) -> _ValidatedCall:
+    """Validate a backprop's arguments (the forward's, the outputs and their gradients)."""
     has_cell = rnn_mode == "lstm"
     extra: dict[str, Array | None] = {"output": output, "output_h": output_h, "output_backprop": output_backprop,
                                       "output_h_backprop": output_h_backprop, "reserve_space": reserve_space}
@@ -472,9 +510,7 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
             continue
         _check_shape(name, value, shape)
         _check_dtype(name, value, dtype)
-    with call.on_device():  # a reserve that is not the forward's own array has its header read there
-        _reserve.check(reserve_space, host_reserved, call.reserve_key)
-        return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
+    return call
 
 
 def _backprop(call: _ValidatedCall, output: Array, output_backprop: Array | None, output_h_backprop: Array | None,

@@ -1,0 +1,144 @@
+"""The framework bridges' shared core (``cudnn_rnn._bridge``): shapes alone give the op's errors and sizes.
+
+The oracle is the public op itself: every size :func:`signature` predicts is the size the op
+returns, every refusal is the op's own, and the residual backward equals cudnn_rnn_backprop_v3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudnn_rnn
+from cudnn_rnn import _bridge
+
+CASES = [  # (attrs, num_layers, input_size, num_units)
+    (_bridge.Attrs("lstm", num_proj=2, direction="bidirectional", time_major=False), 2, 3, 4),
+    (_bridge.Attrs("gru", time_major=True), 1, 3, 4),
+    (_bridge.Attrs("rnn_relu", input_mode="skip_input", time_major=False), 2, 4, 4),
+    (_bridge.Attrs("rnn_tanh", direction="bidirectional", dropout=0.5, seed=3, seed2=9), 2, 2, 3),
+]
+
+
+def _arrays(attrs: _bridge.Attrs, layers: int, inputs: int, units: int, max_time: int = 5, batch: int = 3,
+            dtype: type = np.float64) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    d = 2 if attrs.direction == "bidirectional" else 1
+    p = attrs.num_proj or units
+    config = cudnn_rnn.RNNConfig(attrs.rnn_mode, layers, units, inputs, input_mode=attrs.input_mode,
+                                 direction=attrs.direction, num_proj=attrs.num_proj, dtype=np.dtype(dtype).name)
+    params = _bridge.init_params(config, seed=1)
+    seq = (max_time, batch) if attrs.time_major else (batch, max_time)
+    state = (layers * d, batch) if attrs.time_major else (batch, layers * d)
+    x = rng.standard_normal(seq + (inputs,)).astype(dtype)
+    h = rng.standard_normal(state + (p,)).astype(dtype)
+    c = rng.standard_normal(state + (units,)).astype(dtype) if attrs.has_cell else None
+    return x, h, c, params
+
+
+@pytest.mark.parametrize("attrs, layers, inputs, units", CASES)
+def test_the_signature_predicts_the_ops_shapes_and_the_cpu_reserve(attrs: _bridge.Attrs, layers: int, inputs: int,
+                                                                   units: int) -> None:
+    x, h, c, params = _arrays(attrs, layers, inputs, units)
+    lengths = np.array([5, 0, 2], dtype=np.int32)
+    sig = _bridge.signature(attrs, x.shape, h.shape, None if c is None else c.shape, params.shape, x.dtype,
+                            lengths.shape, lengths.dtype)
+    out = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, is_training=True, **attrs.op_kwargs())
+    assert (sig.output_shape, sig.output_h_shape, sig.output_c_shape) == (out.output.shape, out.output_h.shape,
+                                                                          out.output_c.shape)
+    assert sig.reserve_elements("cpu") == out.reserve_space.shape[0]
+    assert sig.config.rnn_mode == attrs.rnn_mode and sig.dtype == np.float64
+
+
+def test_an_empty_batch_keeps_only_the_header() -> None:
+    attrs = _bridge.Attrs("gru")
+    x, h, _, params = _arrays(attrs, 1, 3, 4, batch=0)
+    sig = _bridge.signature(attrs, x.shape, h.shape, None, params.shape, x.dtype)
+    out = cudnn_rnn.cudnn_rnn_v3(x, h, None, params, is_training=True, **attrs.op_kwargs())
+    assert sig.reserve_elements("cpu") == out.reserve_space.shape[0] > 0
+
+
+@pytest.mark.parametrize("attrs, layers, inputs, units", CASES)
+def test_the_residual_backward_is_the_public_backprop(attrs: _bridge.Attrs, layers: int, inputs: int,
+                                                      units: int) -> None:
+    x, h, c, params = _arrays(attrs, layers, inputs, units)
+    lengths = np.array([4, 0, 5], dtype=np.int64)
+    out = _bridge.forward(attrs, x, h, c, params, lengths, is_training=True)
+    dy = np.random.default_rng(1).standard_normal(out.output.shape)
+    residual = out.reserve_space.copy()  # a buffer of the framework's: no record of it exists
+    grads = _bridge.backward(attrs, x, h, c, params, lengths, out.output, out.output_h, out.output_c, dy, None,
+                             None, residual)
+    expected = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, out.output, out.output_h, out.output_c,
+                                               dy, None, None, out.reserve_space, **attrs.op_kwargs())
+    for got, want in zip(grads, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_residual_backward_still_checks_the_reserve_as_an_array() -> None:
+    attrs = _bridge.Attrs("gru")
+    x, h, _, params = _arrays(attrs, 1, 3, 4)
+    out = _bridge.forward(attrs, x, h, None, params, None, is_training=True)
+    args = (attrs, x, h, None, params, None, out.output, out.output_h, None, None, None, None)
+    with pytest.raises(TypeError, match=r"reserve_space must have the dtype of input \(float64\); got float32"):
+        _bridge.backward(*args, np.zeros(out.reserve_space.shape, np.float32))
+    with pytest.raises(ValueError, match="reserve_space is empty: the forward ran with is_training=False"):
+        _bridge.backward(*args, np.empty(0))
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(input_h_shape=(1, 3, 5)), ValueError, r"input_h and input_c must have the same shape without projection"),
+    (dict(params_shape=(7,)), ValueError, r"params must have \d+ elements \(cudnn_rnn_params_size"),
+    (dict(dtype=np.int32), TypeError, r"input.dtype must be one of"),
+    (dict(input_c_shape=None), TypeError, r"input_c must be an array for rnn_mode='lstm'; got None"),
+    (dict(lengths_shape=(4,)), ValueError, r"sequence_lengths must have shape \(3,\) \(the batch size\); got \(4,\)"),
+    (dict(lengths_dtype=np.float32), TypeError, r"sequence_lengths must have dtype int32 or int64; got float32"),
+    (dict(attrs=_bridge.Attrs(direction="both")), ValueError, r"direction must be one of"),
+    (dict(attrs=_bridge.Attrs(dropout=1.5)), ValueError, r"dropout"),
+    (dict(is_training=1), TypeError, r"is_training"),
+])
+def test_shapes_alone_give_the_ops_own_refusals(change: dict[str, object], error: type[Exception],
+                                                message: str) -> None:
+    attrs = _bridge.Attrs()
+    x, h, c, params = _arrays(attrs, 1, 3, 4)
+    args: dict[str, object] = dict(attrs=attrs, input_shape=x.shape, input_h_shape=h.shape, input_c_shape=c.shape,
+                                   params_shape=params.shape, dtype=x.dtype, lengths_shape=(3,),
+                                   lengths_dtype=np.int32, is_training=True)
+    args.update(change)
+    with pytest.raises(error, match=message):
+        _bridge.signature(**args)  # type: ignore[arg-type]
+    if "attrs" in change or "is_training" in change:
+        return
+    arrays = {"input": np.zeros(args["input_shape"], args["dtype"]),  # type: ignore[call-overload]
+              "input_h": np.zeros(args["input_h_shape"], args["dtype"]),  # type: ignore[call-overload]
+              "input_c": None if args["input_c_shape"] is None else np.zeros(args["input_c_shape"], args["dtype"]),  # type: ignore[call-overload]  # noqa: E501
+              "params": np.zeros(args["params_shape"], args["dtype"]),  # type: ignore[call-overload]
+              "sequence_lengths": np.zeros(args["lengths_shape"], args["lengths_dtype"])}  # type: ignore[call-overload]
+    with pytest.raises(error, match=message):  # the op itself says the same
+        cudnn_rnn.cudnn_rnn_v3(**arrays)  # type: ignore[arg-type]
+
+
+def test_copy_into_fills_a_framework_buffer() -> None:
+    destination = np.full(6, -1.0)
+    _bridge.copy_into(destination, np.arange(4.0))
+    np.testing.assert_array_equal(destination, [0, 1, 2, 3, -1, -1])
+    grid = np.zeros((2, 3))
+    _bridge.copy_into(grid, np.ones((2, 3)))
+    assert grid.sum() == 6
+    with pytest.raises(ValueError, match=r"buffer has shape \(2,\), the result \(4,\): the call was traced"):
+        _bridge.copy_into(np.zeros(2), np.arange(4.0))
+
+
+def test_init_params_is_the_layers_buffer() -> None:
+    for layer in (cudnn_rnn.LSTM(3, 4, 2, num_proj=2, seed=5), cudnn_rnn.GRU(3, 4, bidirectional=True, seed=5),
+                  cudnn_rnn.RNN(3, 4, activation="relu", seed=5, dtype="float64")):
+        np.testing.assert_array_equal(_bridge.init_params(layer.config, seed=5), layer.params)
+    assert not np.array_equal(_bridge.init_params(layer.config, seed=6), layer.params)
+    with pytest.raises(TypeError, match="config must be a cudnn_rnn.RNNConfig; got dict"):
+        _bridge.init_params({}, 0)  # type: ignore[arg-type]
+
+
+def test_a_platform_outside_the_table_is_refused() -> None:
+    attrs = _bridge.Attrs("gru")
+    sig = _bridge.signature(attrs, (2, 1, 3), (1, 1, 4), None, (cudnn_rnn.GRU(3, 4).params.size,), np.float32)
+    with pytest.raises(ValueError, match=r"platform must be one of \('cpu', 'cuda'\); got 'tpu'"):
+        sig.reserve_elements("tpu")
