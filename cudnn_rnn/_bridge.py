@@ -180,12 +180,12 @@ def copy_into(destination: Array, source: Array) -> None:
     Shapes must match, except for a 1-D reserve_space, which fills the front of a destination at
     least as long (cuDNN reads only the length it asked for).
     """
-    xp = array_module(destination=destination, source=source)
+    array_module(destination=destination, source=source)  # both of one kind
     if destination.shape == source.shape:
-        xp.copyto(destination, source)
+        destination[...] = source
         return
     if destination.ndim == source.ndim == 1 and destination.shape[0] >= source.shape[0]:
-        xp.copyto(destination[:source.shape[0]], source)
+        destination[:source.shape[0]] = source
         return
     raise ValueError(f"the framework's buffer has shape {tuple(destination.shape)}, the result "
                      f"{tuple(source.shape)}: the call was traced for another platform or shapes")

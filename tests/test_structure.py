@@ -124,3 +124,23 @@ def test_the_checker_sees_lazy_imports_and_cycles() -> None:
 def test_no_module_is_over_600_lines(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines; split it by what its parts do"
+
+
+#: the modules that may import ctypes: the one C boundary (cuDNN) and the JAX bridge's FFI glue (XLA's C API)
+CTYPES_MODULES = {"cudnn_rnn._lib", "cudnn_rnn.jax._xla_ffi"}
+
+
+def _imports_ctypes(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "ctypes" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ctypes":
+            return True
+    return False
+
+
+def test_only_the_c_boundaries_import_ctypes() -> None:
+    importers = {name for name, path in _modules().items() if _imports_ctypes(path)}
+    outside = sorted(importers - CTYPES_MODULES)
+    assert not outside, f"ctypes imported outside the C boundaries: {outside}"
+    assert "cudnn_rnn._lib" in importers
