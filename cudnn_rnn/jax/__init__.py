@@ -1,0 +1,19 @@
+"""cudnn_rnn for JAX: the fused RNN op on ``jax.Array``\\ s, under ``jax.jit``, ``jax.grad`` and ``jax.vjp``.
+
+::
+
+    import cudnn_rnn, cudnn_rnn.jax
+    config = cudnn_rnn.RNNConfig("lstm", num_layers=1, num_units=N, input_size=I)
+    params = cudnn_rnn.jax.init_params(config, seed=0)             # jax.Array [params_size]
+    y, h, c = cudnn_rnn.jax.cudnn_rnn(x, h0, c0, params, lengths)   # cudnn_rnn.cudnn_rnn_v3's semantics
+    jax.grad(loss)(params, ...)                                     # the library's backprop (a custom_vjp)
+
+The op runs as XLA FFI calls whose handlers are Python functions called through XLA's C API
+(``ctypes``; ``_xla_ffi``): on a CPU device the reference backend on NumPy views of XLA's buffers,
+on a CUDA device cuDNN on CuPy views of them, on XLA's stream (``_targets``). ``import cudnn_rnn``
+alone never imports JAX; this package needs the ``jax`` extra (and ``cuda12``/``cuda13`` for a GPU).
+"""
+
+from ._op import cudnn_rnn, init_params
+
+__all__ = ["cudnn_rnn", "init_params"]

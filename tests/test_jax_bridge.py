@@ -1,0 +1,447 @@
+"""``cudnn_rnn.jax`` on the CPU: the op through XLA's FFI equals the library's op bit for bit, its gradients are
+right (finite differences, and an independent ``jax.lax.scan`` LSTM and GRU), and bad input gets the op's errors.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import cudnn_rnn
+import cudnn_rnn.jax as cj
+from cudnn_rnn.layout import params_layout
+
+#: the errors JAX raises for a failed XLA call: JaxRuntimeError, or ValueError from its fast dispatch path
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
+
+
+@pytest.fixture(autouse=True)
+def _on_the_cpu() -> Iterator[None]:
+    """Every computation on JAX's CPU device, where the reference backend runs (tests/gpu/test_jax_gpu.py: CUDA)."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration, tiny: T steps, B sequences, I inputs, N units."""
+
+    rnn_mode: str
+    direction: str = "unidirectional"
+    time_major: bool = True
+    num_layers: int = 1
+    input_size: int = 3
+    num_units: int = 3
+    num_proj: int = 0
+    input_mode: str = "linear_input"
+    dropout: float = 0.0
+    seed: int = 0
+    lengths: tuple[int, ...] | None = (3, 0, 2)  # unsorted, with an empty sequence
+    max_time: int = 3
+
+    @property
+    def config(self) -> cudnn_rnn.RNNConfig:
+        return cudnn_rnn.RNNConfig(self.rnn_mode, self.num_layers, self.num_units, self.input_size,
+                                   input_mode=self.input_mode, direction=self.direction, num_proj=self.num_proj)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(rnn_mode=self.rnn_mode, input_mode=self.input_mode, direction=self.direction,
+                    dropout=self.dropout, seed=self.seed, num_proj=self.num_proj, time_major=self.time_major)
+
+    def arrays(self, dtype: Any = np.float32, seed: int = 0) -> tuple[np.ndarray, ...]:
+        """(input, input_h, input_c or None, params, lengths or None) as NumPy arrays."""
+        rng = np.random.default_rng(seed)
+        config = self.config
+        batch = 3 if self.lengths is None else len(self.lengths)
+        layers = config.num_pseudo_layers
+        seq = (self.max_time, batch) if self.time_major else (batch, self.max_time)
+        state = (layers, batch) if self.time_major else (batch, layers)
+        x = rng.standard_normal(seq + (self.input_size,)).astype(dtype)
+        h = (0.5 * rng.standard_normal(state + (config.state_size,))).astype(dtype)
+        c = (0.5 * rng.standard_normal(state + (self.num_units,))).astype(dtype) if config.has_cell else None
+        params = (0.5 * rng.standard_normal(cudnn_rnn.cudnn_rnn_params_size(
+            self.num_layers, self.num_units, self.input_size, rnn_mode=self.rnn_mode, input_mode=self.input_mode,
+            direction=self.direction, num_proj=self.num_proj))).astype(dtype)
+        lengths = None if self.lengths is None else np.array(self.lengths, dtype=np.int32)
+        return x, h, c, params, lengths
+
+
+CASES = [
+    Case("lstm"),
+    Case("lstm", "bidirectional", time_major=False, num_layers=2, num_proj=2, dropout=0.5, seed=7),
+    Case("gru", "bidirectional", lengths=None),
+    Case("rnn_tanh", time_major=False, input_mode="skip_input"),
+    Case("rnn_relu", "bidirectional", num_layers=2, dropout=0.3, seed=1),
+]
+
+
+def _jax(*arrays: np.ndarray | None) -> list[Any]:
+    return [None if a is None else jnp.asarray(a) for a in arrays]
+
+
+def _cotangents(outputs: cudnn_rnn.RNNOutputs, seed: int = 1) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(a.shape).astype(a.dtype) for a in outputs[:3])
+
+
+def _assert_library_equal(case: Case, dtype: Any, transform: Callable[[Any], Any]) -> None:
+    """Forward outputs and the vjp equal cudnn_rnn_v3 and cudnn_rnn_backprop_v3 bit for bit."""
+    x, h, c, params, lengths = case.arrays(dtype)
+    expected = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **case.attrs)
+    dy, dhy, dcy = _cotangents(expected)
+    grads = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, *expected[:3], dy, dhy, dcy,
+                                            expected.reserve_space, expected.host_reserved, **case.attrs)
+    cell = c is not None
+
+    def run(x: Any, h: Any, c: Any, params: Any) -> Any:
+        y, hy, cy = cj.cudnn_rnn(x, h, c, params, None if lengths is None else jnp.asarray(lengths), **case.attrs)
+        return (y, hy, cy) if cell else (y, hy)
+
+    def vjp(x: Any, h: Any, c: Any, params: Any) -> Any:
+        outputs, pullback = jax.vjp(run, x, h, c, params)
+        return outputs, pullback((dy, dhy, dcy) if cell else (dy, dhy))
+
+    outputs, (dx, dh, dc, dparams) = transform(vjp)(*_jax(x, h, c, params))
+    for name, got, want in [("output", outputs[0], expected.output), ("output_h", outputs[1], expected.output_h),
+                            ("input_backprop", dx, grads.input_backprop), ("input_h", dh, grads.input_h_backprop),
+                            ("params_backprop", dparams, grads.params_backprop)]:
+        assert got.dtype == want.dtype and np.array_equal(np.asarray(got), want), name
+    if cell:
+        assert np.array_equal(np.asarray(outputs[2]), expected.output_c)
+        assert np.array_equal(np.asarray(dc), grads.input_c_backprop)
+    else:
+        assert dc is None
+
+
+# ---- (1) the library's op, bit for bit ------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.rnn_mode}-{case.direction[:3]}-tm{case.time_major}")
+@pytest.mark.parametrize("transform", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_equals_the_library_op_and_its_backprop(case: Case, transform: Callable[[Any], Any]) -> None:
+    _assert_library_equal(case, np.float32, transform)
+
+
+def test_output_c_is_none_without_a_cell_and_input_c_is_then_ignored() -> None:
+    case = Case("gru")
+    x, h, _, params, lengths = case.arrays()
+    y, hy, cy = cj.cudnn_rnn(*_jax(x, h), jnp.ones((7,)), jnp.asarray(params), jnp.asarray(lengths), rnn_mode="gru")
+    assert cy is None
+    assert np.array_equal(np.asarray(y), cudnn_rnn.cudnn_rnn_v3(x, h, None, params, lengths, rnn_mode="gru").output)
+
+
+def test_inference_needs_no_reserve_and_still_differentiates() -> None:
+    """is_training=False runs the inference forward; its gradient is a training forward's without dropout."""
+    case = Case("lstm", num_layers=2, dropout=0.5, seed=3)
+    x, h, c, params, lengths = case.arrays()
+    attrs = dict(case.attrs, is_training=False)
+    expected = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **attrs)
+    y, _, _ = cj.cudnn_rnn(*_jax(x, h, c, params, lengths), **attrs)
+    assert np.array_equal(np.asarray(y), expected.output)
+    grad = jax.grad(lambda p: jnp.sum(cj.cudnn_rnn(*_jax(x, h, c), p, jnp.asarray(lengths), **attrs)[0]))
+    no_dropout = dict(case.attrs, dropout=0.0)
+    train = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **no_dropout)
+    want = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, *train[:3], np.ones_like(train.output), None,
+                                           None, train.reserve_space, **no_dropout)
+    assert np.array_equal(np.asarray(grad(jnp.asarray(params))), want.params_backprop)
+
+
+# ---- (2) finite differences in float64 ---------------------------------------------------------------
+GRAD_CASES = [
+    Case("lstm", time_major=True),
+    Case("lstm", "bidirectional", time_major=False, num_proj=2),
+    Case("gru", "bidirectional", time_major=True),
+    Case("gru", time_major=False, input_mode="skip_input"),
+    Case("rnn_tanh", "bidirectional", time_major=False, input_mode="skip_input"),
+    Case("rnn_relu", time_major=True, num_layers=2),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: f"{c.rnn_mode}-{c.direction[:3]}-tm{c.time_major}")
+def test_gradients_match_finite_differences_in_float64(case: Case) -> None:
+    with jax.enable_x64(True):
+        x, h, c, params, lengths = case.arrays(np.float64, seed=2)
+        rng = np.random.default_rng(3)
+        shapes = [o.shape for o in cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **case.attrs)[:3]]
+        weights = [jnp.asarray(rng.standard_normal(shape)) for shape in shapes]
+
+        def loss(*args: Any) -> Any:
+            x, h, params, *cell = args
+            outputs = cj.cudnn_rnn(x, h, cell[0] if cell else None, params, jnp.asarray(lengths), **case.attrs)
+            return sum(jnp.sum(w * o) for w, o in zip(weights, outputs) if o is not None and o.size)
+
+        inputs = _jax(x, h, params) + ([] if c is None else _jax(c))
+        assert all(a.dtype == jnp.float64 for a in inputs)
+        check_grads(loss, tuple(inputs), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
+
+
+# ---- (3) an independent oracle: the cells written with jax.lax.scan ------------------------------------
+def _cell(config: cudnn_rnn.RNNConfig, W: Any, R: Any, bW: Any, bR: Any) -> Callable[..., Any]:
+    """One step of one direction: LSTM (gates i, f, g, o) c' = s(f) c + s(i) tanh(g), h' = s(o) tanh(c');
+    GRU (gates r, u, n) n = tanh(W_n x + bW_n + r * (R_n h + bR_n)), h' = (1 - u) n + u h. Rows past their
+    sequence's length keep their state and output 0."""
+    n = config.num_units
+
+    def step(carry: tuple[Any, Any], inputs: tuple[Any, Any]) -> tuple[tuple[Any, Any], Any]:
+        h, c = carry
+        xt, keep = inputs
+        wx, rh = xt @ W.T + bW, h @ R.T + bR
+        if config.rnn_mode == "lstm":
+            i, f, g, o = jnp.split(wx + rh, 4, axis=-1)
+            c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h_new = jax.nn.sigmoid(o) * jnp.tanh(c_new)
+        else:
+            r = jax.nn.sigmoid(wx[:, :n] + rh[:, :n])
+            u = jax.nn.sigmoid(wx[:, n:2 * n] + rh[:, n:2 * n])
+            candidate = jnp.tanh(wx[:, 2 * n:] + r * rh[:, 2 * n:])
+            h_new, c_new = (1 - u) * candidate + u * h, c
+        keep = keep[:, None]
+        return (jnp.where(keep, h_new, h), jnp.where(keep, c_new, c)), jnp.where(keep, h_new, 0.0)
+
+    return step
+
+
+def _scan_rnn(config: cudnn_rnn.RNNConfig, params: Any, x: Any, h0: Any, c0: Any, lengths: Any) -> tuple[Any, ...]:
+    """One layer of LSTM or GRU, time-major, either direction, ragged lengths, with ``jax.lax.scan``: the
+    reverse direction reads each sequence's own steps backwards. Returns (output, h_n, c_n)."""
+    layout = params_layout(config)
+    steps, batch = x.shape[:2]
+    time = jnp.arange(steps)[:, None]
+    valid = time < lengths[None, :]  # [T, B]
+    columns = jnp.arange(batch)[None, :]
+    outputs, finals_h, finals_c = [], [], []
+    for k in range(config.num_directions):
+        step = _cell(config, layout.gate_block(params, k, "input"), layout.gate_block(params, k, "recurrent"),
+                     layout.bias_block(params, k, "input"), layout.bias_block(params, k, "recurrent"))
+        order = jnp.where(valid, lengths[None, :] - 1 - time, time) if k else jnp.broadcast_to(time, valid.shape)
+        (h, c), ys = jax.lax.scan(step, (h0[k], c0[k]), (x[order, columns], valid))
+        outputs.append(ys[order, columns])  # the reversal is its own inverse
+        finals_h.append(h)
+        finals_c.append(c)
+    return jnp.concatenate(outputs, axis=-1), jnp.stack(finals_h), jnp.stack(finals_c)
+
+
+@pytest.mark.parametrize("rnn_mode, direction", [("lstm", "unidirectional"), ("gru", "bidirectional")])
+def test_equals_a_scan_written_from_the_equations(rnn_mode: str, direction: str) -> None:
+    case = Case(rnn_mode, direction, lengths=(2, 0, 3))
+    with jax.enable_x64(True):
+        x, h, c, params, lengths = case.arrays(np.float64, seed=4)
+        c = np.zeros_like(h) if c is None else c
+        config = case.config
+        weights = jnp.asarray(np.random.default_rng(5).standard_normal((3, 3, config.output_size)))
+
+        def ours(x: Any, h: Any, c: Any, params: Any) -> Any:
+            y, hy, cy = cj.cudnn_rnn(x, h, c, params, jnp.asarray(lengths), **case.attrs)
+            return jnp.sum(weights * y) + jnp.sum(hy ** 2) + (0.0 if cy is None else jnp.sum(jnp.sin(cy)))
+
+        def oracle(x: Any, h: Any, c: Any, params: Any) -> Any:
+            y, hy, cy = _scan_rnn(config, params, x, h, c, jnp.asarray(lengths))
+            return jnp.sum(weights * y) + jnp.sum(hy ** 2) + (jnp.sum(jnp.sin(cy)) if config.has_cell else 0.0)
+
+        arrays = _jax(x, h, c, params)
+        y, hy, _ = cj.cudnn_rnn(*arrays[:2], arrays[2] if config.has_cell else None, arrays[3],
+                                jnp.asarray(lengths), **case.attrs)
+        y_oracle, hy_oracle, _ = _scan_rnn(config, arrays[3], *arrays[:3], jnp.asarray(lengths))
+        np.testing.assert_allclose(np.asarray(y), np.asarray(y_oracle), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(hy), np.asarray(hy_oracle), rtol=0, atol=1e-12)
+        argnums = (0, 1, 2, 3) if config.has_cell else (0, 1, 3)
+        value, grads = jax.value_and_grad(ours, argnums)(*arrays)
+        value_oracle, grads_oracle = jax.value_and_grad(oracle, argnums)(*arrays)
+        assert abs(float(value) - float(value_oracle)) < 1e-10
+        for got, want in zip(grads, grads_oracle):
+            assert float(jnp.abs(want).max()) > 0
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-10)
+
+
+# ---- (4) jit with other lengths, and inside a model ------------------------------------------------------------
+def test_a_jitted_call_runs_again_with_other_lengths() -> None:
+    case = Case("lstm", "bidirectional", time_major=False)
+    x, h, c, params, _ = case.arrays()
+    traces = []
+
+    @jax.jit
+    def run(x: Any, lengths: Any) -> Any:
+        traces.append(lengths.shape)
+        return cj.cudnn_rnn(x, *_jax(h, c, params), lengths, **case.attrs)
+
+    for lengths in ([3, 0, 2], [1, 3, 3], [0, 0, 1]):
+        lengths = np.array(lengths, dtype=np.int32)
+        got = run(jnp.asarray(x), jnp.asarray(lengths))
+        want = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **case.attrs)
+        assert all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want[:3])), lengths
+    assert len(traces) == 1  # one compilation served every call: nothing of the first lengths was frozen into it
+
+
+def test_value_and_grad_of_a_model_around_the_op() -> None:
+    """Embedding -> LSTM (batch-major) -> dense -> cross-entropy over the valid steps; the oracle model agrees."""
+    vocab, units, batch, steps = 5, 3, 3, 4
+    config = cudnn_rnn.RNNConfig("lstm", 1, units, 2, dtype="float64")
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(6)
+        tokens = jnp.asarray(rng.integers(0, vocab, (batch, steps + 1)))
+        lengths = jnp.asarray([4, 2, 3], dtype=jnp.int32)
+        model = {"embedding": jnp.asarray(rng.standard_normal((vocab, 2))), "rnn": cj.init_params(config, seed=1),
+                 "dense": jnp.asarray(rng.standard_normal((units, vocab)))}
+        zeros = jnp.zeros((batch, 1, units))
+
+        def loss(model: dict[str, Any], rnn: Callable[..., Any]) -> Any:
+            x = model["embedding"][tokens[:, :-1]]  # [B, T, 2]
+            y = rnn(x, model["rnn"])  # [B, T, N]
+            logits = y @ model["dense"]
+            log_p = jax.nn.log_softmax(logits)
+            picked = jnp.take_along_axis(log_p, tokens[:, 1:, None], axis=-1)[..., 0]
+            valid = jnp.arange(steps)[None, :] < lengths[:, None]
+            return -jnp.sum(jnp.where(valid, picked, 0.0)) / jnp.sum(valid)
+
+        def ours(x: Any, params: Any) -> Any:
+            return cj.cudnn_rnn(x, zeros, zeros, params, lengths, time_major=False)[0]
+
+        def oracle(x: Any, params: Any) -> Any:
+            time_major = jnp.swapaxes(x, 0, 1)
+            state = jnp.zeros((1, batch, units))
+            return jnp.swapaxes(_scan_rnn(config, params, time_major, state, state, lengths)[0], 0, 1)
+
+        value, grads = jax.jit(jax.value_and_grad(loss), static_argnums=1)(model, ours)
+        value_oracle, grads_oracle = jax.value_and_grad(loss)(model, oracle)
+        assert abs(float(value) - float(value_oracle)) < 1e-10 and float(value) > 0
+        for name in model:
+            assert grads[name].shape == model[name].shape and float(jnp.abs(grads[name]).max()) > 0, name
+            np.testing.assert_allclose(np.asarray(grads[name]), np.asarray(grads_oracle[name]), rtol=0, atol=1e-10)
+
+
+def test_vmap_maps_the_op_over_a_leading_axis() -> None:
+    case = Case("gru", lengths=None)
+    x, h, _, params, _ = case.arrays()
+    xs = np.stack([x, 2 * x])
+    got = jax.vmap(lambda x: cj.cudnn_rnn(x, *_jax(h), None, jnp.asarray(params), rnn_mode="gru")[0])(xs)
+    for i in range(2):
+        assert np.array_equal(np.asarray(got[i]), cudnn_rnn.cudnn_rnn_v3(xs[i], h, None, params,
+                                                                         rnn_mode="gru").output)
+
+
+# ---- (5) half precisions ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("case", [Case("lstm", time_major=False, num_proj=2), Case("gru", "bidirectional")],
+                         ids=["lstm", "gru"])
+def test_half_precisions_equal_the_library_op(case: Case, dtype: Any) -> None:
+    assert np.dtype(jnp.bfloat16) == np.dtype(ml_dtypes.bfloat16)
+    _assert_library_equal(case, dtype, jax.jit)
+
+
+# ---- (6) bad input --------------------------------------------------------------------------------------
+def _library_error(case: Case, **changes: Any) -> BaseException:
+    x, h, c, params, lengths = case.arrays()
+    arrays = dict(input=x, input_h=h, input_c=c, params=params, sequence_lengths=lengths)
+    arrays.update({k: v for k, v in changes.items() if k in arrays})
+    attrs = dict(case.attrs, **{k: v for k, v in changes.items() if k not in arrays})
+    with pytest.raises((TypeError, ValueError)) as caught:
+        cudnn_rnn.cudnn_rnn_v3(**arrays, **attrs)
+    return caught.value
+
+
+@pytest.mark.parametrize("change", [
+    dict(params=np.zeros(5, np.float32)),
+    dict(input_h=np.zeros((2, 3, 3), np.float32)),
+    dict(params=np.zeros(96, np.float16)),
+    dict(sequence_lengths=np.zeros(3, np.float32)),
+    dict(rnn_mode="lsmt"),
+    dict(dropout=1.5),
+], ids=["params size", "input_h shape", "params dtype", "lengths dtype", "rnn_mode", "dropout"])
+def test_bad_input_is_refused_while_tracing_with_the_ops_message(change: dict[str, Any]) -> None:
+    case = Case("lstm")
+    expected = _library_error(case, **change)
+    x, h, c, params, lengths = case.arrays()
+    arrays = dict(input=x, input_h=h, input_c=c, params=params, sequence_lengths=lengths)
+    arrays.update({k: v for k, v in change.items() if k in arrays})
+    attrs = dict(case.attrs, **{k: v for k, v in change.items() if k not in arrays})
+    specs = {name: jax.ShapeDtypeStruct(a.shape, a.dtype) for name, a in arrays.items()}
+    with pytest.raises(type(expected)) as caught:
+        jax.eval_shape(lambda a: cj.cudnn_rnn(**a, **attrs), specs)  # shapes alone: nothing runs
+    assert str(caught.value) == str(expected)
+
+
+def test_missing_arrays_get_the_ops_type_errors() -> None:
+    x, h, c, params, _ = Case("lstm").arrays()
+    with pytest.raises(TypeError, match=r"^input_c must be an array for rnn_mode='lstm'; got None$"):
+        cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params))
+    with pytest.raises(TypeError, match=r"^input, params must be an array; got None$"):
+        cj.cudnn_rnn(None, jnp.asarray(h), jnp.asarray(c), None)
+    with pytest.raises(TypeError, match="sequence_lengths must be None or an int32 or int64 array"):
+        cj.cudnn_rnn(*_jax(x, h, c, params), [3, 0, 2])
+
+
+@pytest.mark.parametrize("lengths, algo", [([3, 4, 1], "standard"), ([3, 1, 3], "persist_static")],
+                         ids=["lengths above T", "persistent with ragged lengths"])
+def test_values_refused_at_run_time_carry_the_ops_message(lengths: list[int], algo: str) -> None:
+    case = Case("gru")
+    x, h, _, params, _ = case.arrays()
+    lengths_array = np.array(lengths, dtype=np.int32)
+    with pytest.raises(ValueError) as expected:
+        cudnn_rnn.cudnn_rnn_v3(x, h, None, params, lengths_array, rnn_mode="gru", algo=algo)
+    run = jax.jit(lambda lengths: cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params), lengths, rnn_mode="gru",
+                                               algo=algo)[0])
+    for _ in range(2):  # the first call compiles, the second takes JAX's fast path: both report the op's message
+        with pytest.raises(RUNTIME_ERRORS) as caught:
+            run(jnp.asarray(lengths_array)).block_until_ready()
+        assert str(caught.value) == f"INVALID_ARGUMENT: {expected.value}"
+    assert run(jnp.asarray([3, 3, 3], dtype=jnp.int32)).shape == (3, 3, 3)  # and the target works on afterwards
+
+
+def test_the_ffi_handler_decodes_attributes_and_turns_any_exception_into_an_xla_error() -> None:
+    """cudnn_rnn.jax._xla_ffi on a target of this test's own: attributes arrive typed, buffers as views, and an
+    exception that is not the library's reaches the caller as XLA's INTERNAL error naming its type."""
+    from cudnn_rnn.jax import _xla_ffi
+
+    seen: list[dict[str, Any]] = []
+
+    def body(frame: _xla_ffi.CallFrame) -> None:
+        seen.append(dict(frame.attrs))
+        if frame.attrs["fail"]:
+            raise KeyError("no such thing")
+        source = _xla_ffi.host_view(frame.args[0], writable=False)
+        assert not source.flags.writeable
+        _xla_ffi.host_view(frame.rets[0], writable=True)[...] = source * frame.attrs["scale"]
+
+    jax.ffi.register_ffi_target("cudnn_rnn_test_scale", _xla_ffi.handler_capsule(body), platform="cpu")
+
+    def scale(x: Any, fail: bool) -> Any:
+        return jax.ffi.ffi_call("cudnn_rnn_test_scale", jax.ShapeDtypeStruct(x.shape, x.dtype))(
+            x, scale=np.float64(2.5), count=np.int64(-7), flag=np.bool_(True), name="gru", fail=np.bool_(fail))
+
+    x = jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)
+    assert np.array_equal(np.asarray(jax.jit(scale, static_argnums=1)(x, False)), np.asarray(x) * 2.5)
+    assert seen == [dict(scale=2.5, count=-7, flag=True, name="gru", fail=False)]
+    assert {name: type(value) for name, value in seen[0].items()} == dict(scale=float, count=int, flag=bool,
+                                                                          name=str, fail=bool)
+    with pytest.raises(RUNTIME_ERRORS, match=r"^INTERNAL: KeyError: 'no such thing'"):
+        scale(x, True).block_until_ready()
+
+
+# ---- (7) the package's shape -----------------------------------------------------------------------------
+def test_import_cudnn_rnn_does_not_import_jax() -> None:
+    code = ("import sys, cudnn_rnn\nassert 'jax' not in sys.modules, 'jax imported'\n"
+            "import cudnn_rnn.jax\nassert 'jax' in sys.modules\nprint('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+# ---- (8) init_params -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("make, seed", [
+    (lambda seed: cudnn_rnn.LSTM(3, 4, 2, bidirectional=True, num_proj=2, seed=seed), 5),
+    (lambda seed: cudnn_rnn.GRU(3, 4, seed=seed), 6),
+    (lambda seed: cudnn_rnn.RNN(4, 4, activation="relu", input_mode="skip_input", seed=seed), 7),
+], ids=["LSTM", "GRU", "RNN"])
+def test_init_params_is_the_layers_initial_buffer(make: Callable[[int], Any], seed: int) -> None:
+    layer = make(seed)
+    params = cj.init_params(layer.config, seed=seed)
+    assert isinstance(params, jax.Array) and params.dtype == jnp.float32
+    assert np.array_equal(np.asarray(params), layer.params)
+    assert not np.array_equal(np.asarray(cj.init_params(layer.config, seed=seed + 1)), layer.params)
