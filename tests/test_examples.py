@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cudnn_rnn
 from cudnn_rnn.layers import GRU, LSTM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,36 @@ def test_char_lm_validation_loss_falls(tmp_path: Path) -> None:
     readout = np.load(tmp_path / "readout.npz")
     assert readout["weight"].shape == (lstm.config.num_units, metrics["vocab_size"])
     assert len(str(readout["vocab"])) == metrics["vocab_size"]
+
+
+def test_char_lm_jax_validation_loss_falls(tmp_path: Path) -> None:
+    """The same model in JAX (embedding -> cudnn_rnn.jax -> dense, optax) learns as the NumPy example does."""
+    result, (start, end), metrics = run_and_read("train_char_lm_jax", tmp_path,
+                                                 r"^validation loss: ([\d.]+) -> ([\d.]+)$")
+    assert abs(start - math.log(metrics["vocab_size"])) < 0.1, "an untrained model guesses about uniformly"
+    assert end < start - 0.8, f"validation loss must fall by more than 0.8 nats in quick mode; {start} -> {end}"
+    assert metrics["val_loss_end"] == pytest.approx(end, abs=5e-4)
+    assert metrics["val_loss_reloaded"] == metrics["val_loss_end"]
+    assert "--- sample before training ---" in result.stdout and "--- sample after training ---" in result.stdout
+    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ +[\d,]+ chars/s", result.stdout)
+    assert_png(tmp_path / "loss_curve.png")
+    saved = np.load(tmp_path / "model.npz")
+    assert saved["lstm"].shape == (cudnn_rnn.cudnn_rnn_params_size(2, 64, 32),)
+    assert len(str(saved["vocab"])) == metrics["vocab_size"]
+
+
+def test_char_lm_torch_validation_loss_falls(tmp_path: Path) -> None:
+    """The same model in PyTorch (embedding -> cudnn_rnn.torch.LSTM -> linear, torch.optim) learns as the NumPy one."""
+    result, (start, end), metrics = run_and_read("train_char_lm_torch", tmp_path,
+                                                 r"^validation loss: ([\d.]+) -> ([\d.]+)$")
+    assert abs(start - math.log(metrics["vocab_size"])) < 0.1, "an untrained model guesses about uniformly"
+    assert end < start - 0.8, f"validation loss must fall by more than 0.8 nats in quick mode; {start} -> {end}"
+    assert metrics["val_loss_reloaded"] == metrics["val_loss_end"] and metrics["device"] == "cpu"
+    assert "--- sample before training ---" in result.stdout and "--- sample after training ---" in result.stdout
+    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ +[\d,]+ chars/s", result.stdout)
+    assert_png(tmp_path / "loss_curve.png")
+    lstm = LSTM.load(tmp_path / "lstm.npz")
+    assert lstm.step == metrics["steps"] and lstm.config.num_layers == 2
 
 
 def test_classifier_beats_chance_and_uses_lengths(tmp_path: Path) -> None:

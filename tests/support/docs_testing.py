@@ -83,6 +83,8 @@ PAGE_RUNNERS: dict[str, str] = {
     "converting/gru-block-cell.md": "oracle",
     "converting/porting-tf1.md": "oracle",
     "converting/into-your-model.md": "oracle",
+    "jax.md": "default",
+    "torch.md": "default",
     "training.md": "default",
     "distributed.md": "distributed",
     "checkpoints.md": "default",
