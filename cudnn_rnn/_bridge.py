@@ -55,7 +55,7 @@ class Attrs:
 
     def op_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``cudnn_rnn_v3`` / ``cudnn_rnn_backprop_v3`` (``is_training`` aside)."""
-        return dataclasses.asdict(self)
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     @property
     def has_cell(self) -> bool:
