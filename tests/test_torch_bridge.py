@@ -356,6 +356,14 @@ def test_double_changes_the_dtype_of_params_and_config() -> None:
         module(torch.zeros(2, 3, 2))
 
 
+def test_the_step_counter_stays_in_host_memory_when_the_module_moves() -> None:
+    module = ct.LSTM(2, 3, dropout=0.5)
+    module.to("meta")  # a device of its own: params go, the counter stays readable without a wait
+    assert module.params.device.type == "meta" and module.step.device.type == "cpu"
+    module.to(torch.float64)
+    assert module.step.dtype == torch.int64 and "step" in module.state_dict()
+
+
 # ---- (7) bad input --------------------------------------------------------------------------------------
 def refusal(function: Any, *args: Any, **kwargs: Any) -> tuple[type, str]:
     with pytest.raises((TypeError, ValueError)) as error:

@@ -18,8 +18,8 @@ known only at run time when T or B is symbolic. Autograd runs ``rnn_backward`` w
 forward's reserve as the residual; a derivative of ``rnn_backward`` (double backward) raises.
 
 ``step``, a 0-d integer tensor, replaces ``seed2`` when given: a module's step counter, read
-only when the kernel runs (on CUDA one small device-to-host copy), so that compiled code does not
-specialise on it.
+only when the kernel runs, so that compiled code does not specialise on it. The modules keep it in
+host memory, so reading it never waits for a GPU (a step tensor on a GPU would: one small copy).
 """
 
 from __future__ import annotations

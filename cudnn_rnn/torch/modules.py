@@ -87,7 +87,9 @@ class _RecurrentModule(nn.Module):
 
     Attributes:
         params: ``nn.Parameter`` [params_size] in cuDNN's layout; its dtype is the module's.
-        step: int64 buffer (0-d): training forwards so far, the dropout seed2 of the next one.
+        step: int64 buffer (0-d): training forwards so far, the dropout seed2 of the next one. It
+            stays in host memory whichever device the module moves to (``.to``, ``.cuda``), so that
+            the kernel reads it without waiting for a GPU.
     """
 
     #: the library's layer class of the same kind
@@ -108,7 +110,14 @@ class _RecurrentModule(nn.Module):
         self._config = config
         self._configs: dict[torch.dtype, RNNConfig] = {params.dtype: config}
         self.params = nn.Parameter(params)
-        self.register_buffer("step", torch.tensor(step, dtype=torch.int64, device=params.device))
+        self.register_buffer("step", torch.tensor(step, dtype=torch.int64))
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "_RecurrentModule":
+        """``nn.Module._apply`` (``.to``, ``.cuda``, ``.double``, ...), the step counter left in host memory."""
+        step = self.step
+        super()._apply(fn, recurse)
+        self._buffers["step"] = step
+        return self
 
     def _setup_from(self, layer: RecurrentLayer) -> None:
         self._setup(layer.config, to_tensor(layer.params), layer.step)
