@@ -26,6 +26,28 @@ KEEP_CHECKPOINTS = 3
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# ---- the char-LM data -------------------------------------------------------------------------
+#: the text the char-LM examples learn
+CHAR_CORPUS = Path(__file__).resolve().parent / "data" / "almanac.txt"
+
+
+def load_char_corpus(dtype: Any = np.int32) -> tuple[str, np.ndarray, np.ndarray]:
+    """(vocabulary, train ids, validation ids) of :data:`CHAR_CORPUS`: the first 90% trains, the last 10% validates."""
+    text = CHAR_CORPUS.read_text(encoding="utf-8")
+    vocab = "".join(sorted(set(text)))
+    lookup = np.zeros(256, dtype=dtype)
+    lookup[np.frombuffer(vocab.encode("ascii"), dtype=np.uint8)] = np.arange(len(vocab))
+    ids = lookup[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
+    split = int(0.9 * len(ids))
+    return vocab, ids[:split], ids[split:]
+
+
+def validation_windows(ids: np.ndarray, seq_len: int, count: int) -> np.ndarray:
+    """``count`` non-overlapping [count, seq_len + 1] windows spread over the validation text."""
+    starts = np.linspace(0, len(ids) - seq_len - 1, count).astype(int)
+    return np.stack([ids[i:i + seq_len + 1] for i in starts])
+
+
 # ---- command line ------------------------------------------------------------------------------
 def example_parser(name: str, description: str, default_steps: int, quick_steps: int) -> argparse.ArgumentParser:
     """The flags every example takes: --quick, --steps, --seed, --out, --backend."""

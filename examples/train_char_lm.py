@@ -52,7 +52,6 @@ import sys
 import time
 import types
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -61,7 +60,7 @@ from cudnn_rnn import distributed
 from cudnn_rnn.layers import LSTM
 from cudnn_rnn.optim import Adam, clip_grad_norm
 
-CORPUS = Path(__file__).resolve().parent / "data" / "almanac.txt"
+CORPUS = _common.CHAR_CORPUS
 
 
 @dataclass(frozen=True)
@@ -140,24 +139,6 @@ class CharModel:
         return prompt + "".join(out)
 
 
-def load_corpus() -> tuple[str, np.ndarray, np.ndarray]:
-    """(vocabulary, train ids, validation ids): the first 90% trains, the last 10% validates."""
-    text = CORPUS.read_text(encoding="utf-8")
-    vocab = "".join(sorted(set(text)))
-    ids = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    lookup = np.zeros(256, dtype=np.int32)
-    lookup[np.frombuffer(vocab.encode("ascii"), dtype=np.uint8)] = np.arange(len(vocab))
-    ids = lookup[ids]
-    split = int(0.9 * len(ids))
-    return vocab, ids[:split], ids[split:]
-
-
-def validation_windows(ids: np.ndarray, s: Settings) -> np.ndarray:
-    """Non-overlapping [val_sequences, seq_len + 1] windows spread over the validation text."""
-    starts = np.linspace(0, len(ids) - s.seq_len - 1, s.val_sequences).astype(int)
-    return np.stack([ids[i:i + s.seq_len + 1] for i in starts])
-
-
 def show_sample(title: str, text: str) -> None:
     print(f"--- {title} ---\n{text}\n" + "-" * (len(title) + 8))
 
@@ -189,8 +170,8 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
     xp = _common.select_backend(args.backend)
     rng = np.random.default_rng(args.seed)  # the same global batches on every process
 
-    vocab, train_ids, val_ids = load_corpus()
-    val_batch = validation_windows(val_ids, s)
+    vocab, train_ids, val_ids = _common.load_char_corpus()
+    val_batch = _common.validation_windows(val_ids, s.seq_len, s.val_sequences)
     model = CharModel(vocab, s, xp, args.seed + comm.rank)  # the rank picks the dropout masks ...
     comm.broadcast(model.params)                            # ... and rank 0 the initial weights
     if args.distributed:

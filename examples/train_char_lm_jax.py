@@ -35,7 +35,6 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,7 @@ import _common  # noqa: E402
 import cudnn_rnn  # noqa: E402
 import cudnn_rnn.jax  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parent / "data" / "almanac.txt"
+CORPUS = _common.CHAR_CORPUS
 PROMPT = "The river "
 MAX_GRAD_NORM = 5.0
 
@@ -78,23 +77,6 @@ SETTINGS: dict[str, Settings] = {
 }
 
 Params = dict[str, Any]
-
-
-def load_corpus() -> tuple[str, np.ndarray, np.ndarray]:
-    """(vocabulary, train ids, validation ids): the first 90% trains, the last 10% validates."""
-    text = CORPUS.read_text(encoding="utf-8")
-    vocab = "".join(sorted(set(text)))
-    lookup = np.zeros(256, dtype=np.int32)
-    lookup[np.frombuffer(vocab.encode("ascii"), dtype=np.uint8)] = np.arange(len(vocab))
-    ids = lookup[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
-    split = int(0.9 * len(ids))
-    return vocab, ids[:split], ids[split:]
-
-
-def validation_windows(ids: np.ndarray, s: Settings) -> np.ndarray:
-    """Non-overlapping [val_sequences, seq_len + 1] windows spread over the validation text."""
-    starts = np.linspace(0, len(ids) - s.seq_len - 1, s.val_sequences).astype(int)
-    return np.stack([ids[i:i + s.seq_len + 1] for i in starts])
 
 
 def lstm_config(s: Settings) -> cudnn_rnn.RNNConfig:
@@ -175,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(args: argparse.Namespace, s: Settings, device: Any) -> int:
     rng = np.random.default_rng(args.seed)
-    vocab, train_ids, val_ids = load_corpus()
-    val_batch = jnp.asarray(validation_windows(val_ids, s))
+    vocab, train_ids, val_ids = _common.load_char_corpus()
+    val_batch = jnp.asarray(_common.validation_windows(val_ids, s.seq_len, s.val_sequences))
     params = init_model(len(vocab), s, args.seed)
     optimiser = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(s.lr))
     opt_state = optimiser.init(params)

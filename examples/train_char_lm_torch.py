@@ -33,7 +33,6 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -46,7 +45,7 @@ import _common
 import cudnn_rnn.torch as ct
 from cudnn_rnn.layers import LSTM
 
-CORPUS = Path(__file__).resolve().parent / "data" / "almanac.txt"
+CORPUS = _common.CHAR_CORPUS
 
 
 @dataclass(frozen=True)
@@ -116,23 +115,6 @@ class CharModel(torch.nn.Module):
         return prompt + "".join(out)
 
 
-def load_corpus() -> tuple[str, np.ndarray, np.ndarray]:
-    """(vocabulary, train ids, validation ids): the first 90% trains, the last 10% validates."""
-    text = CORPUS.read_text(encoding="utf-8")
-    vocab = "".join(sorted(set(text)))
-    lookup = np.zeros(256, dtype=np.int64)
-    lookup[np.frombuffer(vocab.encode("ascii"), dtype=np.uint8)] = np.arange(len(vocab))
-    ids = lookup[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
-    split = int(0.9 * len(ids))
-    return vocab, ids[:split], ids[split:]
-
-
-def validation_windows(ids: np.ndarray, s: Settings) -> np.ndarray:
-    """Non-overlapping [val_sequences, seq_len + 1] windows spread over the validation text."""
-    starts = np.linspace(0, len(ids) - s.seq_len - 1, s.val_sequences).astype(int)
-    return np.stack([ids[i:i + s.seq_len + 1] for i in starts])
-
-
 def select_device(choice: str) -> torch.device:
     """The CPU for ``numpy``; CUDA for ``cupy`` (insisting) or ``auto`` (when PyTorch and CuPy + cuDNN work)."""
     if choice == "numpy":
@@ -166,8 +148,8 @@ def train(args: argparse.Namespace, s: Settings) -> int:
     device = select_device(args.backend)
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
-    vocab, train_ids, val_ids = load_corpus()
-    val_batch = torch.from_numpy(validation_windows(val_ids, s)).to(device)
+    vocab, train_ids, val_ids = _common.load_char_corpus(np.int64)
+    val_batch = torch.from_numpy(_common.validation_windows(val_ids, s.seq_len, s.val_sequences)).to(device)
     model = CharModel(len(vocab), s, args.seed).to(device)
     print(f"corpus: {CORPUS.name}, {len(train_ids):,} training and {len(val_ids):,} validation characters, "
           f"vocabulary {len(vocab)}")
