@@ -115,7 +115,7 @@ class _RecurrentModule(nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> "_RecurrentModule":
         """``nn.Module._apply`` (``.to``, ``.cuda``, ``.double``, ...), the step counter left in host memory."""
         step = self.step
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         self._buffers["step"] = step
         return self
 
