@@ -154,6 +154,21 @@ def test_gradcheck(name: str) -> None:
     assert torch.autograd.gradcheck(function, tuple(inputs), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("used", ["output", "output_h", "output_c"])
+def test_a_loss_of_one_output_alone(used: str) -> None:
+    """The outputs the loss leaves unused reach the backprop as None (zeros), never as zero tensors."""
+    rng = np.random.default_rng(3)
+    x, h, c = (torch.from_numpy(rng.standard_normal(shape)).requires_grad_() for shape in
+               ((4, 2, 3), (1, 2, 5), (1, 2, 5)))
+    params = torch.from_numpy(cudnn_rnn.LSTM(3, 5, dtype="float64").params).requires_grad_()
+    index = ("output", "output_h", "output_c").index(used)
+
+    def loss(*values: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(ct.cudnn_rnn(*values)[index]).sum()
+
+    assert torch.autograd.gradcheck(loss, (x, h, c, params), atol=1e-6, rtol=1e-5)
+
+
 def test_double_backward_and_backward_of_inference_are_refused() -> None:
     call = Call("lstm")
     a = call.arrays()

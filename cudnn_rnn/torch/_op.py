@@ -367,6 +367,9 @@ _ATTRIBUTES = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2"
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
     input, input_h, input_c, params, sequence_lengths, step, *attributes = inputs
     ctx.attributes = dict(zip(_ATTRIBUTES, attributes))
+    # an output the loss does not use gets None, not a zero tensor (the reserve's would be as long as the reserve):
+    # the backprop takes None as zeros
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(input, input_h, input_c, params, sequence_lengths, step, *output)
 
 
