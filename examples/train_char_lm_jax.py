@@ -16,8 +16,8 @@ runs/train_char_lm_jax):
     model.npz            every weight of the model and the vocabulary
     metrics.json         the numbers printed at the end
 
-The LSTM trains without dropout: the op's dropout masks come from its seed attributes, which are
-fixed when the step is compiled, so masks that change every step would compile every step.
+Dropout between the LSTM's layers takes new masks every step, as the layers' do: the step number goes
+to the op as ``seed2``, a traced integer, so that one compilation serves every step.
 
 ``--backend numpy`` runs on JAX's CPU device (the op's reference backend, anywhere: well under a
 minute with --quick on 2 CPU cores); ``--backend cupy`` on JAX's CUDA device (cuDNN; needs
@@ -61,6 +61,7 @@ class Settings:
     embedding: int
     num_units: int
     num_layers: int
+    dropout: float
     seq_len: int
     batch: int
     lr: float
@@ -70,18 +71,18 @@ class Settings:
 
 
 SETTINGS: dict[str, Settings] = {
-    "full": Settings(embedding=32, num_units=128, num_layers=2, seq_len=64, batch=32, lr=4e-3, eval_every=50,
-                     val_sequences=64, sample_chars=300),
-    "quick": Settings(embedding=32, num_units=64, num_layers=2, seq_len=32, batch=16, lr=1e-2, eval_every=10,
-                      val_sequences=24, sample_chars=80),
+    "full": Settings(embedding=32, num_units=128, num_layers=2, dropout=0.1, seq_len=64, batch=32, lr=4e-3,
+                     eval_every=50, val_sequences=64, sample_chars=300),
+    "quick": Settings(embedding=32, num_units=64, num_layers=2, dropout=0.1, seq_len=32, batch=16, lr=1e-2,
+                      eval_every=10, val_sequences=24, sample_chars=80),
 }
 
 Params = dict[str, Any]
 
 
 def lstm_config(s: Settings) -> cudnn_rnn.RNNConfig:
-    """The LSTM's configuration: embedding -> num_units, num_layers, float32."""
-    return cudnn_rnn.RNNConfig("lstm", s.num_layers, s.num_units, s.embedding)
+    """The LSTM's configuration: embedding -> num_units, num_layers, dropout between layers, float32."""
+    return cudnn_rnn.RNNConfig("lstm", s.num_layers, s.num_units, s.embedding, dropout=s.dropout)
 
 
 def init_model(vocab_size: int, s: Settings, seed: int) -> Params:
@@ -94,18 +95,22 @@ def init_model(vocab_size: int, s: Settings, seed: int) -> Params:
             "dense_b": jnp.zeros(vocab_size, jnp.float32)}
 
 
-def run_lstm(params: Params, ids: Any, h: Any, c: Any, *, training: bool) -> tuple[Any, Any, Any]:
-    """logits [B, T, V] and the final states [B, L, N] of ids [B, T] from states h, c [B, L, N]."""
+def run_lstm(params: Params, ids: Any, h: Any, c: Any, s: Settings, *, training: bool,
+             step: Any = 0) -> tuple[Any, Any, Any]:
+    """logits [B, T, V] and the final states [B, L, N] of ids [B, T] from states h, c [B, L, N].
+
+    In training, dropout between the layers draws its masks from (seed 0, seed2 ``step``).
+    """
     x = params["embedding"][ids]
     y, h, c = cudnn_rnn.jax.cudnn_rnn(x, h, c, params["lstm"], rnn_mode="lstm", time_major=False,
-                                      is_training=training)
+                                      is_training=training, dropout=s.dropout, seed2=step)
     return y @ params["dense_w"] + params["dense_b"], h, c
 
 
-def loss_fn(params: Params, batch: Any, s: Settings, training: bool) -> Any:
+def loss_fn(params: Params, batch: Any, s: Settings, training: bool, step: Any = 0) -> Any:
     """Mean next-character cross-entropy of batch [B, T+1] (zero initial states)."""
     zeros = jnp.zeros((batch.shape[0], s.num_layers, s.num_units), jnp.float32)
-    logits, _, _ = run_lstm(params, batch[:, :-1], zeros, zeros, training=training)
+    logits, _, _ = run_lstm(params, batch[:, :-1], zeros, zeros, s, training=training, step=step)
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
 
 
@@ -113,7 +118,7 @@ def sample(params: Params, vocab: str, s: Settings, length: int, rng: np.random.
            temperature: float = 0.7) -> str:
     """Continue PROMPT by ``length`` characters, drawing each from softmax(logits / temperature)."""
     index = {ch: i for i, ch in enumerate(vocab)}
-    step = jax.jit(lambda p, ids, h, c: run_lstm(p, ids, h, c, training=False))
+    step = jax.jit(lambda p, ids, h, c: run_lstm(p, ids, h, c, s, training=False))
     zeros = jnp.zeros((1, s.num_layers, s.num_units), jnp.float32)
     logits, h, c = step(params, jnp.asarray([[index[ch] for ch in PROMPT]]), zeros, zeros)
     out = []
@@ -170,8 +175,8 @@ def train(args: argparse.Namespace, s: Settings, device: Any) -> int:
     print(f"backend: JAX on {device.platform.upper()} device {device.id} (cudnn_rnn's {kind})")
 
     @jax.jit
-    def train_step(params: Params, opt_state: Any, batch: Any) -> tuple[Params, Any, Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, s, True)
+    def train_step(params: Params, opt_state: Any, batch: Any, step: Any) -> tuple[Params, Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, s, True, step)
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -188,7 +193,7 @@ def train(args: argparse.Namespace, s: Settings, device: Any) -> int:
     for step in range(1, args.steps + 1):
         starts = rng.integers(0, len(train_ids) - s.seq_len - 1, s.batch)
         batch = jnp.asarray(np.stack([train_ids[i:i + s.seq_len + 1] for i in starts]))
-        params, opt_state, loss_value = train_step(params, opt_state, batch)
+        params, opt_state, loss_value = train_step(params, opt_state, batch, jnp.asarray(step, jnp.int32))
         loss = float(loss_value)
         running = loss if running is None else 0.9 * running + 0.1 * loss
         train_curve[0].append(step)

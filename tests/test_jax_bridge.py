@@ -154,6 +154,36 @@ def test_inference_needs_no_reserve_and_still_differentiates() -> None:
     assert np.array_equal(np.asarray(grad(jnp.asarray(params))), want.params_backprop)
 
 
+def test_a_traced_seed2_compiles_once_and_draws_each_steps_masks() -> None:
+    """seed2 as an integer array: one trace for every step; each step's masks and gradients are the op's."""
+    case = Case("gru", "bidirectional", num_layers=2, dropout=0.5, seed=4)
+    x, h, _, params, lengths = case.arrays(np.float64)
+    attrs = {k: v for k, v in case.attrs.items() if k != "seed2"}
+    traces: list[int] = []
+
+    @jax.jit
+    def step(p: Any, seed2: Any) -> tuple[Any, Any]:
+        traces.append(1)
+        return jax.value_and_grad(lambda p: jnp.sum(cj.cudnn_rnn(*_jax(x, h), None, p, jnp.asarray(lengths),
+                                                                   seed2=seed2, **attrs)[0]))(p)
+
+    with jax.enable_x64(True):
+        outputs = [step(jnp.asarray(params), jnp.asarray(seed2)) for seed2 in (11, 12, 11)]
+        for seed2, (value, grad) in zip((11, 12, 11), outputs):
+            out = cudnn_rnn.cudnn_rnn_v3(x, h, None, params, lengths, seed2=seed2, **attrs)
+            want = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, None, params, lengths, *out[:3], np.ones_like(out.output),
+                                                   None, None, out.reserve_space, seed2=seed2, **attrs)
+            assert float(value) == pytest.approx(out.output.sum(), rel=1e-12, abs=0)  # XLA sums in its own order
+            assert np.array_equal(np.asarray(grad), want.params_backprop)
+    assert len(traces) == 1
+    assert float(outputs[0][0]) != float(outputs[1][0])  # another seed2, other masks
+    for bad, error, message in ((jnp.asarray(1.5), TypeError, r"seed2 must be an int or an integer array of shape "
+                                 r"\(\); got an array of dtype float32"),
+                                (jnp.asarray([1, 2]), ValueError, r"got shape \(2,\)")):
+        with pytest.raises(error, match=message):
+            cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params, jnp.float32), seed2=bad, **attrs)
+
+
 # ---- (2) finite differences in float64 ---------------------------------------------------------------
 GRAD_CASES = [
     Case("lstm", time_major=True),

@@ -2,7 +2,8 @@
 
 Tracing a call checks it from its shapes (``_bridge.signature``: the op's own errors), then emits::
 
-    primal    FORWARD(input, input_h, [input_c], params, [lengths]) -> output, output_h, [output_c], [reserve]
+    primal    FORWARD(input, input_h, [input_c], params, [lengths], [seed2]) -> output, output_h, [output_c],
+              [reserve]
     fwd rule  the same forward, training: the reserve and every operand and output are the residuals
     bwd rule  BACKWARD(residuals, output_backprop, output_h_backprop, [output_c_backprop])
               -> input_backprop, input_h_backprop, [input_c_backprop], params_backprop
@@ -42,6 +43,7 @@ class _Call:
     attrs: _bridge.Attrs
     is_training: bool
     has_lengths: bool
+    has_seed2: bool  # seed2 is a traced integer scalar (an operand), not the attribute
     sig: _bridge.Signature
     reserve_elements: int
 
@@ -74,21 +76,43 @@ def _as_array(name: str, value: Any) -> Any:
     return jnp.asarray(value)
 
 
-def _forward(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, *, training: bool) -> list[Any]:
+def _extras(call: _Call, lengths: Any, seed2: Any) -> tuple[Any, ...]:
+    """The optional operands a call has, in order: sequence_lengths, then a traced seed2."""
+    return (*((lengths,) if call.has_lengths else ()), *((seed2,) if call.has_seed2 else ()))
+
+
+def _flags(call: _Call) -> dict[str, bool]:
+    return {"has_lengths": call.has_lengths, "has_seed2": call.has_seed2}
+
+
+def _traced_seed2(seed2: Any) -> Any:
+    """A seed2 given as an integer array of shape () (a traced value: one compilation for every step's seed), as
+    an int64 jax.Array; None for a Python int (the attribute, checked as the op checks it)."""
+    if not (hasattr(seed2, "shape") and hasattr(seed2, "dtype")) or isinstance(seed2, (np.integer, int)):
+        return None
+    if not jnp.issubdtype(seed2.dtype, jnp.integer):
+        raise TypeError(f"seed2 must be an int or an integer array of shape (); got an array of dtype {seed2.dtype}")
+    if tuple(seed2.shape) != ():
+        raise ValueError(f"seed2 must be an int or an integer array of shape (); got shape {tuple(seed2.shape)}")
+    return jnp.asarray(seed2)
+
+
+def _forward(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any, *,
+             training: bool) -> list[Any]:
     attrs, sig = call.attrs, call.sig
     shapes = {"output": sig.output_shape, "output_h": sig.output_h_shape, "output_c": sig.output_c_shape,
               "reserve_space": (call.reserve_elements,)}
     results = [_result(shapes[name], sig.dtype)
                for name in _targets.forward_results(attrs.has_cell, training)]
-    operands = (x, h, *((c,) if attrs.has_cell else ()), params, *((lengths,) if call.has_lengths else ()))
+    operands = (x, h, *((c,) if attrs.has_cell else ()), params, *_extras(call, lengths, seed2))
     _targets.ensure_registered()
     outputs = jax.ffi.ffi_call(_targets.FORWARD, results, vmap_method="sequential")(
-        *operands, **_targets.ffi_attributes(attrs, is_training=training, has_lengths=call.has_lengths))
+        *operands, **_targets.ffi_attributes(attrs, is_training=training, **_flags(call)))
     return list(outputs)
 
 
-def _primal(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any) -> tuple[Any, Any, Any]:
-    outputs = _forward(call, x, h, c, params, lengths, training=call.is_training)
+def _primal(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> tuple[Any, Any, Any]:
+    outputs = _forward(call, x, h, c, params, lengths, seed2, training=call.is_training)
     return outputs[0], outputs[1], outputs[2] if call.attrs.has_cell else None
 
 
@@ -101,26 +125,27 @@ def _differentiated(call: _Call) -> _Call:
                    reserve_elements=_reserve_elements(sig))
 
 
-def _fwd(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any) -> tuple[tuple[Any, Any, Any], Any]:
+def _fwd(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any,
+         seed2: Any) -> tuple[tuple[Any, Any, Any], Any]:
     run = _differentiated(call)
-    outputs = _forward(run, x, h, c, params, lengths, training=True)
+    outputs = _forward(run, x, h, c, params, lengths, seed2, training=True)
     y, hy, cy = outputs[0], outputs[1], outputs[2] if run.attrs.has_cell else None
-    return (y, hy, cy), (x, h, c, params, lengths, y, hy, cy, outputs[-1])
+    return (y, hy, cy), (x, h, c, params, lengths, seed2, y, hy, cy, outputs[-1])
 
 
 def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any, ...]:
     run = _differentiated(call)
-    x, h, c, params, lengths, y, hy, cy, reserve = residuals
+    x, h, c, params, lengths, seed2, y, hy, cy, reserve = residuals
     dy, dhy, dcy = cotangents
     cell = run.attrs.has_cell
-    operands = (x, h, *((c,) if cell else ()), params, *((lengths,) if run.has_lengths else ()), y, hy,
+    operands = (x, h, *((c,) if cell else ()), params, *_extras(run, lengths, seed2), y, hy,
                 *((cy,) if cell else ()), dy, dhy, *((dcy,) if cell else ()), reserve)
     shapes = {"input_backprop": x, "input_h_backprop": h, "input_c_backprop": c, "params_backprop": params}
     results = [_result(shapes[name].shape, shapes[name].dtype)
                for name in _targets.backward_results(cell)]
     grads = jax.ffi.ffi_call(_targets.BACKWARD, results, vmap_method="sequential")(
-        *operands, **_targets.ffi_attributes(run.attrs, has_lengths=run.has_lengths))
-    return grads[0], grads[1], grads[2] if cell else None, grads[-1], None
+        *operands, **_targets.ffi_attributes(run.attrs, **_flags(run)))
+    return grads[0], grads[1], grads[2] if cell else None, grads[-1], None, None
 
 
 _rnn = jax.custom_vjp(_primal, nondiff_argnums=(0,))
@@ -164,7 +189,10 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
         sequence_lengths: None (all T) or an int32/int64 array [B] with values in [0, T].
         rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, is_training, time_major,
             algo: as for :func:`cudnn_rnn.cudnn_rnn_v3`. Static: a new value traces anew. Dropout
-            masks come from (seed, seed2): the same in every call with the same seeds. Under
+            masks come from (seed, seed2): the same in every call with the same seeds. ``seed2``
+            may also be an integer array of shape () (a traced value, e.g. a training step's
+            counter): then one compilation serves every step, the value is read when the call runs
+            (on a GPU that waits for the work queued before it) and must be a C int. Under
             differentiation, ``is_training=False`` runs as a training forward without dropout.
 
     Returns:
@@ -177,7 +205,9 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
             error, ``jax.errors.JaxRuntimeError`` (``ValueError`` on JAX's fast dispatch path), whose
             message is the op's after XLA's ``INVALID_ARGUMENT:``.
     """
-    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
+    traced_seed2 = _traced_seed2(seed2)
+    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, 0 if traced_seed2 is not None else seed2,
+                          num_proj, time_major, algo)
     missing = [name for name, value in (("input", input), ("input_h", input_h), ("params", params)) if value is None]
     if missing:
         raise TypeError(f"{', '.join(missing)} must be an array; got None")
@@ -198,8 +228,8 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
             raise TypeError(f"{name} must have the dtype of input ({np.dtype(x.dtype)}); got {np.dtype(array.dtype)}")
     if lengths is not None:
         lengths = _as_array("sequence_lengths", lengths)
-    call = _Call(attrs, bool(is_training), lengths is not None, sig, _reserve_elements(sig))
-    output, output_h, output_c = _rnn(call, x, h, c, p, lengths)
+    call = _Call(attrs, bool(is_training), lengths is not None, traced_seed2 is not None, sig, _reserve_elements(sig))
+    output, output_h, output_c = _rnn(call, x, h, c, p, lengths, traced_seed2)
     return output, output_h, output_c if cell else None
 
 

@@ -23,6 +23,7 @@ longer (sized for every platform JAX has, see ``_op``); the backprop reads the f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
@@ -47,10 +48,10 @@ _ATTRIBUTE_KINDS: dict[str, str] = {"rnn_mode": "str", "input_mode": "str", "dir
 _PLATFORMS = ("cpu", "CUDA")
 
 
-def forward_operands(has_cell: bool, has_lengths: bool) -> tuple[str, ...]:
-    """The forward's operands, in order: input, input_h, [input_c], params, [sequence_lengths]."""
+def forward_operands(has_cell: bool, has_lengths: bool, has_seed2: bool = False) -> tuple[str, ...]:
+    """The forward's operands, in order: input, input_h, [input_c], params, [sequence_lengths], [seed2]."""
     return ("input", "input_h", *(("input_c",) if has_cell else ()), "params",
-            *(("sequence_lengths",) if has_lengths else ()))
+            *(("sequence_lengths",) if has_lengths else ()), *(("seed2",) if has_seed2 else ()))
 
 
 def forward_results(has_cell: bool, is_training: bool) -> tuple[str, ...]:
@@ -58,10 +59,10 @@ def forward_results(has_cell: bool, is_training: bool) -> tuple[str, ...]:
     return ("output", "output_h", *(("output_c",) if has_cell else ()), *(("reserve_space",) if is_training else ()))
 
 
-def backward_operands(has_cell: bool, has_lengths: bool) -> tuple[str, ...]:
+def backward_operands(has_cell: bool, has_lengths: bool, has_seed2: bool = False) -> tuple[str, ...]:
     """The backprop's operands: the forward's, its outputs, their gradients, and the reserve."""
     cell = ("output_c",) if has_cell else ()
-    return (*forward_operands(has_cell, has_lengths), "output", "output_h", *cell, "output_backprop",
+    return (*forward_operands(has_cell, has_lengths, has_seed2), "output", "output_h", *cell, "output_backprop",
             "output_h_backprop", *(f"{name}_backprop" for name in cell), "reserve_space")
 
 
@@ -91,10 +92,19 @@ def _decode(attributes: Mapping[str, object]) -> tuple[_bridge.Attrs, dict[str, 
 _View = Callable[[_xla_ffi.Buffer, bool], Any]
 
 
+def _seeded(attrs: _bridge.Attrs, operands: Mapping[str, Any]) -> _bridge.Attrs:
+    """``attrs`` with a traced seed2's value (a scalar operand; on a GPU, reading it waits for the stream)."""
+    if "seed2" not in operands:
+        return attrs
+    return dataclasses.replace(attrs, seed2=int(operands["seed2"].reshape(())))
+
+
 def _run_forward(frame: _xla_ffi.CallFrame, view: _View) -> None:
     attrs, flags = _decode(frame.attrs)
     is_training, has_lengths = flags["is_training"], flags["has_lengths"]
-    a = dict(zip(forward_operands(attrs.has_cell, has_lengths), (view(b, False) for b in frame.args)))
+    a = dict(zip(forward_operands(attrs.has_cell, has_lengths, flags.get("has_seed2", False)),
+                 (view(b, False) for b in frame.args)))
+    attrs = _seeded(attrs, a)
     outputs = _bridge.forward(attrs, a["input"], a["input_h"], a.get("input_c"), a["params"],
                               a.get("sequence_lengths"), is_training=is_training)
     for name, buffer in zip(forward_results(attrs.has_cell, is_training), frame.rets):
@@ -103,7 +113,9 @@ def _run_forward(frame: _xla_ffi.CallFrame, view: _View) -> None:
 
 def _run_backward(frame: _xla_ffi.CallFrame, view: _View) -> None:
     attrs, flags = _decode(frame.attrs)
-    a = dict(zip(backward_operands(attrs.has_cell, flags["has_lengths"]), (view(b, False) for b in frame.args)))
+    a = dict(zip(backward_operands(attrs.has_cell, flags["has_lengths"], flags.get("has_seed2", False)),
+                 (view(b, False) for b in frame.args)))
+    attrs = _seeded(attrs, a)
     grads = _bridge.backward(attrs, a["input"], a["input_h"], a.get("input_c"), a["params"],
                              a.get("sequence_lengths"), a["output"], a["output_h"], a.get("output_c"),
                              a["output_backprop"], a["output_h_backprop"], a.get("output_c_backprop"),
