@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,9 +234,22 @@ def gpu_row(config: Config, warmup: int, repeats: int) -> dict[str, Any]:
     return row
 
 
+def _is_met(value: float, limit: float, relation: str) -> bool:
+    return value <= limit if relation == "<=" else value >= limit
+
+
 def _met(value: float, limit: float, relation: str) -> str:
-    ok = value <= limit if relation == "<=" else value >= limit
-    return f"{'met' if ok else 'NOT met'} ({value:.3f} {relation} {limit})"
+    return f"{'met' if _is_met(value, limit, relation) else 'NOT met'} ({value:.3f} {relation} {limit})"
+
+
+def environment() -> dict[str, Any]:
+    """The machine and the versions every side ran with."""
+    import jax
+    import torch
+
+    return {"machine": platform.machine(), "cores": os.cpu_count(), "processor": platform.processor() or None,
+            "python": platform.python_version(), "numpy": np.__version__, "jax": jax.__version__,
+            "torch": torch.__version__, "cudnn_rnn": cudnn_rnn.__version__}
 
 
 def _has_cuda() -> bool:
@@ -256,17 +270,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     record: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              "quick": args.quick}
+                              "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup,
+                              "environment": environment()}
     rows = [cpu_row(c, args.warmup, args.repeats) for c in (CPU_QUICK if args.quick else CPU_CONFIGS)]
     print_table("CPU, float32 training step (ms): the bridges against the op", [
         column("direct", "direct_ms", 2), column("jax", "jax_ms", 2), column("torch", "torch_ms", 2),
         column("jax/direct", "jax_ratio", 3), column("torch/direct", "torch_ratio", 3),
         column("spread", "spread", 2)], rows)
-    record["cpu"] = rows
+    record["bridges_cpu"] = rows
+    targets_met: dict[str, bool] = {}
     print("\ntargets")
     for row in rows:
         for key, limit, relation in CPU_TARGETS:
             print(f"  {row['name']}: {key} {_met(row[key], limit, relation)}")
+            targets_met[f"{row['name']}: {key}"] = _is_met(row[key], limit, relation)
     if _has_cuda():
         gpu_rows = [gpu_row(c, args.warmup, args.repeats) for c in (GPU_QUICK if args.quick else GPU_CONFIGS)]
         print_table("GPU, float32 training step (ms): cudnn_rnn.jax against JAX's own", [
@@ -274,9 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         for row, config in zip(gpu_rows, GPU_QUICK if args.quick else GPU_CONFIGS):
             key, limit, relation = GPU_TARGETS[config.mode]
             print(f"  {row['name']}: {key} {_met(row[key], limit, relation)}")
-        record["gpu"] = gpu_rows
+            targets_met[f"{row['name']}: {key}"] = _is_met(row[key], limit, relation)
+        record["bridges_gpu"] = gpu_rows
     else:
         print("\nGPU: no CUDA device for JAX here; the GPU table needs one")
+    record["targets"] = {f"CPU {key}": f"{relation} {limit}" for key, limit, relation in CPU_TARGETS}
+    record["targets"].update({f"GPU {mode} {key}": f"{relation} {limit}" for mode, (key, limit, relation)
+                              in GPU_TARGETS.items()})
+    record["targets_met"] = targets_met
     if args.record:
         write_record("bridges", record, args.quick)
     return 0

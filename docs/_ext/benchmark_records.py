@@ -337,6 +337,46 @@ def distributed_command(record: Record) -> str:
         ("--runs", len(scaling[0]["seconds"]) if "seconds" in scaling[0] else None)])
 
 
+BRIDGES_CPU: list[Column] = [
+    ("configuration", ("name",), text),
+    ("direct ms", ("direct_ms",), fixed(2)),
+    ("jax ms", ("jax_ms",), fixed(2)),
+    ("torch ms", ("torch_ms",), fixed(2)),
+    ("jax/direct", ("jax_ratio",), fixed(3)),
+    ("torch/direct", ("torch_ratio",), fixed(3)),
+    ("spread", ("spread",), fixed(2)),
+]
+BRIDGES_GPU: list[Column] = [
+    ("configuration", ("name",), text),
+    ("peer", ("peer",), text),
+    ("ours ms", ("ours_ms",), fixed(3)),
+    ("peer ms", ("theirs_ms",), fixed(3)),
+    ("peer/ours", ("speedup_vs_scan",), fixed(2)),
+    ("ours/peer", ("ratio_vs_experimental",), fixed(3)),
+]
+
+
+def bridges_tables(data: dict[str, Any]) -> list[Table | None]:
+    return [table_of("CPU, float32 training step: the bridges against the op (median ms)", BRIDGES_CPU,
+                     data.get("bridges_cpu", [])),
+            table_of("GPU, float32 training step: cudnn_rnn.jax against JAX's own RNNs (median ms)", BRIDGES_GPU,
+                     data.get("bridges_gpu", [])),
+            targets_table(data.get("targets", {}), data.get("targets_met"))]
+
+
+def bridges_plot(data: dict[str, Any], figure: Figure) -> None:
+    rows = data["bridges_cpu"]
+    grouped_bars(figure, [row["name"] for row in rows],
+                 {side: [row[f"{side}_ms"] for row in rows] for side in ("direct", "jax", "torch")},
+                 "ms per float32 training step on the CPU (lower is better)")
+
+
+def bridges_command(record: Record) -> str:
+    data = record.data
+    return recording_command("bench_bridges.py", record, [("--repeats", data.get("repeats")),
+                                                          ("--warmup", data.get("warmup"))])
+
+
 GPU_BENCHES: list[Column] = [
     ("configuration", ("name",), text),
     ("precision", ("precision",), text),
@@ -416,6 +456,12 @@ KINDS: dict[str, Kind] = {
                         "`benchmarks/bench_distributed.py`: averaging the example's gradients over two processes "
                         "against MPI's own `Allreduce`, and the example's step time on one and two processes.",
                         has("allreduce"), distributed_command, distributed_tables, distributed_plot),
+    "bridges": Kind("The JAX and PyTorch bridges against the op",
+                    "`benchmarks/bench_bridges.py`: a float32 training step through `cudnn_rnn.jax` (jit of vjp, "
+                    "through XLA's FFI) and `cudnn_rnn.torch` (the custom operators under autograd) against the "
+                    "op called directly on NumPy arrays, the same backend underneath; on a GPU, the JAX GRU "
+                    "against a `lax.scan` GRU and the JAX LSTM against `jax.experimental.rnn.lstm`.",
+                    has("bridges_cpu"), bridges_command, bridges_tables, bridges_plot),
     "gpu": Kind("GPU: the cuDNN backend against PyTorch's cuDNN RNNs",
                 "`benchmarks/bench_gpu.py` (stage `bench` of `scripts/gpu_check.sh`): a training step against "
                 "PyTorch's cuDNN LSTM/GRU in three precisions, eager and as a CUDA graph, the host overhead per "
