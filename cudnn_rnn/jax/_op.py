@@ -187,13 +187,21 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
             otherwise.
         params: [params_size]: the params buffer.
         sequence_lengths: None (all T) or an int32/int64 array [B] with values in [0, T].
-        rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, is_training, time_major,
-            algo: as for :func:`cudnn_rnn.cudnn_rnn_v3`. Static: a new value traces anew. Dropout
-            masks come from (seed, seed2): the same in every call with the same seeds. ``seed2``
-            may also be an integer array of shape () (a traced value, e.g. a training step's
-            counter): then one compilation serves every step, the value is read when the call runs
-            (on a GPU that waits for the work queued before it) and must be a C int. Under
-            differentiation, ``is_training=False`` runs as a training forward without dropout.
+        rnn_mode: as for :func:`cudnn_rnn.cudnn_rnn_v3`, like every attribute below. Static (as
+            all but a traced ``seed2``): a new value traces anew.
+        input_mode: as for the op.
+        direction: as for the op.
+        dropout: as for the op. The masks come from (seed, seed2): the same in every call with
+            the same seeds.
+        seed: as for the op.
+        seed2: an int, or an integer array of shape () (a traced value, e.g. a training step's
+            counter): then one compilation serves every step, the value is read when the call
+            runs (on a GPU that waits for the work queued before it) and must be a C int.
+        num_proj: as for the op.
+        is_training: as for the op. Under differentiation, ``is_training=False`` runs as a
+            training forward without dropout.
+        time_major: as for the op.
+        algo: as for the op.
 
     Returns:
         ``(output, output_h, output_c)``, ``output_c`` None for the modes without a cell.

@@ -1,4 +1,4 @@
-"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, and the layers as ``nn.Module``s.
+"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, and the layers as ``nn.Module`` classes.
 
 ::
 

@@ -404,7 +404,7 @@ def cudnn_rnn(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params:
     """Run a multi-layer RNN on tensors: :func:`cudnn_rnn.cudnn_rnn_v3`, differentiable with PyTorch's autograd.
 
     The arguments, shapes, semantics and errors are those of :func:`cudnn_rnn.cudnn_rnn_v3`, on
-    ``torch.Tensor``s (L layers, D directions, B batch, T max length, I input size, N num_units,
+    tensors (``torch.Tensor``; L layers, D directions, B batch, T max length, I input size, N num_units,
     P = num_proj or N)::
 
         input [T, B, I]  input_h [L*D, B, P]  input_c [L*D, B, N]  params [params_size]     (time_major)
