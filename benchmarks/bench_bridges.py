@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny configurations (a smoke test, seconds)")
     parser.add_argument("--record", action="store_true", help=f"write a JSON record to {RESULTS}")
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # PyTorch's idle threads sleep, off the op's cores
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # GPU memory left for CuPy's pool (cuDNN)
     record: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                               "quick": args.quick, "repeats": args.repeats, "warmup": args.warmup,
                               "environment": environment()}

@@ -9,6 +9,7 @@ This file puts tests/support/ on ``sys.path`` for every test, so any test import
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from pathlib import Path
@@ -19,6 +20,9 @@ import pytest
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
+# JAX takes most of a GPU's memory at its first use unless told not to: CuPy's pool (cuDNN's workspaces, the op's
+# arrays) needs room beside it, whichever test first starts JAX on a GPU
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from cudnn_rnn import _cudnn_cache  # noqa: E402
 from fake_gpu import FakeCudnn, install  # noqa: E402
