@@ -154,6 +154,7 @@ def test_dropout_on_cuda_changes_per_step_and_repeats_from_the_seed() -> None:
     assert torch.equal(second(x)[0], steps[0]) and int(second.step) == 1
 
 
+@pytest.mark.long  # inductor compiles CUDA kernels: tens of seconds, the 'long' stage of scripts/gpu_check.sh
 def test_a_compiled_model_on_cuda_is_eager_pytorch() -> None:
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()).cuda()
