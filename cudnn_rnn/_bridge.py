@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -111,10 +111,22 @@ def _stand_in(shape: tuple[int, ...], dtype: np.dtype, fill: int = 0) -> np.ndar
     return np.broadcast_to(np.asarray(fill, dtype=dtype), tuple(int(n) for n in shape))
 
 
+def _as_numpy_dtype(dtype: object) -> np.dtype | None:
+    """``dtype`` as a NumPy dtype (bfloat16: ml_dtypes'), or None where NumPy has none for it."""
+    try:
+        return numpy_dtype(dtype)  # the supported ones, bfloat16 among them
+    except TypeError:
+        pass
+    try:
+        return np.dtype(dtype)  # type: ignore[call-overload, no-any-return]
+    except TypeError:
+        return None
+
+
 def signature(attrs: Attrs, input_shape: tuple[int, ...], input_h_shape: tuple[int, ...],
               input_c_shape: tuple[int, ...] | None, params_shape: tuple[int, ...], dtype: object,
               lengths_shape: tuple[int, ...] | None = None, lengths_dtype: object = None, *,
-              is_training: bool = True) -> Signature:
+              is_training: bool = True, dtypes: Mapping[str, object] | None = None) -> Signature:
     """Check a call from its shapes and dtypes, as :func:`cudnn_rnn.cudnn_rnn_v3` checks its arrays.
 
     The same TypeError/ValueError, with the op's own messages, for anything the shapes, dtypes and
@@ -125,28 +137,43 @@ def signature(attrs: Attrs, input_shape: tuple[int, ...], input_h_shape: tuple[i
         attrs: the call's attributes.
         input_shape, input_h_shape, input_c_shape, params_shape: the arrays' shapes (input_c None:
             absent, allowed for the modes without a cell).
-        dtype: the input's dtype (every array of the call shares it).
+        dtype: the input's dtype.
         lengths_shape, lengths_dtype: sequence_lengths' shape and dtype, or None for no lengths.
         is_training: checked to be a bool.
+        dtypes: the dtypes of ``"input_h"``, ``"input_c"`` and ``"params"`` where they may differ
+            from the input's (a bridge passes each array's own): the op refuses a mixed call, in
+            its own order and words. Absent names have the input's dtype.
 
     Returns:
         The call's :class:`Signature`.
     """
     from ._checks import flag
 
-    io_dtype = numpy_dtype(dtype, "input.dtype")
-    flag("is_training", is_training)
+    # every stand-in has its array's own dtype, so that the op refuses a bad or mixed one in its own order
+    input_dtype = _as_numpy_dtype(dtype)
+    if input_dtype is None:
+        numpy_dtype(dtype, "input.dtype")  # the op's refusal of a dtype it does not take
+    own: dict[str, np.dtype] = {}
+    for name, value in (dtypes or {}).items():
+        own_dtype = _as_numpy_dtype(value)
+        if own_dtype is None:  # the op's refusal of any dtype but the input's (NumPy cannot stand in for it)
+            raise TypeError(f"{name} must have the dtype of input ({numpy_dtype(dtype, 'input.dtype')}); "
+                            f"got {value}")
+        own[name] = own_dtype
+    assert input_dtype is not None
     lengths = None
     if lengths_shape is not None:
-        lengths_type = np.dtype(np.int64) if lengths_dtype is None else np.dtype(lengths_dtype)  # type: ignore[call-overload]
-        if lengths_type not in (np.int32, np.int64):
-            raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {lengths_type}")
+        lengths_type = np.dtype(np.int64) if lengths_dtype is None else _as_numpy_dtype(lengths_dtype)
+        if lengths_type is None:
+            raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {lengths_dtype}")
         time_axis = 0 if attrs.time_major is True else 1
         max_time = int(input_shape[time_axis]) if len(input_shape) == 3 else 0
         lengths = _stand_in(lengths_shape, lengths_type, max_time)  # valid values: only shapes are checked here
-    cell = None if input_c_shape is None else _stand_in(input_c_shape, io_dtype)
-    call = _prepare(_stand_in(input_shape, io_dtype), _stand_in(input_h_shape, io_dtype), cell,
-                    _stand_in(params_shape, io_dtype), lengths, **attrs.op_kwargs())
+    cell = None if input_c_shape is None else _stand_in(input_c_shape, own.get("input_c", input_dtype))
+    call = _prepare(_stand_in(input_shape, input_dtype), _stand_in(input_h_shape, own.get("input_h", input_dtype)),
+                    cell, _stand_in(params_shape, own.get("params", input_dtype)), lengths, **attrs.op_kwargs())
+    flag("is_training", is_training)  # after the arrays, as the op checks it
+    io_dtype = numpy_dtype(call.x.dtype)
     config = call.config
     output_c_shape = call.state_shape(config.num_units) if config.has_cell else (0,)
     return Signature(config, call.time_major, call.max_time, call.batch, io_dtype,

@@ -117,6 +117,21 @@ def test_shapes_alone_give_the_ops_own_refusals(change: dict[str, object], error
         cudnn_rnn.cudnn_rnn_v3(**arrays)  # type: ignore[arg-type]
 
 
+def test_each_arrays_own_dtype_gets_the_ops_refusal_in_its_order() -> None:
+    attrs = _bridge.Attrs()
+    x, h, c, params = _arrays(attrs, 1, 3, 4)
+    shapes = (attrs, x.shape, h.shape, c.shape, params.shape, x.dtype)
+    with pytest.raises(TypeError, match=r"^params must have the dtype of input \(float64\); got float32$"):
+        _bridge.signature(*shapes, dtypes={"params": np.float32, "input_h": np.float64})
+    with pytest.raises(TypeError, match=r"^input_h must have the dtype of input \(float64\); got float16$"):
+        _bridge.signature(attrs, x.shape, (1, 3, 5), c.shape, params.shape, x.dtype, dtypes={"input_h": "float16"})
+    with pytest.raises(TypeError, match=r"^input_c must have the dtype of input \(float64\); got complex32$"):
+        _bridge.signature(*shapes, dtypes={"input_c": "complex32"})  # a dtype NumPy cannot stand in for
+    with pytest.raises(TypeError, match=r"^input.dtype must be one of .*; got 'int64'$"):
+        _bridge.signature(attrs, x.shape, h.shape, c.shape, params.shape, np.int64, dtypes={"params": np.float32})
+    assert _bridge.signature(*shapes, dtypes={"params": np.float64}).dtype == np.float64
+
+
 def test_copy_into_fills_a_framework_buffer() -> None:
     destination = np.full(6, -1.0)
     _bridge.copy_into(destination, np.arange(4.0))

@@ -384,7 +384,10 @@ def _library_error(case: Case, **changes: Any) -> BaseException:
     dict(sequence_lengths=np.zeros(3, np.float32)),
     dict(rnn_mode="lsmt"),
     dict(dropout=1.5),
-], ids=["params size", "input_h shape", "params dtype", "lengths dtype", "rnn_mode", "dropout"])
+    dict(input_h=np.zeros((2, 3, 3), np.float16)),  # two mistakes: the op names the first it checks, the dtype
+    dict(rnn_mode="lsmt", input=np.zeros((3, 3, 3), np.int32)),
+], ids=["params size", "input_h shape", "params dtype", "lengths dtype", "rnn_mode", "dropout",
+        "input_h dtype and shape", "mode and input dtype"])
 def test_bad_input_is_refused_while_tracing_with_the_ops_message(change: dict[str, Any]) -> None:
     case = Case("lstm")
     expected = _library_error(case, **change)

@@ -228,12 +228,11 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
             raise TypeError("sequence_lengths must be None or an int32 or int64 array of shape [batch]; "
                             f"got {type(sequence_lengths).__name__}")
         lengths = sequence_lengths
+    own_dtypes = {name: array.dtype for name, array in (("input_h", h), ("input_c", c), ("params", p))
+                  if array is not None}
     sig = _bridge.signature(attrs, x.shape, h.shape, None if c is None else c.shape, p.shape, x.dtype,
                             None if lengths is None else tuple(lengths.shape),
-                            None if lengths is None else lengths.dtype, is_training=is_training)
-    for name, array in (("input_h", h), ("input_c", c), ("params", p)):
-        if array is not None and array.dtype != x.dtype:
-            raise TypeError(f"{name} must have the dtype of input ({np.dtype(x.dtype)}); got {np.dtype(array.dtype)}")
+                            None if lengths is None else lengths.dtype, is_training=is_training, dtypes=own_dtypes)
     if lengths is not None:
         lengths = _as_array("sequence_lengths", lengths)
     call = _Call(attrs, bool(is_training), lengths is not None, traced_seed2 is not None, sig, _reserve_elements(sig))

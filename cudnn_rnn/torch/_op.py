@@ -35,9 +35,6 @@ from torch import Tensor
 
 from .. import _bridge
 from .._arrays import Array
-from .._checks import flag
-from ..config import DIRECTIONS, MODES
-from ..ops import _choice
 
 __all__ = ["cudnn_rnn", "check_call", "rnn_forward", "numpy_dtype_of", "to_array", "to_tensor"]
 
@@ -176,36 +173,18 @@ def check_call(attrs: _bridge.Attrs, input: object, input_h: object, input_c: ob
     if lengths is not None and lengths.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {numpy_dtype_of(lengths.dtype)}")
     x, h, p = tensors["input"], tensors["input_h"], tensors["params"]
-    _check_dtypes(attrs, x, tensors)
     c = tensors.get("input_c")
     attributes = tuple(getattr(attrs, field.name) for field in dataclasses.fields(attrs))
+    own_dtypes = tuple((name, numpy_dtype_of(tensor.dtype)) for name, tensor in tensors.items() if name != "input")
     arguments = (*attributes, tuple(x.shape), tuple(h.shape), None if c is None else tuple(c.shape), tuple(p.shape),
                  numpy_dtype_of(x.dtype), None if lengths is None else tuple(lengths.shape),
-                 None if lengths is None else numpy_dtype_of(lengths.dtype), is_training)
+                 None if lengths is None else numpy_dtype_of(lengths.dtype), is_training, own_dtypes)
     try:
         return _signature(*arguments)
     except TypeError as error:  # an unhashable argument: checked without the cache
         if "unhashable" not in str(error):
             raise
         return _signature.__wrapped__(*arguments)
-
-
-def _check_dtypes(attrs: _bridge.Attrs, x: Tensor, tensors: dict[str, Tensor]) -> None:
-    """The op's check that every tensor has input's dtype, in the op's order (the signature sees one dtype)."""
-    _choice("rnn_mode", attrs.rnn_mode, MODES)
-    _choice("direction", attrs.direction, DIRECTIONS)
-    flag("time_major", attrs.time_major)
-    if x.ndim != 3 or x.dtype not in _DTYPE_NAMES:
-        return  # the signature refuses input itself first
-    for name, rank in (("input_h", 3), ("input_c", 3), ("params", 1)):
-        other = tensors.get(name)
-        if other is None:
-            continue
-        if other.ndim != rank:
-            return  # the signature refuses its rank first
-        if other.dtype != x.dtype:
-            raise TypeError(f"{name} must have the dtype of input ({numpy_dtype_of(x.dtype)}); "
-                            f"got {numpy_dtype_of(other.dtype)}")
 
 
 def _refuse_missing(attrs: _bridge.Attrs, values: tuple[object, ...], is_training: bool) -> None:
@@ -223,11 +202,11 @@ def _signature(rnn_mode: str, input_mode: str, direction: str, dropout: float, s
                num_proj: int, time_major: bool, algo: str, input_shape: tuple[int, ...],
                input_h_shape: tuple[int, ...], input_c_shape: tuple[int, ...] | None, params_shape: tuple[int, ...],
                dtype: object, lengths_shape: tuple[int, ...] | None, lengths_dtype: object,
-               is_training: bool) -> _bridge.Signature:
+               is_training: bool, own_dtypes: tuple[tuple[str, object], ...] = ()) -> _bridge.Signature:
     """:func:`cudnn_rnn._bridge.signature`, remembered: a training loop checks each call's shapes once."""
     attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
     return _bridge.signature(attrs, input_shape, input_h_shape, input_c_shape, params_shape, dtype, lengths_shape,
-                             lengths_dtype, is_training=is_training)
+                             lengths_dtype, is_training=is_training, dtypes=dict(own_dtypes))
 
 
 # ---- the custom operators ------------------------------------------------------------------------
