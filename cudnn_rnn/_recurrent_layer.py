@@ -34,7 +34,7 @@ from ._layer_args import ArgumentCheck, path_argument
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
 
-__all__ = ["RecurrentLayer"]
+__all__ = ["RecurrentLayer", "constructor_arguments"]
 
 #: bidirectional flag -> TF direction string
 _DIRECTION: dict[bool, str] = {False: "unidirectional", True: "bidirectional"}
@@ -79,6 +79,17 @@ def _entry_name(entry: ParamEntry, num_directions: int) -> str:
     suffix = f"_l{layer}" + ("_reverse" if reverse else "")
     prefix = _NAME_PREFIX[entry.kind, entry.side]
     return prefix + suffix if entry.side == "projection" else f"{prefix}_{entry.gate}{suffix}"
+
+
+def constructor_arguments(config: RNNConfig) -> list[str]:
+    """``config`` as a layer's constructor arguments for a repr: the sizes, then each other one not at its default."""
+    c = config
+    parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
+    optional = [("bidirectional", c.num_directions == 2, False), ("num_proj", c.num_proj, 0),
+                ("dropout", c.dropout, 0.0), ("input_mode", c.input_mode, "linear_input"),
+                ("dtype", c.dtype, "float32"), ("seed", c.seed, 0), ("algo", c.algo, "standard")]
+    parts += [f"{name}={value!r}" for name, value, default in optional if value != default]
+    return parts
 
 
 class RecurrentLayer:
@@ -516,13 +527,7 @@ class RecurrentLayer:
 
     # -- description -----------------------------------------------------------------------------
     def _extra_repr(self) -> list[str]:
-        c = self.config
-        parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
-        optional = [("bidirectional", c.num_directions == 2, False), ("num_proj", c.num_proj, 0),
-                    ("dropout", c.dropout, 0.0), ("input_mode", c.input_mode, "linear_input"),
-                    ("dtype", c.dtype, "float32"), ("seed", c.seed, 0), ("algo", c.algo, "standard")]
-        parts += [f"{name}={value!r}" for name, value, default in optional if value != default]
-        return parts
+        return constructor_arguments(self.config)
 
     def __repr__(self) -> str:
         details = ", ".join(self._extra_repr())

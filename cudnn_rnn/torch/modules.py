@@ -32,7 +32,7 @@ from .. import layers
 from .._arrays import beside
 from .._checks import flag
 from .._layer_args import ArgumentCheck
-from .._recurrent_layer import RecurrentLayer
+from .._recurrent_layer import RecurrentLayer, constructor_arguments
 from ..config import DTYPES, RNNConfig
 from ._op import numpy_dtype_of, rnn_forward, to_array, to_tensor
 
@@ -229,13 +229,7 @@ class _RecurrentModule(nn.Module):
         return RecurrentLayer.from_params(to_array(self.params), self.config, step=int(self.step.item()))
 
     def extra_repr(self) -> str:
-        c = self.config
-        parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
-        optional = [("bidirectional", c.num_directions == 2, False), ("num_proj", c.num_proj, 0),
-                    ("dropout", c.dropout, 0.0), ("input_mode", c.input_mode, "linear_input"),
-                    ("dtype", c.dtype, "float32"), ("seed", c.seed, 0), ("algo", c.algo, "standard")]
-        parts += [f"{name}={value!r}" for name, value, default in optional if value != default]
-        return ", ".join(parts)
+        return ", ".join(constructor_arguments(self.config))
 
 
 def _dtype(dtype: object) -> object:
