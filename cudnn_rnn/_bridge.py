@@ -8,6 +8,7 @@ buffers::
                     is_training=True)                             the op's own errors, from shapes alone
     sig.output_shape, sig.output_h_shape, sig.output_c_shape, sig.reserve_elements("cpu" | "cuda")
     outputs = forward(attrs, x, h, c, p, lengths, is_training=True)         -> cudnn_rnn.RNNOutputs
+    outputs = forward(..., dropout_rng=rng)                       a module's own dropout RNG, as a layer's
     grads = backward(attrs, x, h, c, p, lengths, y, hy, cy, dy, dhy, dcy, reserve)  -> RNNGradients
     copy_into(framework_buffer, outputs.output)                   results into buffers the framework made
 
@@ -31,7 +32,8 @@ import numpy as np
 from ._arrays import Array, array_module
 from ._initializers import keras_init_params
 from .config import PERSISTENT_ALGOS, RNNConfig, numpy_dtype
-from .ops import RNNGradients, RNNOutputs, _prepare, backprop_from_residual, cudnn_rnn_v3
+from ._dropout_rng import DropoutRNG
+from .ops import RNNGradients, RNNOutputs, _prepare, backprop_from_residual, forward_with_rng
 
 __all__ = ["Attrs", "Signature", "signature", "forward", "backward", "copy_into", "init_params", "PLATFORMS"]
 
@@ -181,10 +183,16 @@ def signature(attrs: Attrs, input_shape: tuple[int, ...], input_h_shape: tuple[i
 
 
 def forward(attrs: Attrs, input: Array, input_h: Array, input_c: Array | None, params: Array,
-            sequence_lengths: Array | None, *, is_training: bool) -> RNNOutputs:
-    """:func:`cudnn_rnn.cudnn_rnn_v3` with ``attrs`` (NumPy: reference backend; CuPy: cuDNN on the current stream)."""
-    return cudnn_rnn_v3(input, input_h, input_c, params, sequence_lengths, is_training=is_training,
-                        **attrs.op_kwargs())
+            sequence_lengths: Array | None, *, is_training: bool, dropout_rng: DropoutRNG | None = None
+            ) -> RNNOutputs:
+    """:func:`cudnn_rnn.cudnn_rnn_v3` with ``attrs`` (NumPy: reference backend; CuPy: cuDNN on the current stream).
+
+    ``dropout_rng``: a module's own dropout RNG, as a layer's (``ops.forward_with_rng``): on cuDNN the
+    masks come from it, seeded from (seed, seed2) once per GPU and advancing from call to call, instead
+    of a set-up of cuDNN's dropout state from the seeds at every call whose seeds changed.
+    """
+    return forward_with_rng(input, input_h, input_c, params, sequence_lengths, dropout_rng,
+                            is_training=is_training, **attrs.op_kwargs())
 
 
 def backward(attrs: Attrs, input: Array, input_h: Array, input_c: Array | None, params: Array,

@@ -1,8 +1,9 @@
 """A layer's dropout RNG on cuDNN, on the fake GPU (tests/support/fake_gpu.py; its training forward draws from the
 network's dropout state, records the state it started from in ``drawn``, and advances it).
 
-* seeded once per layer and GPU: a layer's training steps set the dropout descriptor up once, however many
-  steps it takes, where op calls with a new seed2 every step set it up every step;
+* seeded once per layer and GPU: a layer's training steps (and a bridge's calls with a module's RNG) set the
+  dropout descriptor up once, however many steps they take, where op calls with a new seed2 every step set it
+  up every step;
 * the state advances: each step starts from the state the previous one left, and two layers (or op calls in
   between) sharing one cached network keep their own streams;
 * no set-up inside a recorded CUDA graph, and the layer's state buffer is kept for the graph;
@@ -22,7 +23,8 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import LSTM, _cudnn_cache, _lib, checkpoint
+from cudnn_rnn import LSTM, _bridge, _cudnn_cache, _lib, checkpoint
+from cudnn_rnn._dropout_rng import DropoutRNG
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.cuda_graph import capture
 from fake_gpu import FakeCudnn, FakeStream, to_device
@@ -79,6 +81,19 @@ def test_op_calls_with_a_new_seed_every_step_set_it_up_every_step(fake_cudnn: Fa
         cudnn_rnn.cudnn_rnn_v3(x, h0, h0, layer.params, dropout=0.4, seed=1, seed2=seed2)
     assert len(_setups(fake_cudnn)) == 4
     assert fake_cudnn.drawn == [_seed_pattern(1, seed2) for seed2 in range(4)]
+
+
+def test_a_bridge_call_with_a_modules_rng_sets_it_up_once(fake_cudnn: FakeCudnn, fake_cupy: types.ModuleType) -> None:
+    # what cudnn_rnn.torch's modules pass through the bridge: their own RNG, and their step as seed2
+    params = _layer(fake_cupy).params
+    x = to_device(np.ones((TIME, BATCH, INPUT), np.float32), 0)
+    h0 = to_device(np.zeros((2, BATCH, 5), np.float32), 0)
+    rng = DropoutRNG()
+    for step in range(4):
+        attrs = _bridge.Attrs("lstm", dropout=0.4, seed=1, seed2=step)
+        _bridge.forward(attrs, x, h0, h0, params, None, is_training=True, dropout_rng=rng)
+    assert len(_setups(fake_cudnn)) == 1, "one cuRAND set-up for four steps"
+    assert fake_cudnn.drawn == [_advanced(_seed_pattern(1, 0), k) for k in range(4)]
 
 
 def test_layers_and_op_calls_sharing_a_network_keep_their_own_streams(fake_cudnn: FakeCudnn,

@@ -8,6 +8,7 @@ eager PyTorch for compiled code.
 from __future__ import annotations
 
 import copy
+import gc
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 
 import cudnn_rnn
 import cudnn_rnn.torch as ct
+from cudnn_rnn.torch import _op
 from cudnn_rnn import _bridge
 from cudnn_rnn.convert import to_format
 from rnn_testing import relative_error
@@ -241,12 +243,30 @@ def test_a_compiled_model_is_eager_pytorch_forward_and_backward() -> None:
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6, msg=name)  # inductor's sums
 
 
+def test_the_ops_stay_out_of_cuda_graphs_and_reduce_overhead_still_runs() -> None:
+    # both allocate from CuPy's pool, which a CUDA graph of PyTorch's cannot own
+    for op in (torch.ops.cudnn_rnn.rnn_forward.default, torch.ops.cudnn_rnn.rnn_backward.default):
+        assert torch.Tag.cudagraph_unsafe in op.tags, op
+    torch.manual_seed(0)
+    eager = Tagger()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, mode="reduce-overhead")
+    for _ in range(3):
+        ids, lengths = torch.randint(0, 11, (3, 5)), torch.tensor([5, 0, 2])
+        got, want = compiled(ids, lengths), eager(ids, lengths)
+        assert torch.equal(got, want)
+        got.square().sum().backward()
+        want.square().sum().backward()
+    for (name, ours), theirs in zip(compiled_model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_opcheck_passes_for_both_operators() -> None:
     call = Call("lstm", 2, direction="bidirectional", lengths=(4, 0, 2))
     a = call.arrays()
     x, h, c, params, lengths = (tensor(a[k], k not in ("lengths",)) for k in ("x", "h", "c", "params", "lengths"))
     attributes = ["lstm", "linear_input", "bidirectional", 0.5, 1, 2, 0]
-    forward_args = (x, h, c, params, lengths, None, *attributes, True, True, "standard")
+    forward_args = (x, h, c, params, lengths, None, *attributes, True, True, "standard", 0)
     torch.library.opcheck(torch.ops.cudnn_rnn.rnn_forward.default, forward_args)
     y, hy, cy, reserve = torch.ops.cudnn_rnn.rnn_forward(*forward_args)
     detached = [t.detach() for t in (x, h, c, params)]
@@ -339,6 +359,43 @@ def test_from_layer_and_to_layer_round_trip_params_config_and_step() -> None:
         ct.GRU.from_layer(layer)
     with pytest.raises(TypeError, match="layer must be a cudnn_rnn layer"):
         ct.GRU.from_layer(module)  # type: ignore[arg-type]
+
+
+def test_a_module_draws_its_masks_from_its_own_dropout_rng(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on cuDNN the masks come from the RNG the kernel is given (tests/test_dropout_rng.py: one set-up, advancing)
+    seen: list[Any] = []
+    forward = _bridge.forward
+
+    def spy(*args: Any, dropout_rng: Any = None, **kwargs: Any) -> Any:
+        seen.append(dropout_rng)
+        return forward(*args, dropout_rng=dropout_rng, **kwargs)
+
+    monkeypatch.setattr(_bridge, "forward", spy)
+    module = ct.GRU(2, 3, 2, dropout=0.5)
+    twin = copy.deepcopy(module)
+    x = torch.randn(2, 4, 2)
+    module(x), module(x), twin(x)
+    ct.cudnn_rnn(x.transpose(0, 1).contiguous(), torch.zeros(2, 2, 3), None, module.params.detach(), rnn_mode="gru")
+    own, again, twins, op_call = seen
+    assert own is again is not None and twins is not None and twins is not own and op_call is None
+    key = module._dropout.key
+    assert _op._dropout_rngs[key] is own
+    del module
+    gc.collect()
+    assert key not in _op._dropout_rngs, "forgotten with its module"
+
+
+def test_from_layer_takes_the_layers_dropout_rng_state() -> None:
+    layer = cudnn_rnn.LSTM(2, 3, 2, dropout=0.5)
+    saved = {"device": "Some GPU, cuDNN 92800, 4 bytes", "states": np.arange(4, dtype=np.uint8)}
+    layer._dropout_rng.load(saved)  # as a layer trained on cuDNN holds it
+    module = ct.LSTM.from_layer(layer)
+    state = module._dropout.rng.state()
+    assert state is not None and state["device"] == saved["device"]
+    np.testing.assert_array_equal(state["states"], saved["states"])
+    copied = copy.deepcopy(module)._dropout.rng.state()
+    assert copied is not None and copied["states"] is not state["states"]
+    np.testing.assert_array_equal(copied["states"], saved["states"])
 
 
 def test_state_dict_restores_params_and_step() -> None:

@@ -3,8 +3,8 @@
 Both are ``torch.library.custom_op`` operators, so that they run eagerly, under autograd and inside
 ``torch.compile(fullgraph=True)`` alike::
 
-    rnn_forward(input, input_h, input_c?, params, sequence_lengths?, step?, <attributes>, is_training)
-        -> (output, output_h, output_c, reserve_space)        output_c: shape (0,) for non-LSTM modes
+    rnn_forward(input, input_h, input_c?, params, sequence_lengths?, step?, <attributes>, is_training,
+                dropout_state) -> (output, output_h, output_c, reserve_space)   output_c: (0,) for non-LSTM modes
     rnn_backward(<the forward's tensors>, output, output_h, output_c, output_backprop?, output_h_backprop?,
                  output_c_backprop?, reserve_space, <attributes>)
         -> (input_backprop, input_h_backprop, input_c_backprop, params_backprop)
@@ -20,6 +20,10 @@ forward's reserve as the residual; a derivative of ``rnn_backward`` (double back
 ``step``, a 0-d integer tensor, replaces ``seed2`` when given: a module's step counter, read
 only when the kernel runs, so that compiled code does not specialise on it. The modules keep it in
 host memory, so reading it never waits for a GPU (a step tensor on a GPU would: one small copy).
+
+``dropout_state``, an integer, names a module's own dropout RNG (:class:`DropoutState`; 0: none): on
+cuDNN the masks then come from it, seeded once per GPU and advancing, as a layer's, instead of a
+set-up of cuDNN's dropout state from (seed, step) at every step.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
+import weakref
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -35,8 +41,9 @@ from torch import Tensor
 
 from .. import _bridge
 from .._arrays import Array
+from .._dropout_rng import DropoutRNG
 
-__all__ = ["cudnn_rnn", "check_call", "rnn_forward", "numpy_dtype_of", "to_array", "to_tensor"]
+__all__ = ["cudnn_rnn", "check_call", "rnn_forward", "numpy_dtype_of", "to_array", "to_tensor", "DropoutState"]
 
 #: PyTorch dtypes -> the library's dtype names
 _DTYPE_NAMES: dict[torch.dtype, str] = {torch.float16: "float16", torch.float32: "float32",
@@ -209,7 +216,41 @@ def _signature(rnn_mode: str, input_mode: str, direction: str, dropout: float, s
                              lengths_dtype, is_training=is_training, dtypes=dict(own_dtypes))
 
 
+# ---- a module's dropout RNG, reachable from the kernel ---------------------------------------------
+#: DropoutState.key -> its RNG, while its DropoutState lives
+_dropout_rngs: dict[int, DropoutRNG] = {}
+_keys = itertools.count(1)
+
+
+class DropoutState:
+    """A module's own :class:`~cudnn_rnn._dropout_rng.DropoutRNG` and the integer ``key`` the forward operator takes.
+
+    An operator's arguments are tensors and scalars, so a module passes ``key`` and the kernel finds
+    the RNG by it. A copy (``copy.deepcopy``, pickling) holds a copy of the state under a key of its
+    own; the key is forgotten when its holder is collected.
+    """
+
+    def __init__(self, saved: Optional[dict[str, Any]] = None) -> None:
+        self.rng = DropoutRNG()
+        self.rng.load(saved)
+        self.key = next(_keys)
+        _dropout_rngs[self.key] = self.rng
+        weakref.finalize(self, _dropout_rngs.pop, self.key, None)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "DropoutState":
+        return DropoutState(self.rng.state())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return DropoutState, (self.rng.state(),)
+
+
 # ---- the custom operators ------------------------------------------------------------------------
+#: Both operators allocate their results and cuDNN's workspaces from CuPy's memory pool, which a CUDA
+#: graph of PyTorch's cannot own: a cudaMalloc during a capture fails it, and a block freed after the
+#: capture would be reused while replays still read it. ``cudagraph_unsafe`` keeps them out of
+#: ``torch.cuda.graph`` captures made by ``torch.compile(mode="reduce-overhead")`` (cudagraph trees).
+_TAGS = (torch.Tag.cudagraph_unsafe,)
+
 def _attrs(rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
            time_major: bool, algo: str, step: Optional[Tensor]) -> _bridge.Attrs:
     """The call's attributes; ``seed2`` is ``step``'s value when a step tensor is given (read here, on the host)."""
@@ -218,21 +259,26 @@ def _attrs(rnn_mode: str, input_mode: str, direction: str, dropout: float, seed:
     return _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
 
 
-@torch.library.custom_op("cudnn_rnn::rnn_forward", mutates_args=())
+@torch.library.custom_op("cudnn_rnn::rnn_forward", mutates_args=(), tags=_TAGS)
 def rnn_forward(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params: Tensor,
                 sequence_lengths: Optional[Tensor], step: Optional[Tensor], rnn_mode: str, input_mode: str,
                 direction: str, dropout: float, seed: int, seed2: int, num_proj: int, is_training: bool,
-                time_major: bool, algo: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`cudnn_rnn.cudnn_rnn_v3` on tensors: (output, output_h, output_c or (0,), reserve_space)."""
+                time_major: bool, algo: str, dropout_state: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`cudnn_rnn.cudnn_rnn_v3` on tensors: (output, output_h, output_c or (0,), reserve_space).
+
+    ``dropout_state``: a :class:`DropoutState`'s key, whose RNG draws cuDNN's masks; 0 for the seeds'.
+    """
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo, step)
+    rng = _dropout_rngs.get(dropout_state) if dropout_state else None
     with _on_device(input.device):
         outputs = _bridge.forward(attrs, to_array(input), to_array(input_h), _optional_array(input_c),
-                                  to_array(params), _optional_array(sequence_lengths), is_training=is_training)
+                                  to_array(params), _optional_array(sequence_lengths), is_training=is_training,
+                                  dropout_rng=rng)
         return (to_tensor(outputs.output), to_tensor(outputs.output_h), to_tensor(outputs.output_c),
                 to_tensor(outputs.reserve_space))
 
 
-@torch.library.custom_op("cudnn_rnn::rnn_backward", mutates_args=())
+@torch.library.custom_op("cudnn_rnn::rnn_backward", mutates_args=(), tags=_TAGS)
 def rnn_backward(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params: Tensor,
                  sequence_lengths: Optional[Tensor], step: Optional[Tensor], output: Tensor, output_h: Tensor,
                  output_c: Tensor, output_backprop: Optional[Tensor], output_h_backprop: Optional[Tensor],
@@ -259,10 +305,20 @@ def rnn_backward(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], para
 
 # ---- fake kernels: shapes without data ------------------------------------------------------------
 def _hint(size: Any) -> int:
-    """A size's value for checks that must not specialise the trace on it (T and B)."""
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int, optimization_hint
+    """A size's value for checks that must not specialise the trace on it (T and B), without adding a guard.
 
-    return int(size) if is_concrete_int(size) else int(optimization_hint(size))
+    A symbolic size gives its hint (the value of the example the trace started from); one that has
+    none (an unbacked size, known only at run time) gives 1, so that only the kernel, which checks
+    every call, sees its value. ``SymNode.has_hint``/``hint`` are read rather than a hint helper of
+    ``torch.fx.experimental.symbolic_shapes``, whose name changes between the releases the torch
+    extra admits.
+    """
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    if is_concrete_int(size):
+        return int(size)
+    node = size.node
+    return int(node.hint) if node.has_hint() else 1
 
 
 def _traced_shapes(attrs: _bridge.Attrs, input: Tensor, input_h: Tensor, input_c: Optional[Tensor],
@@ -308,7 +364,7 @@ def _with_sizes(shape: tuple[int, ...], time_major: bool, max_time: Any, batch: 
 def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params: Tensor,
                       sequence_lengths: Optional[Tensor], step: Optional[Tensor], rnn_mode: str, input_mode: str,
                       direction: str, dropout: float, seed: int, seed2: int, num_proj: int, is_training: bool,
-                      time_major: bool, algo: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                      time_major: bool, algo: str, dropout_state: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
     sig, (max_time, batch), symbolic = _traced_shapes(attrs, input, input_h, input_c, params, sequence_lengths,
                                                       is_training)
@@ -340,7 +396,7 @@ def _rnn_backward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor]
 
 # ---- autograd -------------------------------------------------------------------------------------
 _ATTRIBUTES = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2", "num_proj", "is_training",
-               "time_major", "algo")
+               "time_major", "algo", "dropout_state")
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
@@ -356,7 +412,8 @@ def _backward(ctx: Any, output_backprop: Optional[Tensor], output_h_backprop: Op
               output_c_backprop: Optional[Tensor], _reserve_backprop: Optional[Tensor]) -> tuple[Any, ...]:
     input, input_h, input_c, params, sequence_lengths, step, output, output_h, output_c, reserve = ctx.saved_tensors
     attributes = dict(ctx.attributes)
-    del attributes["is_training"]
+    # the backprop takes no RNG: cuDNN's masks are in the reserve, the reference backend's come from the seeds
+    del attributes["is_training"], attributes["dropout_state"]
     has_cell = attributes["rnn_mode"] == "lstm"
     grads = rnn_backward(input, input_h, input_c, params, sequence_lengths, step, output, output_h, output_c,
                          output_backprop, output_h_backprop, output_c_backprop if has_cell else None, reserve,
@@ -420,5 +477,5 @@ def cudnn_rnn(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params:
     has_cell = rnn_mode == "lstm"
     output, output_h, output_c, _ = rnn_forward(input, input_h, input_c if has_cell else None, params,
                                                 sequence_lengths, None, rnn_mode, input_mode, direction, dropout,
-                                                seed, seed2, num_proj, is_training, time_major, algo)
+                                                seed, seed2, num_proj, is_training, time_major, algo, 0)
     return output, output_h, (output_c if has_cell else None)

@@ -3,7 +3,9 @@
 Each module holds one ``nn.Parameter``, ``params``: the opaque buffer in cuDNN's layout (see
 :mod:`cudnn_rnn.layout`), initialised as :class:`cudnn_rnn.LSTM` (etc.) initialises it with the
 same seed; and one buffer, ``step``, the number of training forwards so far, which is the dropout
-``seed2`` of the next one (as a layer's ``step``). Shapes (L layers, D directions, B batch, T max
+``seed2`` of the next one (as a layer's ``step``). On cuDNN its dropout masks come from the
+module's own RNG, as a layer's: seeded from (seed, step) at the first training forward on a GPU,
+then advancing, with no set-up of cuDNN's dropout state at every step. Shapes (L layers, D directions, B batch, T max
 length, I input size, N num_units, P = num_proj or N)::
 
     x           [B, T, I]      ([T, B, I] with time_major=True)
@@ -16,7 +18,7 @@ length, I input size, N num_units, P = num_proj or N)::
     lstm = LSTM(input_size=16, num_units=64, num_layers=2, dropout=0.1)
     y, h, c = lstm(x, lengths)             # autograd through cudnn_rnn's backprop
     lstm.to("cuda"); lstm.double()         # cuDNN on CUDA tensors; the dtype follows params
-    layer = lstm.to_layer()                # a cudnn_rnn.LSTM (params copied, step kept); from_layer back
+    layer = lstm.to_layer()                # a cudnn_rnn.LSTM (params copied; step, dropout RNG kept); from_layer back
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .._checks import flag
 from .._layer_args import ArgumentCheck
 from .._recurrent_layer import RecurrentLayer, constructor_arguments
 from ..config import DTYPES, RNNConfig
-from ._op import numpy_dtype_of, rnn_forward, to_array, to_tensor
+from ._op import DropoutState, numpy_dtype_of, rnn_forward, to_array, to_tensor
 
 __all__ = ["LSTM", "GRU", "RNN"]
 
@@ -105,12 +107,14 @@ class _RecurrentModule(nn.Module):
         for mode in cls.layer_class.modes:
             _RecurrentModule._classes.setdefault(mode, cls)
 
-    def _setup(self, config: RNNConfig, params: Tensor, step: int) -> None:
+    def _setup(self, config: RNNConfig, params: Tensor, step: int, dropout_rng: Optional[dict[str, Any]] = None
+               ) -> None:
         nn.Module.__init__(self)
         self._config = config
         self._configs: dict[torch.dtype, RNNConfig] = {params.dtype: config}
         self.params = nn.Parameter(params)
         self.register_buffer("step", torch.tensor(step, dtype=torch.int64))
+        self._dropout = DropoutState(dropout_rng)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "_RecurrentModule":
         """``nn.Module._apply`` (``.to``, ``.cuda``, ``.double``, ...), the step counter left in host memory."""
@@ -120,7 +124,7 @@ class _RecurrentModule(nn.Module):
         return self
 
     def _setup_from(self, layer: RecurrentLayer) -> None:
-        self._setup(layer.config, to_tensor(layer.params), layer.step)
+        self._setup(layer.config, to_tensor(layer.params), layer.step, layer.state_dict()["dropout_rng"])
 
     @property
     def config(self) -> RNNConfig:
@@ -197,7 +201,7 @@ class _RecurrentModule(nn.Module):
         y, h, c, _ = rnn_forward(x, h0, c0 if config.has_cell else None, self.params,
                                  lengths if isinstance(lengths, Tensor) else None, step, config.rnn_mode,
                                  config.input_mode, config.direction, dropout, config.seed, 0, config.num_proj,
-                                 self.training or needs_grad, time_major, config.algo)
+                                 self.training or needs_grad, time_major, config.algo, self._dropout.key)
         return y, h, (c if config.has_cell else None)
 
     # -- to and from the library's layers --------------------------------------------------------------
@@ -220,13 +224,18 @@ class _RecurrentModule(nn.Module):
         module = target.__new__(target)
         with beside(layer.params):  # a CuPy copy on the layer's own GPU
             params = layer.params.copy()
-        module._setup(layer.config, to_tensor(params), layer.step)
+        module._setup(layer.config, to_tensor(params), layer.step, layer.state_dict()["dropout_rng"])
         assert isinstance(module, cls)
         return module
 
     def to_layer(self) -> RecurrentLayer:
-        """The library's layer of this kind holding a copy of ``params`` (CPU: NumPy; CUDA: CuPy), config and step."""
-        return RecurrentLayer.from_params(to_array(self.params), self.config, step=int(self.step.item()))
+        """The library's layer of this kind holding a copy of ``params`` (CPU: NumPy; CUDA: CuPy), config, step and
+        dropout RNG state."""
+        layer = RecurrentLayer.from_params(to_array(self.params), self.config, step=int(self.step.item()))
+        rng_state = self._dropout.rng.state()
+        if rng_state is not None:  # a module trained with dropout on cuDNN: the layer draws the masks that follow
+            layer.load_state_dict({**layer.state_dict(), "dropout_rng": rng_state})
+        return layer
 
     def extra_repr(self) -> str:
         return ", ".join(constructor_arguments(self.config))

@@ -154,6 +154,18 @@ def test_dropout_on_cuda_changes_per_step_and_repeats_from_the_seed() -> None:
     assert torch.equal(second(x)[0], steps[0]) and int(second.step) == 1
 
 
+def test_a_modules_dropout_masks_are_a_layers_and_to_layer_carries_its_rng() -> None:
+    # both seed their own RNG from (seed, step) once on this GPU and let it advance: the same masks, step by step
+    module = ct.LSTM(3, 8, 3, dropout=0.5, seed=7).cuda()
+    layer = cudnn_rnn.LSTM(3, 8, 3, dropout=0.5, seed=7, xp=cupy)
+    x = np.random.default_rng(0).standard_normal((4, 6, 3)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(host(module(torch.from_numpy(x).cuda())[0]), host(layer(cupy.asarray(x))[0]))
+    carried = module.to_layer()
+    assert carried.state_dict()["dropout_rng"] is not None
+    np.testing.assert_array_equal(host(carried(cupy.asarray(x))[0]), host(module(torch.from_numpy(x).cuda())[0]))
+
+
 @pytest.mark.long  # inductor compiles CUDA kernels: tens of seconds, the 'long' stage of scripts/gpu_check.sh
 def test_a_compiled_model_on_cuda_is_eager_pytorch() -> None:
     torch.manual_seed(0)
