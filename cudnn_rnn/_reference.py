@@ -410,9 +410,12 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
     d, p, n = config.num_directions, config.state_size, config.num_units
     reserve_layout = ReserveLayout.build(config, max_time, batch)
     stored = _reserve.payload(reserve)
-    if stored.shape[0] != reserve_layout.size:
-        raise ValueError(f"reserve_space must have {reserve_layout.size + _reserve.header_elements(io_dtype)} "
-                         f"elements for this call; got {reserve.shape[0]}")
+    if stored.shape[0] < reserve_layout.size:
+        needed = reserve_layout.size + _reserve.header_elements(io_dtype)
+        raise ValueError(f"reserve_space must have at least {needed} elements for this call; got {reserve.shape[0]}")
+    # a longer one is a framework's buffer sized for several platforms (cudnn_rnn.jax): this backend's is its front,
+    # as cuDNN reads the front of its own
+    stored = stored[:reserve_layout.size]
     saved_all = {key: view.astype(dtype, copy=False) for key, view in reserve_layout.views(stored).items()}
 
     dparams = xp.zeros(layout.size, dtype=dtype)

@@ -65,13 +65,16 @@ def test_the_residual_backward_is_the_public_backprop(attrs: _bridge.Attrs, laye
     lengths = np.array([4, 0, 5], dtype=np.int64)
     out = _bridge.forward(attrs, x, h, c, params, lengths, is_training=True)
     dy = np.random.default_rng(1).standard_normal(out.output.shape)
-    residual = out.reserve_space.copy()  # a buffer of the framework's: no record of it exists
-    grads = _bridge.backward(attrs, x, h, c, params, lengths, out.output, out.output_h, out.output_c, dy, None,
-                             None, residual)
     expected = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, out.output, out.output_h, out.output_c,
                                                dy, None, None, out.reserve_space, **attrs.op_kwargs())
-    for got, want in zip(grads, expected):
-        np.testing.assert_array_equal(got, want)
+    # a buffer of the framework's (no record of it exists), as long as the reserve or longer (sized for a GPU too)
+    for longer in (0, 100):
+        residual = np.zeros(out.reserve_space.shape[0] + longer, out.reserve_space.dtype)
+        _bridge.copy_into(residual, out.reserve_space)
+        grads = _bridge.backward(attrs, x, h, c, params, lengths, out.output, out.output_h, out.output_c, dy, None,
+                                 None, residual)
+        for got, want in zip(grads, expected):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_the_residual_backward_still_checks_the_reserve_as_an_array() -> None:

@@ -34,11 +34,12 @@ def test_the_traced_reserve_length_is_cudnns(fake_cudnn: FakeCudnn, changes: dic
     assert elements == out.reserve_space.shape[0]
 
 
-def test_a_residual_backward_on_a_framework_buffer_never_waits(fake_cudnn: FakeCudnn) -> None:
+@pytest.mark.parametrize("longer", [0, 100], ids=["as-long", "longer"])  # longer: sized for another platform too
+def test_a_residual_backward_on_a_framework_buffer_never_waits(fake_cudnn: FakeCudnn, longer: int) -> None:
     a = device_arrays(DROPPY)
     attrs = _attrs(DROPPY)
     out = _bridge.forward(attrs, a.x, a.h0, a.c0, a.params, a.lengths, is_training=True)
-    framework_buffer = to_device(np.zeros(out.reserve_space.shape, out.reserve_space.dtype))
+    framework_buffer = to_device(np.zeros(out.reserve_space.shape[0] + longer, out.reserve_space.dtype))
     _bridge.copy_into(framework_buffer, out.reserve_space)
     with fake_cudnn.gpu.counting() as backward:
         grads = _bridge.backward(attrs, a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,

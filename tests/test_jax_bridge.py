@@ -130,6 +130,25 @@ def test_equals_the_library_op_and_its_backprop(case: Case, transform: Callable[
     _assert_library_equal(case, np.float32, transform)
 
 
+def test_a_cpu_backward_reads_the_front_of_a_reserve_sized_for_a_longer_cuda_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a CUDA backend beside the CPU, the traced reserve is as long as the longer of the two platforms'."""
+    from cudnn_rnn import _bridge
+    from cudnn_rnn.jax import _op
+
+    cpu_elements = _bridge.Signature.reserve_elements
+    asked: list[str] = []
+
+    def longer_on_cuda(sig: _bridge.Signature, platform: str) -> int:
+        asked.append(platform)
+        return cpu_elements(sig, "cpu") + (512 if platform == "cuda" else 0)
+
+    monkeypatch.setattr(_op, "_platforms", lambda: ("cpu", "cuda"))
+    monkeypatch.setattr(_bridge.Signature, "reserve_elements", longer_on_cuda)
+    _assert_library_equal(Case("lstm", "bidirectional", num_layers=2, num_proj=2), np.float32, jax.jit)
+    assert "cuda" in asked, "the CUDA size was asked and is the longer"
+
+
 def test_output_c_is_none_without_a_cell_and_input_c_is_then_ignored() -> None:
     case = Case("gru")
     x, h, _, params, lengths = case.arrays()
