@@ -39,6 +39,7 @@ on; a persistent algorithm asked for by name is not replaced: its refusal is rai
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -347,14 +348,67 @@ class _Context:
         self.handle.close()
 
 
-#: ``contexts``: the calling thread's contexts, by device
+#: At most this many threads that Python did not start keep contexts (see :func:`_contexts`).
+MAX_FOREIGN_THREADS = 64
+
+#: thread identity (``threading.get_ident()``) -> that thread's contexts, by device
+_by_thread: dict[int, dict[int, _Context]] = {}
+#: the identities in ``_by_thread`` of threads that Python did not start
+_foreign_threads: set[int] = set()
+_by_thread_lock = threading.Lock()
+#: ``ends``, in a thread Python started: collected when the thread ends, which drops the thread's contexts
 _local = threading.local()
 
 
+class _ThreadEnd:
+    """Held in a Python thread's ``threading.local``: collected when the thread ends, it drops thread ``ident``'s
+    contexts (at exit, the interpreter's teardown frees them instead)."""
+
+    def __init__(self, ident: int) -> None:
+        self.finalizer = weakref.finalize(self, _forget, ident)
+        self.finalizer.atexit = False
+
+
+def _forget(ident: int) -> None:
+    """Drop thread ``ident``'s contexts without closing them: their finalizers close each on its own device."""
+    with _by_thread_lock:
+        _by_thread.pop(ident, None)
+        _foreign_threads.discard(ident)
+
+
+def _started_by_python() -> bool:
+    """Whether the calling thread is one that Python started (``threading`` makes a dummy for any other)."""
+    return not isinstance(threading.current_thread(), threading._DummyThread)
+
+
 def _contexts() -> dict[int, _Context]:
-    contexts = getattr(_local, "contexts", None)
-    if contexts is None:
-        contexts = _local.contexts = {}
+    """The calling thread's contexts, by device.
+
+    Keyed by the thread's identity rather than held in a ``threading.local``: a thread that Python
+    did not start (XLA's workers, which call ``cudnn_rnn.jax``'s handler) gets a new Python thread
+    state, and so an empty ``threading.local``, at every call, which would build a handle and destroy
+    it (cudnnDestroy waits for the whole device) at every call. A Python thread's contexts are
+    dropped when it ends; those of the other threads (a pool's, which live as long as the process)
+    stay, for at most :data:`MAX_FOREIGN_THREADS` threads; one beyond that gets contexts that last for
+    one call, as if each call came from a new thread. An identity the system reuses belongs to a
+    thread that has ended, so no two live threads ever share a context.
+    """
+    ident = threading.get_ident()
+    contexts = _by_thread.get(ident)
+    if contexts is not None:
+        return contexts
+    foreign = not _started_by_python()
+    with _by_thread_lock:
+        if foreign and len(_foreign_threads) >= MAX_FOREIGN_THREADS:
+            return {}
+        contexts = _by_thread.setdefault(ident, {})
+        if foreign:
+            _foreign_threads.add(ident)
+    if not foreign:
+        previous: _ThreadEnd | None = getattr(_local, "ends", None)
+        if previous is not None:  # its contexts were dropped while the thread lived on
+            previous.finalizer.detach()
+        _local.ends = _ThreadEnd(ident)
     return contexts
 
 
@@ -373,7 +427,7 @@ def clear_caches() -> None:
     Other threads keep theirs (they may be using them); each thread's objects are also freed
     when the thread ends.
     """
-    contexts = _contexts()
+    contexts = _by_thread.get(threading.get_ident())
     if not contexts:
         return
     cupy = import_cupy()
@@ -385,7 +439,7 @@ def clear_caches() -> None:
 
 def cache_info() -> dict[str, Any]:
     """Cached ``networks`` and ``plans`` of the calling thread, and open cuDNN objects of all threads (``live``)."""
-    contexts = _contexts()
+    contexts = _by_thread.get(threading.get_ident(), {})
     networks = [network for context in contexts.values() for network in context.networks.values()]
     return {"devices": sorted(contexts), "networks": len(networks),
             "plans": sum(len(network.plans) for network in networks), "live": live_counts()}

@@ -6,6 +6,9 @@ shared between streams is in tests/test_cudnn_fake_gpu.py.
 from __future__ import annotations
 
 import collections
+import gc
+import threading
+from typing import Any
 
 import pytest
 
@@ -51,6 +54,49 @@ def test_clear_caches_and_cache_info_without_a_gpu() -> None:
     _cudnn_cache.clear_caches()  # nothing cached on this thread: needs no CuPy
     info_now = _cudnn_cache.cache_info()
     assert (info_now["devices"], info_now["networks"], info_now["plans"]) == ([], 0, 0)
+
+
+def test_contexts_are_the_threads_own_and_go_when_a_python_thread_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_cudnn_cache, "_by_thread", {})
+    found: dict[str, Any] = {}
+
+    def worker() -> None:
+        found["ident"] = threading.get_ident()
+        found["same"] = _cudnn_cache._contexts() is _cudnn_cache._contexts()
+        found["kept"] = found["ident"] in _cudnn_cache._by_thread
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert found["same"] and found["kept"]
+    assert found["ident"] not in _cudnn_cache._by_thread, "dropped when the thread ended"
+    assert _cudnn_cache._contexts() is not None and threading.get_ident() in _cudnn_cache._by_thread
+
+
+def test_threads_python_did_not_start_keep_contexts_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what such a thread looks like from Python (tests/test_jax_bridge.py runs the real ones: XLA's)
+    monkeypatch.setattr(_cudnn_cache, "_by_thread", {})
+    monkeypatch.setattr(_cudnn_cache, "_foreign_threads", set())
+    monkeypatch.setattr(_cudnn_cache, "MAX_FOREIGN_THREADS", 1)
+    monkeypatch.setattr(_cudnn_cache, "_started_by_python", lambda: False)
+    found: list[bool] = []
+    first_called, both_called = threading.Event(), threading.Barrier(2)
+
+    def call_twice(wait_for_the_first: bool) -> None:
+        if wait_for_the_first:
+            first_called.wait(10)
+        found.append(_cudnn_cache._contexts() is _cudnn_cache._contexts())
+        first_called.set()
+        both_called.wait(10)  # both alive at once: two identities
+
+    threads = [threading.Thread(target=call_twice, args=(wait,)) for wait in (False, True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [True, False], "the first keeps its contexts for good; the second, past the bound, per call"
+    assert len(_cudnn_cache._foreign_threads) == 1 and len(_cudnn_cache._by_thread) == 1
 
 
 def test_fake_steady_calls_create_nothing_and_caches_are_bounded(fake_cudnn: FakeCudnn,

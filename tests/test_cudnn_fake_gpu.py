@@ -51,7 +51,7 @@ def watch_release(fake_cudnn: FakeCudnn, array: Any, name: str) -> None:
 
 def drop_thread_caches() -> None:
     """Forget this thread's cached objects without closing them, as when a thread ends."""
-    _cudnn_cache._local = threading.local()  # the fixture's monkeypatch restores the original afterwards
+    _cudnn_cache._forget(threading.get_ident())
 
 
 def waits(log: list[tuple]) -> list[tuple[int, int]]:

@@ -4,6 +4,7 @@ right (finite differences, and an independent ``jax.lax.scan`` LSTM and GRU), an
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -483,6 +484,41 @@ def test_import_cudnn_rnn_does_not_import_jax() -> None:
             "import cudnn_rnn.jax\nassert 'jax' in sys.modules\nprint('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+_XLA_THREADS = """
+import json, os, threading
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp
+import cudnn_rnn, cudnn_rnn.jax as cj
+from cudnn_rnn import _bridge, _cudnn_cache
+forward, calls = _bridge.forward, []
+
+def watched(*args, **kwargs):  # the contexts the cuDNN backend would use on this thread
+    calls.append((threading.get_ident(), id(_cudnn_cache._contexts()), type(threading.current_thread()).__name__))
+    return forward(*args, **kwargs)
+
+_bridge.forward = watched
+h = jnp.zeros((1, 2, 5))
+params = jnp.zeros(cudnn_rnn.cudnn_rnn_params_size(1, 5, 4, rnn_mode="gru"))
+run = jax.pmap(lambda x: cj.cudnn_rnn(x, h, None, params, rnn_mode="gru")[0])  # one XLA thread per device
+for step in range(3):
+    run(jnp.ones((2, 3, 2, 4)) * step).block_until_ready()
+print(json.dumps({"calls": calls, "main": threading.get_ident()}))
+"""
+
+
+def test_xla_threads_keep_their_cudnn_contexts_from_call_to_call() -> None:
+    # each call from a thread Python did not start comes with a fresh Python thread state: a threading.local
+    # would be empty at every call, and the cuDNN backend would build and destroy a handle every time
+    result = subprocess.run([sys.executable, "-c", _XLA_THREADS], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.splitlines()[-1])
+    by_thread: dict[int, set[int]] = {}
+    for ident, contexts, kind in found["calls"]:
+        assert ident != found["main"] and kind == "_DummyThread", "calls from XLA's own threads"
+        by_thread.setdefault(ident, set()).add(contexts)
+    assert len(found["calls"]) == 6 and all(len(ids) == 1 for ids in by_thread.values()), found
 
 
 # ---- (8) init_params -------------------------------------------------------------------------------------

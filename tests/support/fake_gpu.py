@@ -608,7 +608,9 @@ def install(monkeypatch: pytest.MonkeyPatch, facts: Any = None, device_count: in
     cudnn.gpu = fake_gpu
     cudnn.install(monkeypatch)
     monkeypatch.setitem(sys.modules, "cupy", make_cupy())
-    monkeypatch.setattr(_cudnn_cache, "_local", threading.local())  # no contexts yet
+    monkeypatch.setattr(_cudnn_cache, "_by_thread", {})  # no contexts yet
+    monkeypatch.setattr(_cudnn_cache, "_foreign_threads", set())
+    monkeypatch.setattr(_cudnn_cache, "_local", threading.local())
     monkeypatch.setattr(_cudnn_streams, "_local", threading.local())  # no CUDA graph being recorded
     monkeypatch.setattr(_cudnn_settings, "_tf32", False)
     monkeypatch.setattr(_cudnn_settings, "_dtype_refusals", {})  # the GPUs' dtype checks are asked again
