@@ -227,12 +227,20 @@ def test_reference_reserves_are_checked_the_same_way() -> None:
     out = cudnn_rnn.cudnn_rnn_v3(a.x, a.h0, a.c0, a.params, a.lengths, **case.attrs())
     assert _reserve.recorded_fingerprint(out.reserve_space) == out.host_reserved.tobytes()
     copy = out.reserve_space.copy()
+    longer = np.concatenate([copy, np.full(7, np.nan)])  # the backend reads the front it needs, as cuDNN does
     assert _reserve.recorded_fingerprint(copy) is None
-    grads = [cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
-                                             out.output_c, a.dy, a.dhy, a.dcy, reserve, None, **case.attrs())
-             for reserve in (out.reserve_space, copy)]
-    for first, second in zip(*grads):
-        np.testing.assert_array_equal(first, second)
+
+    def backprop(reserve: np.ndarray) -> Any:
+        return cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
+                                               out.output_c, a.dy, a.dhy, a.dcy, reserve, None, **case.attrs())
+
+    grads = [backprop(reserve) for reserve in (out.reserve_space, copy, longer)]
+    for first, *others in zip(*grads):
+        for other in others:
+            np.testing.assert_array_equal(first, other)
+    with pytest.raises(ValueError, match=rf"reserve_space must have at least {copy.size} elements for this call; "
+                                         rf"got {copy.size - 1}"):
+        backprop(copy[:-1])
     with pytest.raises(ValueError, match="reserve_space was made by a different forward call"):
         cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
                                         out.output_c, a.dy, a.dhy, a.dcy, copy, None, **{**case.attrs(), "seed": 4})
