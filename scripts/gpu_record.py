@@ -7,6 +7,10 @@ time, then the stage's results: pytest's pass/fail/skip counts with each failure
 bench.json), or the log's summary lines. Commit it under benchmarks/results/.
 
 Usage (gpu_check.sh calls it): python3 scripts/gpu_record.py FOLDER STAGE STATUS SECONDS LIMIT -- COMMAND...
+
+scripts/gpu_first_call.sh calls it twice more: ``environment`` (its phase 0: the versions, one per
+line; exit 3 when CuPy or cuDNN cannot run the backend) and ``first-call OUT`` (``OUT/record.md``
+from the folder's environment.txt, summary.txt and phase logs, rewritten after every phase).
 """
 
 from __future__ import annotations
@@ -156,5 +160,72 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+#: the distributions whose versions phase 0 reports (absent ones say so)
+_PACKAGES = ("numpy", "cupy-cuda13x", "cupy-cuda12x", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "jax", "jaxlib",
+             "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "torch", "ml_dtypes", "mpi4py", "pytest",
+             "pytest-timeout")
+
+
+def first_call_environment() -> int:
+    """Phase 0 of gpu_first_call.sh: Python, the packages, CUDA and cuDNN as the library finds them, one per line.
+
+    Returns 3 (after a ``STOP:`` line saying why) when CuPy or cuDNN cannot run the cuDNN backend.
+    """
+    print(f"Python: {sys.version.split()[0]} ({sys.executable})")
+    for package in _PACKAGES:
+        try:
+            print(f"{package}: {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            print(f"{package}: not installed")
+    from cudnn_rnn import info
+
+    facts = info.collect()
+    cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
+    print(f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}")
+    print(f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}")
+    print(f"cuDNN: {cudnn_facts.get('version', 'not available')} ({cudnn_facts.get('path', cudnn_facts.get('reason'))};"
+          f" built for CUDA {cudnn_facts.get('built_for_cuda')})")
+    print(f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}")
+    problem = info.cudnn_backend_problem()
+    if problem is not None:
+        print(f"STOP: the cuDNN backend cannot run here: {problem}")
+        return 3
+    return 0
+
+
+def first_call_record(out: Path) -> int:
+    """``out/record.md`` of a gpu_first_call.sh run: the environment, then each phase's line, counts and failures."""
+    def text(name: str) -> str:
+        path = out / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]) or "unknown"
+    dirty = " (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"]) else ""
+    lines = ["# GPU first call", "",
+             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+             f"- commit: {commit}{dirty}", "- command: `bash scripts/gpu_first_call.sh`", "",
+             "## Environment (phase 0)", "", "```", *text("environment.txt").splitlines(), "```", "",
+             "## Phases", "", "```", *text("summary.txt").splitlines(), "```"]
+    for row in text("summary.txt").splitlines():
+        phase = row.split()[0] if row.split() else ""
+        log = text(f"{phase}.log")
+        if not phase or phase == "environment" or not log:
+            continue
+        lines += ["", f"### {phase}", ""]
+        if re.search(r"::\S+ (PASSED|FAILED|ERROR|SKIPPED)", log):
+            counts, failures = _log_counts(log)
+            lines.append(", ".join(f"{value} {key}" for key, value in counts.items()))
+            lines += [f"- {failure}" for failure in failures[:40]]
+        else:
+            steps = [line for line in log.splitlines() if line.startswith(("PASS ", "FAIL "))]
+            lines += ["```", *(steps or log.splitlines()[-30:]), "```"]
+    (out / "record.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["environment"]:
+        sys.exit(first_call_environment())
+    if sys.argv[1:2] == ["first-call"] and len(sys.argv) == 3:
+        sys.exit(first_call_record(Path(sys.argv[2])))
     sys.exit(main(sys.argv[1:]))

@@ -230,9 +230,11 @@ def test_reference_reserves_are_checked_the_same_way() -> None:
     longer = np.concatenate([copy, np.full(7, np.nan)])  # the backend reads the front it needs, as cuDNN does
     assert _reserve.recorded_fingerprint(copy) is None
 
+    outputs = (out.output, out.output_h, out.output_c)
+
     def backprop(reserve: np.ndarray) -> Any:
-        return cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
-                                               out.output_c, a.dy, a.dhy, a.dcy, reserve, None, **case.attrs())
+        return cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, *outputs, a.dy, a.dhy, a.dcy,
+                                               reserve, None, **case.attrs())
 
     grads = [backprop(reserve) for reserve in (out.reserve_space, copy, longer)]
     for first, *others in zip(*grads):
