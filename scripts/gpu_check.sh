@@ -125,7 +125,8 @@ use_mpich_wheel() {  # an MPI for mpi4py from $MPICH_WHEEL_DIR when it has none;
             echo "warning: MPICH_WHEEL_DIR=$MPICH_WHEEL_DIR holds no mpich-*.whl: the stages run without MPI" >&2
             return 0
         fi
-        if ! "$python" -m pip install -q --no-index --no-deps --no-compile --prefix "$prefix" "${wheels[0]}"; then
+        if ! timeout 120 "$python" -m pip install -q --no-index --no-deps --no-compile --prefix "$prefix" \
+            "${wheels[0]}"; then
             echo "warning: ${wheels[0]} did not install: the stages run without MPI" >&2
             return 0
         fi

@@ -8,9 +8,11 @@ bench.json), or the log's summary lines. Commit it under benchmarks/results/.
 
 Usage (gpu_check.sh calls it): python3 scripts/gpu_record.py FOLDER STAGE STATUS SECONDS LIMIT -- COMMAND...
 
-scripts/gpu_first_call.sh calls it twice more: ``environment`` (its phase 0: the versions, one per
-line; exit 3 when CuPy or cuDNN cannot run the backend) and ``first-call OUT`` (``OUT/record.md``
-from the folder's environment.txt, summary.txt and phase logs, rewritten after every phase).
+scripts/gpu_first_call.sh calls it in three more ways: ``environment`` (its phase 0: the versions, one
+per line; exit 3 when CuPy or cuDNN cannot run the backend), ``counts LOG`` (a phase's pass/fail counts for
+its line of summary.txt, from the same parser of pytest's ``-v`` lines) and ``first-call OUT``
+(``OUT/record.md`` from the folder's environment.txt, summary.txt and phase logs, rewritten after every
+phase).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import os
 import re
 import shlex
 import shutil
@@ -69,6 +72,15 @@ def _mpi_facts() -> str:
                  "else 'not loadable')"])
     return (f"mpi4py {mpi4py}; library: {' '.join(library.split()) or 'cannot be loaded'}; "
             f"mpiexec: {shutil.which('mpiexec') or 'not on PATH'}; NCCL (CuPy): {nccl or 'unknown'}")
+
+
+def _commit() -> str:
+    """The checkout's commit (and whether its tree differs), or $CUDNN_RNN_COMMIT for a copy without .git."""
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    if not commit:
+        given = os.environ.get("CUDNN_RNN_COMMIT", "").strip()
+        return f"{given} (from CUDNN_RNN_COMMIT)" if given else "unknown (no git repository here)"
+    return commit + (" (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"]) else "")
 
 
 def _run(command: list[str]) -> str:
@@ -134,12 +146,10 @@ def main(argv: list[str]) -> int:
     command = shlex.join(argv[6:]) if len(argv) > 5 and argv[5] == "--" else ""
     log_path = folder / f"{stage}.log"
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]) or "unknown"
-    dirty = " (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"]) else ""
     outcome = ("timed out" if status in (124, 137) else "passed" if status == 0 else "failed") + f" (exit {status})"
     lines = [f"# GPU check, stage `{stage}`: {outcome}", "",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-             f"- commit: {commit}{dirty}",
+             f"- commit: {_commit()}",
              f"- command: `{command}` (limit {limit} s, took {seconds:.0f} s)"]
     lines += [f"- {line}" for line in _environment()]
     junit = _junit(folder / f"{stage}.junit.xml")
@@ -169,7 +179,8 @@ _PACKAGES = ("numpy", "cupy-cuda13x", "cupy-cuda12x", "nvidia-cudnn-cu13", "nvid
 def first_call_environment() -> int:
     """Phase 0 of gpu_first_call.sh: Python, the packages, CUDA and cuDNN as the library finds them, one per line.
 
-    Returns 3 (after a ``STOP:`` line saying why) when CuPy or cuDNN cannot run the cuDNN backend.
+    The packages' versions come from their metadata (importing JAX or PyTorch costs seconds). Returns 3,
+    after a ``STOP:`` line saying why, when CuPy or cuDNN cannot run the cuDNN backend.
     """
     print(f"Python: {sys.version.split()[0]} ({sys.executable})")
     for package in _PACKAGES:
@@ -177,48 +188,115 @@ def first_call_environment() -> int:
             print(f"{package}: {importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             print(f"{package}: not installed")
-    from cudnn_rnn import info
+    try:
+        from cudnn_rnn import info
 
-    facts = info.collect()
-    cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
-    print(f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}")
-    print(f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}")
-    print(f"cuDNN: {cudnn_facts.get('version', 'not available')} ({cudnn_facts.get('path', cudnn_facts.get('reason'))};"
-          f" built for CUDA {cudnn_facts.get('built_for_cuda')})")
-    print(f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}")
-    problem = info.cudnn_backend_problem()
+        facts = info.collect()
+        cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
+        print(f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}")
+        print(f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}")
+        where = cudnn_facts.get("path", cudnn_facts.get("reason"))
+        print(f"cuDNN: {cudnn_facts.get('version', 'not available')} ({where}; "
+              f"built for CUDA {cudnn_facts.get('built_for_cuda')})")
+        print(f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}")
+        problem = info.cudnn_backend_problem()
+    except Exception as error:  # the package itself cannot be imported or asked: that is the answer
+        problem = f"cudnn_rnn.info failed: {type(error).__name__}: {error}"
     if problem is not None:
-        print(f"STOP: the cuDNN backend cannot run here: {problem}")
+        print(f"STOP: the cuDNN backend cannot run here: {' '.join(str(problem).split())}")
         return 3
     return 0
 
 
+_PYTEST_KEYS = ("passed", "failed", "error", "skipped")
+
+
+def phase_counts(log: str) -> tuple[dict[str, int], list[str]] | None:
+    """A first-call phase's counts and failures: pytest's ``-v`` lines (:func:`_log_counts`), or the smoke's
+    ``PASS``/``FAIL`` step lines (counts ``passed`` and ``failed``); None when the log has neither."""
+    if re.search(r"^\S+::\S+ (PASSED|FAILED|ERROR|SKIPPED)", log, re.M):
+        return _log_counts(log)
+    steps = re.findall(r"^(PASS|FAIL) (\S.*?)(?:\s{2,}|$)", log, re.M)
+    if not steps:
+        return None
+    failures = [f"FAIL {name.strip()}" for verdict, name in steps if verdict == "FAIL"]
+    return {"passed": len(steps) - len(failures), "failed": len(failures)}, failures
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return "  ".join(f"{value} {key}" for key, value in counts.items())
+
+
+def first_call_counts(log_path: Path) -> int:
+    """Print a phase log's counts for its line of summary.txt (nothing when it has none)."""
+    found = phase_counts(log_path.read_text(errors="replace")) if log_path.exists() else None
+    if found is not None:
+        print(_counts_text(found[0]))
+    return 0
+
+
+#: summary.txt's lines, as gpu_first_call.sh writes them: phase, exit status, seconds, then counts and notes
+_SUMMARY_LINE = re.compile(r"^(\S+)\s+exit (\S+)\s+(\S+) s(?:\s+(.*))?$")
+
+
+def _fact(environment: str, *labels: str) -> str | None:
+    """The value of the first of phase 0's ``label: value`` lines that is there and installed ("not installed" when
+    none is, None when none is there)."""
+    found = None
+    for label in labels:
+        match = re.search(rf"^{re.escape(label)}: (.+)$", environment, re.M)
+        if match and match[1].strip() != "not installed":
+            return f"{match[1].strip()}" + (f" ({label})" if label.startswith("cupy-") else "")
+        if match and found is None:
+            found = match[1].strip()
+    return found
+
+
 def first_call_record(out: Path) -> int:
-    """``out/record.md`` of a gpu_first_call.sh run: the environment, then each phase's line, counts and failures."""
+    """``out/record.md`` of a gpu_first_call.sh run: date, commit, versions, each phase's line, counts and failures.
+
+    Its title starts with ``# GPU check`` so that the benchmarks page lists it with the GPU records once it is
+    committed under benchmarks/results/.
+    """
     def text(name: str) -> str:
         path = out / name
         return path.read_text(errors="replace") if path.exists() else ""
 
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]) or "unknown"
-    dirty = " (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"]) else ""
-    lines = ["# GPU first call", "",
+    environment, summary = text("environment.txt"), text("summary.txt")
+    phases = [match.groups() for match in map(_SUMMARY_LINE.match, summary.splitlines()) if match]
+    bad = [name for name, status, _, _ in phases if status != "0"]
+    verdict = ("stopped at phase 0" if phases and phases[0][0] == "environment" and bad[:1] == ["environment"]
+               else f"{len(bad)} of {len(phases)} phases did not pass ({', '.join(bad)})" if bad
+               else f"all {len(phases)} phases passed" if phases else "no phase has ended yet")
+    facts = [("GPU", ("GPU",)), ("driver (nvidia-smi)", ("nvidia-smi",)), ("CUDA driver", ("CUDA driver",)),
+             ("cuDNN", ("cuDNN",)), ("cuDNN backend", ("cuDNN backend",)),
+             ("CuPy", ("cupy-cuda13x", "cupy-cuda12x")), ("JAX", ("jax",)), ("jaxlib", ("jaxlib",)),
+             ("PyTorch", ("torch",)), ("NumPy", ("numpy",)), ("Python", ("Python",))]
+    lines = [f"# GPU check, first call: {verdict}", "",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-             f"- commit: {commit}{dirty}", "- command: `bash scripts/gpu_first_call.sh`", "",
-             "## Environment (phase 0)", "", "```", *text("environment.txt").splitlines(), "```", "",
-             "## Phases", "", "```", *text("summary.txt").splitlines(), "```"]
-    for row in text("summary.txt").splitlines():
-        phase = row.split()[0] if row.split() else ""
-        log = text(f"{phase}.log")
-        if not phase or phase == "environment" or not log:
-            continue
-        lines += ["", f"### {phase}", ""]
-        if re.search(r"::\S+ (PASSED|FAILED|ERROR|SKIPPED)", log):
-            counts, failures = _log_counts(log)
-            lines.append(", ".join(f"{value} {key}" for key, value in counts.items()))
-            lines += [f"- {failure}" for failure in failures[:40]]
-        else:
-            steps = [line for line in log.splitlines() if line.startswith(("PASS ", "FAIL "))]
-            lines += ["```", *(steps or log.splitlines()[-30:]), "```"]
+             f"- commit: {_commit()}", "- command: `bash scripts/gpu_first_call.sh`"]
+    lines += [f"- {label}: {_fact(environment, *keys) or 'unknown'}" for label, keys in facts]
+    lines += ["", "## Phases", "", "| phase | exit | seconds | passed | failed | error | skipped | note |",
+              "|---|---|---|---|---|---|---|---|"]
+    details: list[str] = []
+    for name, status, seconds, rest in phases:
+        log = text(f"{name}.log")
+        found = phase_counts(log) if log else None
+        counts, failures = found if found is not None else ({}, [])
+        note = re.sub(r"\d+ (passed|failed|error|skipped)\s*", "", rest or "").strip().replace("|", "/")
+        lines.append(f"| {name} | {status} | {seconds} | "
+                     + " | ".join(str(counts[key]) if key in counts else "" for key in _PYTEST_KEYS) + f" | {note} |")
+        if failures:
+            details += ["", f"### {name}: what failed", ""] + [f"- {failure}" for failure in failures[:40]]
+            details += [f"- ... and {len(failures) - 40} more"] if len(failures) > 40 else []
+        if name == "smoke" and found is not None:
+            details += ["", "### smoke: its steps", "", "```",
+                        *[line[:300] for line in log.splitlines() if line.startswith(("PASS ", "FAIL "))], "```"]
+        elif status != "0" and log and found is None:
+            details += ["", f"### {name}: the end of its log", "", "```", *log.splitlines()[-30:], "```"]
+    lines += details
+    lines += ["", "## summary.txt", "", "```", *summary.splitlines(), "```",
+              "", "## Environment (phase 0)", "", "```", *environment.splitlines(), "```"]
     (out / "record.md").write_text("\n".join(lines) + "\n")
     return 0
 
@@ -228,4 +306,6 @@ if __name__ == "__main__":
         sys.exit(first_call_environment())
     if sys.argv[1:2] == ["first-call"] and len(sys.argv) == 3:
         sys.exit(first_call_record(Path(sys.argv[2])))
+    if sys.argv[1:2] == ["counts"] and len(sys.argv) == 3:
+        sys.exit(first_call_counts(Path(sys.argv[2])))
     sys.exit(main(sys.argv[1:]))

@@ -77,6 +77,13 @@ def test_gpu_check_takes_mpich_from_a_wheel_folder_only_when_mpi4py_has_no_mpi(t
         assert result.returncode == 1, result  # the smoke ran and failed: no GPU here
         assert f"warning: MPICH_WHEEL_DIR={folder} holds no mpich-*.whl: the stages run without MPI" in result.stderr
         assert (out / "smoke" / "record.md").read_text().startswith("# GPU check, stage `smoke`: failed (exit 2)")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "mpich-5.0.2-py3-none-manylinux_2_28_x86_64.whl").write_bytes(b"not a zip")
+    result = _gpu_check(tmp_path / "out-broken", "smoke", PYTHON=str(python), MPICH_WHEEL_DIR=str(broken),
+                        TMPDIR=str(tmp_path))  # a wheel that does not install does not stop them either
+    assert result.returncode == 1 and "did not install: the stages run without MPI" in result.stderr, result
+    assert (tmp_path / "out-broken" / "smoke" / "record.md").exists()
     result = _gpu_check(tmp_path / "out", "smoke", MPICH_WHEEL_DIR=str(empty))  # this mpi4py loads its MPI
     assert result.returncode == 1 and "MPI for mpi4py" not in result.stdout, result
     assert "- MPI: mpi4py " in (tmp_path / "out" / "smoke" / "record.md").read_text()
@@ -156,6 +163,17 @@ def test_the_gpu_plan_is_one_plan_in_the_script_and_the_contributing_page() -> N
         assert setting in second, (setting, second)
     ignored = subprocess.run(["git", "check-ignore", "-q", ".gpu-wheels/mpich-5.0.2-py3-none-any.whl"], cwd=REPO)
     assert ignored.returncode == 0, ".gpu-wheels/ is git-ignored"
+    # the first command's phases and files, as the script runs and writes them, in its header and on the page
+    first_call = (REPO / "scripts" / "gpu_first_call.sh").read_text()
+    first_header, page = first_call.split("\nset -u")[0], (REPO / "docs" / "contributing.md").read_text()
+    phases = re.findall(r"^run_phase (\w+) ", first_call, re.M)
+    assert phases == ["smoke", "core", "jax", "torch", "rest"]
+    files = ["summary.txt", "environment.txt", *(f"{phase}.log" for phase in phases), "record.md"]
+    assert len(files) <= 8, "at most 8 files come back from a GPU command"
+    for phase in phases:
+        assert f"#   {phase} " in first_header and f"`{phase}`" in page, phase
+    for name in files:
+        assert name in first_header and f"`{name}`" in page, name
 
 
 def test_the_tests_stage_builds_no_persist_dynamic_kernels(tmp_path: Path) -> None:
@@ -190,54 +208,84 @@ def test_first_call_stops_at_phase_0_without_a_gpu_within_30_seconds(tmp_path: P
     subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu_first_call.sh")], check=True)
     result, seconds = _first_call(tmp_path)
     assert result.returncode == 3 and seconds < 30, (seconds, result.stdout, result.stderr)
+    assert f"== GPU first call: findings in {tmp_path}" in result.stdout
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert len(summary) == 1 and summary[0].startswith("environment  exit 3"), summary
     assert "STOP: the cuDNN backend cannot run here: " in summary[0]
+    assert summary[0] in result.stdout
     facts = (tmp_path / "environment.txt").read_text()
-    for fact in ("nvidia-smi -L:", "Python: ", "numpy: ", "cupy-cuda13x: ", "jax: ", "torch: ", "GPU: ",
+    for fact in ("nvidia-smi -L:", "Python: ", "numpy: ", "cupy-cuda13x: ", "jax: ", "jaxlib: ", "torch: ", "GPU: ",
                  "CUDA driver: ", "cuDNN: ", "cuDNN backend: "):
         assert fact in facts, fact
-    assert (tmp_path / "record.md").read_text().startswith("# GPU first call")
+    record = (tmp_path / "record.md").read_text()
+    assert record.startswith("# GPU check, first call: stopped at phase 0"), record
+    for fact in ("- date: ", "- commit: ", "- command: `bash scripts/gpu_first_call.sh`", "- GPU: none",
+                 "- CUDA driver: ", "- cuDNN: ", "- CuPy: ", "- JAX: ", "- PyTorch: ", "| environment | 3 | "):
+        assert fact in record, fact
     assert sorted(path.name for path in tmp_path.iterdir()) == ["environment.txt", "record.md", "summary.txt"]
 
 
-#: a stand-in interpreter: phase 0 sees a GPU, the smoke segfaults, the core tests hang, the JAX tests print
-#: 20 MB and pass, the other pytest phases pass one test and fail one; anything else runs this interpreter
+def test_first_call_stops_when_phase_0_itself_crashes(tmp_path: Path) -> None:
+    python = _python_that(tmp_path, '[ "$2" = environment ] && kill -SEGV $$')  # gpu_record.py environment crashes
+    out = tmp_path / "out"
+    result, seconds = _first_call(out, PYTHON=str(python))
+    assert result.returncode == 3 and seconds < 30, (result.stdout, result.stderr)
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert summary == [summary[0]] and re.match(r"environment  exit 139 +\d+ s  STOP: the versions could not be "
+                                                r"read \(scripts/gpu_record.py environment: exit 139\)$", summary[0])
+
+
+#: a stand-in interpreter: phase 0 sees a GPU, the smoke segfaults, the core tests hang (in Python, for
+#: FAKE_HANG seconds), the JAX tests print 20 MB and pass, the other pytest phases pass one test and fail one;
+#: anything else runs this interpreter
 _FAKE_PHASES = """#!/bin/bash
 if [ "$1 $2" = "scripts/gpu_record.py environment" ]; then
-    echo "GPU: Fake GPU"; echo "cuDNN backend: usable"; exit 0
+    echo "GPU: Fake GPU"; echo "torch: 2.11.0+cu130"; echo "cuDNN backend: usable"; exit 0
 fi
 if [ "$1" = scripts/gpu_smoke.py ]; then
-    echo "PASS environment  cuDNN log ${CUDNN_LOGLEVEL_DBG:-off}"; kill -SEGV $$
+    echo "PASS environment     0.01 s  cuDNN log ${CUDNN_LOGLEVEL_DBG:-off}"
+    echo "FAIL mode lstm       0.20 s  Traceback"
+    echo "        AssertionError: dx: relative error 1"; kill -SEGV $$
 fi
 if [ "$1 $2" = "-m pytest" ]; then
     case "$*" in
-        *" tests/gpu/test_backend.py"*) echo "tests/gpu/test_backend.py::test_first PASSED"; exec sleep 60 ;;
+        *" tests/gpu/test_backend.py"*) echo "tests/gpu/test_backend.py::test_first PASSED"
+                                        exec PYTHON_ITSELF -c 'import os, time
+def hang_here():
+    time.sleep(float(os.environ.get("FAKE_HANG", "60")))
+hang_here()' ;;
         *" tests/gpu/test_jax_gpu.py"*) head -c 20000000 /dev/zero | tr '\\0' x; echo
                                         echo "tests/gpu/test_jax_gpu.py::test_a PASSED"; exit 0 ;;
     esac
     echo "cuDNN log ${CUDNN_LOGLEVEL_DBG:-off}"
-    echo "tests/gpu/test_x.py::test_b PASSED"; echo "tests/gpu/test_x.py::test_c FAILED"; exit 1
+    echo "tests/gpu/test_x.py::test_b PASSED"; echo "tests/gpu/test_x.py::test_c FAILED"
+    echo "tests/gpu/test_x.py::test_d SKIPPED (needs two GPUs)"; exit 1
 fi
 exec PYTHON_ITSELF "$@"
 """
 
 
-def test_first_call_phases_survive_a_crash_and_a_hang_and_keep_logs_small(tmp_path: Path) -> None:
-    python = tmp_path / "python"
+def _fake_python(folder: Path) -> Path:
+    python = folder / "python"
     python.write_text(_FAKE_PHASES.replace("PYTHON_ITSELF", sys.executable))
     python.chmod(0o755)
+    return python
+
+
+def test_first_call_phases_survive_a_crash_and_a_hang_and_keep_logs_small(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result, seconds = _first_call(out, PYTHON=str(python), PHASE_LIMIT="3")
-    assert result.returncode == 1, (result.stdout, result.stderr)
+    result, seconds = _first_call(out, PYTHON=str(_fake_python(tmp_path)), PHASE_LIMIT="3",
+                                  CUDNN_LOGLEVEL_DBG="3")  # the caller's cuDNN log level reaches no phase
+    assert result.returncode == 1 and seconds < 30, (result.stdout, result.stderr)
     lines = (out / "summary.txt").read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["environment", "smoke", "core", "jax", "torch", "rest"], lines
     status = {line.split()[0]: line.split()[2] for line in lines}
     assert status == {"environment": "0", "smoke": "139", "core": "124", "jax": "0", "torch": "1", "rest": "1"}
-    assert "killed by signal 11" in lines[1] and "1 passed  0 failed" in lines[1]
-    assert "1 passed  0 failed  0 error  0 skipped  timed out at 3 s" in lines[2]
+    assert lines[1].endswith("1 passed  1 failed  killed by signal 11"), lines[1]
+    assert lines[2].endswith("1 passed  0 failed  0 error  0 skipped  timed out at 3 s"), lines[2]
     assert "log cut: 20000" in lines[3] and "1 passed" in lines[3]
-    assert "1 passed  1 failed  0 error  0 skipped" in lines[4]
+    assert lines[4].endswith("1 passed  1 failed  0 error  1 skipped"), lines[4]
+    assert all(line in result.stdout for line in lines), "each line printed too"
     files = sorted(path.name for path in out.iterdir())
     assert len(files) <= 8 and files == ["core.log", "environment.txt", "jax.log", "record.md", "rest.log",
                                          "smoke.log", "summary.txt", "torch.log"]
@@ -245,6 +293,46 @@ def test_first_call_phases_survive_a_crash_and_a_hang_and_keep_logs_small(tmp_pa
     assert (out / "jax.log").read_text().rstrip().endswith("test_a PASSED"), "the log's end is kept"
     assert "cuDNN log 2" in (out / "smoke.log").read_text(), "cuDNN's own log in the smoke"
     assert "cuDNN log off" in (out / "torch.log").read_text(), "and in no other phase"
+    core = (out / "core.log").read_text()
+    assert "Fatal Python error: Aborted" in core and "in hang_here" in core, "a hang leaves Python's stack"
     record = (out / "record.md").read_text()
-    assert "### torch" in record and "- FAILED tests/gpu/test_x.py::test_c" in record
-    assert "== torch: the last 30 lines of torch.log" in result.stdout, "what comes back first"
+    assert record.startswith("# GPU check, first call: 4 of 6 phases did not pass (smoke, core, torch, rest)")
+    for row in ("| smoke | 139 | ", "| core | 124 | ", "| torch | 1 | ", "- PyTorch: 2.11.0+cu130",
+                "- FAIL mode lstm", "- FAILED tests/gpu/test_x.py::test_c"):
+        assert row in record, row
+    tails, summary = result.stdout.split("== summary (")
+    assert "== torch: the last 30 lines of torch.log" in tails and "== jax: the last" not in tails
+    assert summary.splitlines()[1:] == lines, "the output ends with the summary: what comes back first"
+
+
+def test_first_call_does_not_start_a_phase_its_budget_cannot_hold(tmp_path: Path) -> None:
+    python = _fake_python(tmp_path)
+    # 62 s less 30 for the records: the smoke's own 150 s shrink to 32 (31 when a second boundary passes)
+    result, _ = _first_call(tmp_path / "some", PYTHON=str(python), BUDGET="62", FAKE_HANG="0")
+    assert re.search(r"== smoke \(limit 3[12] s\)", result.stdout), result.stdout
+    result, seconds = _first_call(tmp_path / "none", PYTHON=str(python), BUDGET="55")  # 25 s left: nothing starts
+    assert result.returncode == 1 and seconds < 30, (result.stdout, result.stderr)
+    lines = (tmp_path / "none" / "summary.txt").read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["environment", "smoke", "core", "jax", "torch", "rest"], lines
+    for line in lines[1:]:
+        assert re.search(r"exit - +0 s  not run: 2\d s of BUDGET=55 left \(less 30 for the records\), it needs 30$",
+                         line), line
+    assert sorted(path.name for path in (tmp_path / "none").iterdir()) == ["environment.txt", "record.md",
+                                                                          "summary.txt"]
+    assert "| rest | - | 0 |" in (tmp_path / "none" / "record.md").read_text()
+
+
+def test_first_call_record_names_the_commit_of_a_copy_without_git(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "gpu_record.py").write_text((REPO / "scripts" / "gpu_record.py").read_text())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.txt").write_text("environment  exit 0        1 s  GPU: NVIDIA H100 80GB HBM3\n"
+                                     "smoke        exit 0       20 s  2 passed  0 failed\n")
+    (out / "smoke.log").write_text("PASS environment     0.10 s  GPU NVIDIA H100\nPASS mode lstm       0.20 s  ok\n")
+    environment = {**os.environ, "CUDNN_RNN_COMMIT": "abc1234", "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
+    subprocess.run([sys.executable, str(tmp_path / "scripts" / "gpu_record.py"), "first-call", str(out)], check=True,
+                   timeout=60, env=environment)
+    record = (out / "record.md").read_text()
+    assert record.startswith("# GPU check, first call: all 2 phases passed"), record
+    assert "- commit: abc1234 (from CUDNN_RNN_COMMIT)" in record and "| smoke | 0 | 20 | 2 | 0 |" in record, record
