@@ -137,16 +137,17 @@ record
 # ---- phases 1-5, most important first ----------------------------------------------------------------
 pytest=("$python" -m pytest -v -p no:cacheprovider -rfE --durations=10)
 "$python" -c "import pytest_timeout" > /dev/null 2>&1 && pytest+=(--timeout=120)
+core_tests=(tests/gpu/test_backend.py tests/gpu/test_padding_gpu.py tests/gpu/test_layout_cudnn.py)
+jax_tests=(tests/gpu/test_jax_gpu.py)
+torch_tests=(tests/gpu/test_torch_gpu.py)
+mpi_tests=(tests/gpu/test_distributed_gpu.py)  # MPI jobs without the `distributed` mark: a later call's
 run_phase smoke 150 env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$python" scripts/gpu_smoke.py
-run_phase core 150 "${pytest[@]}" -m "not long and not sanitizer" tests/gpu/test_backend.py \
-    tests/gpu/test_padding_gpu.py tests/gpu/test_layout_cudnn.py
-run_phase jax 100 "${pytest[@]}" -m "not long and not sanitizer" tests/gpu/test_jax_gpu.py
-run_phase torch 100 "${pytest[@]}" -m "not long and not sanitizer" tests/gpu/test_torch_gpu.py
-# test_distributed_gpu.py starts MPI jobs without the `distributed` mark: left out by name
+run_phase core 150 "${pytest[@]}" -m "not long and not sanitizer" "${core_tests[@]}"
+run_phase jax 100 "${pytest[@]}" -m "not long and not sanitizer" "${jax_tests[@]}"
+run_phase torch 100 "${pytest[@]}" -m "not long and not sanitizer" "${torch_tests[@]}"
 run_phase rest 400 "${pytest[@]}" -m "not long and not sanitizer and not distributed" -k "not persist_dynamic" \
-    tests/gpu --ignore=tests/gpu/test_backend.py --ignore=tests/gpu/test_padding_gpu.py \
-    --ignore=tests/gpu/test_layout_cudnn.py --ignore=tests/gpu/test_jax_gpu.py \
-    --ignore=tests/gpu/test_torch_gpu.py --ignore=tests/gpu/test_distributed_gpu.py
+    tests/gpu "${core_tests[@]/#/--ignore=}" "${jax_tests[@]/#/--ignore=}" "${torch_tests[@]/#/--ignore=}" \
+    "${mpi_tests[@]/#/--ignore=}"
 
 record  # with the phases that were not run
 

@@ -34,20 +34,26 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
+def _cuda_facts(facts: dict[str, Any]) -> list[str]:
+    """The GPU, CUDA, cuDNN and backend lines of ``cudnn_rnn.info.collect()``'s ``facts``: both records have them."""
+    cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
+    where = cudnn_facts.get("path", cudnn_facts.get("reason"))
+    return [f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}",
+            f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}",
+            f"cuDNN: {cudnn_facts.get('version', 'not available')} ({where}; "
+            f"built for CUDA {cudnn_facts.get('built_for_cuda')})",
+            f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}"]
+
+
 def _environment() -> list[str]:
     lines = []
     try:
         from cudnn_rnn import info
 
         facts = info.collect()
-        cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
-        lines += [f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}",
-                  f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}",
-                  f"cuDNN: {cudnn_facts.get('version', 'not available')} ({cudnn_facts.get('path', '')}; "
-                  f"built for CUDA {cudnn_facts.get('built_for_cuda')})",
-                  f"CuPy: {cupy_facts.get('version', 'not installed')}; NumPy {facts['numpy']}; "
-                  f"Python {facts['python']}",
-                  f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}"]
+        lines += _cuda_facts(facts)
+        lines.append(f"CuPy: {facts['cupy'].get('version', 'not installed')}; NumPy {facts['numpy']}; "
+                     f"Python {facts['python']}")
     except Exception as error:  # the record is written even when the package cannot be imported
         lines.append(f"environment unknown: {type(error).__name__}: {error}")
     try:  # without importing it (seconds); the bench stage reports its CUDA and cuDNN
@@ -191,14 +197,7 @@ def first_call_environment() -> int:
     try:
         from cudnn_rnn import info
 
-        facts = info.collect()
-        cupy_facts, cudnn_facts = facts["cupy"], facts["cudnn"]
-        print(f"GPU: {', '.join(cupy_facts.get('gpus', [])) or 'none'}")
-        print(f"CUDA driver: {facts['cuda_driver']}; CUDA runtime (CuPy): {cupy_facts.get('cuda_runtime')}")
-        where = cudnn_facts.get("path", cudnn_facts.get("reason"))
-        print(f"cuDNN: {cudnn_facts.get('version', 'not available')} ({where}; "
-              f"built for CUDA {cudnn_facts.get('built_for_cuda')})")
-        print(f"cuDNN backend: {facts['backends']['cupy (cuDNN)']}; TF32 allowed: {facts['tf32_allowed']}")
+        print("\n".join(_cuda_facts(info.collect())))
         problem = info.cudnn_backend_problem()
     except Exception as error:  # the package itself cannot be imported or asked: that is the answer
         problem = f"cudnn_rnn.info failed: {type(error).__name__}: {error}"

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import layers
-from .._arrays import beside
+from .._arrays import Array, beside
 from .._checks import flag
 from .._layer_args import ArgumentCheck
 from .._recurrent_layer import RecurrentLayer, constructor_arguments
@@ -123,8 +123,10 @@ class _RecurrentModule(nn.Module):
         self._buffers["step"] = step
         return self
 
-    def _setup_from(self, layer: RecurrentLayer) -> None:
-        self._setup(layer.config, to_tensor(layer.params), layer.step, layer.state_dict()["dropout_rng"])
+    def _setup_from(self, layer: RecurrentLayer, params: Optional[Array] = None) -> None:
+        """Hold ``layer``'s config, step and dropout RNG state, and ``params`` (by default the layer's own buffer)."""
+        params = layer.params if params is None else params
+        self._setup(layer.config, to_tensor(params), layer.step, layer.state_dict()["dropout_rng"])
 
     @property
     def config(self) -> RNNConfig:
@@ -224,7 +226,7 @@ class _RecurrentModule(nn.Module):
         module = target.__new__(target)
         with beside(layer.params):  # a CuPy copy on the layer's own GPU
             params = layer.params.copy()
-        module._setup(layer.config, to_tensor(params), layer.step, layer.state_dict()["dropout_rng"])
+        module._setup_from(layer, params)
         assert isinstance(module, cls)
         return module
 
