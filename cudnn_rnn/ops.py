@@ -40,16 +40,16 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _graph_watch, _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
-from ._checks import flag, shown
+from ._checks import flag
 from ._dropout_rng import DropoutRNG
-from .config import DIRECTIONS, MAX_SIZE, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
-from .layout import params_size
+from ._signature import check_head, signature
+from .config import PERSISTENT_ALGOS, RNNConfig
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
 
@@ -178,17 +178,6 @@ class _ValidatedCall:
         return self.xp.empty((0,), dtype=self.x.dtype)
 
 
-def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
-    return value
-
-
-def _check_rank(name: str, array: Array, rank: int) -> None:
-    if array.ndim != rank:
-        raise ValueError(f"{name} must be a {rank}-D array; got shape {tuple(array.shape)} ({array.ndim}-D)")
-
-
 def _check_dtype(name: str, array: Array, dtype: np.dtype) -> None:
     if array.dtype != dtype:
         raise TypeError(f"{name} must have the dtype of input ({dtype}); got {array.dtype}")
@@ -207,12 +196,7 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
     if kind is None:
         raise TypeError("sequence_lengths must be None or a numpy/cupy int32 or int64 array of shape "
                         f"[batch]; got {type(sequence_lengths).__name__}")
-    lengths: Any = sequence_lengths
-    if lengths.dtype not in (np.int32, np.int64):
-        raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {lengths.dtype}")
-    if tuple(lengths.shape) != (batch,):
-        raise ValueError(f"sequence_lengths must have shape ({batch},) (the batch size); got {tuple(lengths.shape)}")
-    host = to_host(lengths)
+    host = to_host(sequence_lengths)  # its dtype and shape checked by the call's signature
     bad = np.flatnonzero((host < 0) | (host > max_time))
     if bad.size:
         i = int(bad[0])
@@ -225,16 +209,10 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
              rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
              time_major: bool, algo: str = "standard", extra: dict[str, Array | None] | None = None
              ) -> _ValidatedCall:
-    """Validate the arguments every op shares and build the call record."""
-    rnn_mode = _choice("rnn_mode", rnn_mode, MODES)
-    direction = _choice("direction", direction, DIRECTIONS)
-    time_major = flag("time_major", time_major)
-    has_cell = MODES[rnn_mode].has_cell
-    if input is None or input_h is None or params is None:
-        missing = [n for n, v in (("input", input), ("input_h", input_h), ("params", params)) if v is None]
-        raise TypeError(f"{', '.join(missing)} must be an array; got None")
-    if has_cell and input_c is None:
-        raise TypeError("input_c must be an array for rnn_mode='lstm'; got None")
+    """Validate the arguments every op shares (the shapes: ``_signature``) and build the call record."""
+    has_cell = check_head(rnn_mode, direction, time_major, {"input": input is None, "input_h": input_h is None,
+                                                             "params": params is None, "input_c": input_c is None}
+                          )[0] == "lstm"
     cell = input_c if has_cell else None  # the c state of the call: LSTM only
     arrays = {"input": input, "input_h": input_h, "params": params}
     if cell is not None:
@@ -242,54 +220,14 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     arrays.update({name: value for name, value in (extra or {}).items() if value is not None})
     xp = array_module(**arrays)
     device = device_of(**arrays)
-
-    _check_rank("input", input, 3)
-    dtype = numpy_dtype(input.dtype, "input.dtype")
-    for name in ("input_h", "input_c") if has_cell else ("input_h",):
-        _check_rank(name, arrays[name], 3)
-        _check_dtype(name, arrays[name], dtype)
-    _check_rank("params", params, 1)
-    _check_dtype("params", params, dtype)
-
-    max_time, batch, input_size = input.shape if time_major else (input.shape[1], input.shape[0], input.shape[2])
-    layers_axis, batch_axis = (0, 1) if time_major else (1, 0)  # input's time axis is input_h's layers axis
-    for what, letter, axis in (("steps", "T", layers_axis), ("sequences", "B", batch_axis)):
-        if input.shape[axis] > MAX_SIZE:
-            raise ValueError(f"input has {input.shape[axis]} {what} ({letter} = input.shape[{axis}]); cuDNN takes "
-                             f"at most {MAX_SIZE} (a C int)")
-    d = DIRECTIONS[direction]
-    pseudo_layers, state_size = input_h.shape[layers_axis], input_h.shape[2]
-    if pseudo_layers == 0 or pseudo_layers % d:
-        raise ValueError(f"input_h.shape[{layers_axis}] must be a positive multiple of {d} (num_layers * "
-                         f"directions for direction={direction!r}); got {pseudo_layers}")
-    if input_h.shape[batch_axis] != batch:
-        raise ValueError(f"input_h.shape[{batch_axis}] must equal the batch size {batch}; "
-                         f"got {input_h.shape[batch_axis]}")
-    if input_size < 1:
-        raise ValueError(f"input.shape[2] (input_size) must be >= 1; got {input_size}")
-    if state_size < 1:
-        raise ValueError(f"input_h.shape[2] (num_units or num_proj) must be >= 1; got {state_size}")
-    num_units = state_size
-    if cell is not None:
-        if cell.shape[:2] != input_h.shape[:2]:
-            raise ValueError(f"input_c.shape[:2] must equal input_h.shape[:2] = {tuple(input_h.shape[:2])}; "
-                             f"got {tuple(cell.shape[:2])}")
-        num_units = cell.shape[2]
-        if not isinstance(num_proj, (int, np.integer)) or isinstance(num_proj, (bool, np.bool_)):
-            raise TypeError(f"num_proj must be an integer; got {type(num_proj).__name__} {shown(num_proj)}")
-        if num_proj and state_size != num_proj:
-            raise ValueError(f"input_h.shape[2] must equal num_proj={shown(num_proj)} under projection; "
-                             f"got {state_size}")
-        if not num_proj and state_size != num_units:
-            raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
-                             f"{tuple(input_h.shape)} and input_c {tuple(cell.shape)}")
-    config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
-                       direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
-                       dtype=dtype.name, algo=algo)
-    size = params_size(config)  # closed form: nothing walks the layers of a call refused here
-    if params.shape[0] != size:
-        raise ValueError(f"params must have {size} elements (cudnn_rnn_params_size for this configuration); "
-                         f"got {params.shape[0]}")
+    lengths: Any = sequence_lengths if array_kind(sequence_lengths) is not None else None  # else refused below
+    own_dtypes: dict[str, object] = {name: arrays[name].dtype for name in ("input_h", "input_c", "params")
+                                     if name in arrays}
+    sig = signature(input.shape, input_h.shape, None if cell is None else cell.shape, params.shape, input.dtype,
+                    None if lengths is None else lengths.shape, None if lengths is None else lengths.dtype,
+                    rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
+                    seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo, dtypes=own_dtypes)
+    config, max_time, batch = sig.config, sig.max_time, sig.batch
     if array_kind(sequence_lengths) == "cupy":
         device_of(**arrays, sequence_lengths=sequence_lengths)
     _graph_watch.saw_call(sequence_lengths, input)  # a CUDA graph being recorded freezes these lengths and shapes
@@ -299,7 +237,7 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
                          "(cuDNN's persistent kernels take one sequence length for the whole batch); got "
                          f"sequence_lengths from {int(lengths.min())} to {int(lengths.max())}: use algo='standard' "
                          "or 'auto'")
-    return _ValidatedCall(config, xp, device, time_major, max_time, batch, lengths, input, input_h, cell, params)
+    return _ValidatedCall(config, xp, device, sig.time_major, max_time, batch, lengths, input, input_h, cell, params)
 
 
 def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,

@@ -160,3 +160,36 @@ def test_a_platform_outside_the_table_is_refused() -> None:
     sig = _bridge.signature(attrs, (2, 1, 3), (1, 1, 4), None, (cudnn_rnn.GRU(3, 4).params.size,), np.float32)
     with pytest.raises(ValueError, match=r"platform must be one of \('cpu', 'cuda'\); got 'tpu'"):
         sig.reserve_elements("tpu")
+
+
+def test_shapes_too_large_for_any_array_get_the_ops_size_message() -> None:
+    """Shapes alone: no array of the shape is made, so a shape no memory could hold gets the op's own check."""
+    attrs = _bridge.Attrs("gru")
+    with pytest.raises(ValueError, match=r"^input has 1099511627776 steps \(T = input.shape\[0\]\); cuDNN takes at "
+                                         r"most 2147483647 \(a C int\)$"):
+        _bridge.signature(attrs, (2**40, 2**30, 3), (1, 2**30, 4), None, (96,), "float32")
+
+
+def test_a_missing_array_gets_the_ops_refusal() -> None:
+    with pytest.raises(TypeError, match=r"^input, params must be an array; got None$"):
+        _bridge.signature(_bridge.Attrs("gru"), None, (1, 2, 4), None, None, "float32")
+    with pytest.raises(TypeError, match=r"^input_c must be an array for rnn_mode='lstm'; got None$"):
+        _bridge.signature(_bridge.Attrs("lstm"), (5, 2, 3), (1, 2, 4), None, (128,), "float32")
+    for shapes in ((None, (1, 2, 4), None, None), ((5, 2, 3), (1, 2, 4), None, (128,))):
+        with pytest.raises(TypeError) as op_error:
+            cudnn_rnn.cudnn_rnn_v3(*(None if shape is None else np.zeros(shape, np.float32) for shape in shapes),
+                                   rnn_mode="lstm")
+        with pytest.raises(TypeError) as shapes_error:
+            _bridge.signature(_bridge.Attrs("lstm"), *shapes, "float32")
+        assert str(shapes_error.value) == str(op_error.value)
+
+
+@pytest.mark.parametrize("seed", [True, 2**40, 10**400, "1", None, 1.0, -2**31 - 1],
+                         ids=["True", "2**40", "10**400", "str", "None", "float", "below-int32"])
+def test_init_params_refuses_the_seeds_a_layer_refuses(seed: object) -> None:
+    config = cudnn_rnn.RNNConfig("lstm", 1, 3, 2)
+    with pytest.raises((TypeError, ValueError)) as layer_error:
+        cudnn_rnn.LSTM(2, 3, seed=seed)  # type: ignore[arg-type]
+    with pytest.raises(layer_error.type, match=r"^seed must be") as bridge_error:
+        _bridge.init_params(config, seed)  # type: ignore[arg-type]
+    assert str(bridge_error.value) == str(layer_error.value)

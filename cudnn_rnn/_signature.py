@@ -1,0 +1,214 @@
+"""One call of the op from its shapes alone: what it refuses and the shapes it returns.
+
+A pure function of shapes, dtypes and attributes, the op's first check, that the op
+(``ops._prepare``) and the framework bridges (which trace with shapes only) call alike::
+
+    sig = signature((T, B, I), (L*D, B, P), (L*D, B, N) or None, (params_size,), "float32",
+                    lengths_shape=(B,), lengths_dtype="int32", rnn_mode="lstm", ..., time_major=True)
+    sig.config, sig.max_time, sig.batch                     the RNNConfig the shapes make, T and B
+    sig.output_shape      [T, B, D*P]   ([B, T, D*P] batch-major)
+    sig.output_h_shape    [L*D, B, P]   ([B, L*D, P])
+    sig.output_c_shape    [L*D, B, N]   ([B, L*D, N]); (0,) for the modes without a cell
+    sig.reserve_elements("cpu" | "cuda")                    a training forward's reserve_space length
+
+Every refusal is the op's own (TypeError/ValueError naming the argument, expected and actual), in
+the op's order; a ``None`` shape is a missing array. What only values decide (lengths outside
+[0, T], a persistent ``algo`` with unequal lengths) is left to the op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ._checks import flag, shown
+from .config import DIRECTIONS, MAX_SIZE, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
+from .layout import params_size
+
+__all__ = ["Signature", "signature", "check_head", "PLATFORMS"]
+
+Shape = tuple[int, ...]
+
+#: The platforms a call runs on, and the backend each runs.
+PLATFORMS = {"cpu": "reference", "cuda": "cudnn"}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One call's sizes, from shapes alone (shapes in the call's layout, see the module docstring)."""
+
+    config: RNNConfig
+    time_major: bool
+    max_time: int
+    batch: int
+    dtype: np.dtype
+    output_shape: Shape
+    output_h_shape: Shape
+    output_c_shape: Shape
+
+    def reserve_elements(self, platform: str) -> int:
+        """Length of a training forward's reserve_space (1-D, the input's dtype) when ``platform`` runs the call.
+
+        ``"cpu"`` runs the reference backend; ``"cuda"`` runs cuDNN and asks it (CuPy and a GPU needed,
+        on CuPy's current device). A call with T == 0 or B == 0 keeps only the header.
+        """
+        from . import _reserve
+
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {tuple(PLATFORMS)}; got {platform!r}")
+        config, head = self.config, _reserve.header_elements(self.dtype)
+        if self.max_time == 0 or self.batch == 0:
+            return head
+        if platform == "cpu":
+            from ._reference import ReserveLayout
+
+            return head + ReserveLayout.build(config, self.max_time, self.batch).size
+        from . import _cudnn
+        from ._cudnn_streams import import_cupy
+
+        run_time_major = self.time_major or config.algo in PERSISTENT_ALGOS  # as ops' run_time_major on cuDNN
+        return _cudnn.reserve_elements(config, self.max_time, self.batch, run_time_major,
+                                       import_cupy().cuda.Device().id)
+
+
+def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
+    return value
+
+
+def check_head(rnn_mode: object, direction: object, time_major: object, missing: Mapping[str, bool]
+               ) -> tuple[str, str, bool]:
+    """The op's first checks: the mode strings, ``time_major``, then the arrays given as None (``missing``).
+
+    Returns ``(rnn_mode, direction, time_major)``, checked.
+    """
+    mode = _choice("rnn_mode", rnn_mode, MODES)
+    checked_direction = _choice("direction", direction, DIRECTIONS)
+    major = flag("time_major", time_major)
+    absent = [name for name in ("input", "input_h", "params") if missing.get(name)]
+    if absent:
+        raise TypeError(f"{', '.join(absent)} must be an array; got None")
+    if MODES[mode].has_cell and missing.get("input_c"):
+        raise TypeError("input_c must be an array for rnn_mode='lstm'; got None")
+    return mode, checked_direction, major
+
+
+def _numpy_dtype(dtype: object) -> np.dtype | None:
+    """``dtype`` as a NumPy dtype (bfloat16: ml_dtypes'), or None where NumPy has none for it."""
+    try:
+        return numpy_dtype(dtype)  # the supported ones, bfloat16 among them
+    except TypeError:
+        pass
+    try:
+        return np.dtype(dtype)  # type: ignore[call-overload, no-any-return]
+    except TypeError:
+        return None
+
+
+def _rank(name: str, shape: Shape, rank: int) -> None:
+    if len(shape) != rank:
+        raise ValueError(f"{name} must be a {rank}-D array; got shape {shape} ({len(shape)}-D)")
+
+
+def _same_dtype(name: str, value: object, dtype: np.dtype) -> None:
+    own = _numpy_dtype(value)
+    if own is None or own != dtype:  # (NumPy reads None as float64)
+        raise TypeError(f"{name} must have the dtype of input ({dtype}); got {value if own is None else own}")
+
+
+def signature(input_shape: Shape | None, input_h_shape: Shape | None, input_c_shape: Shape | None,
+              params_shape: Shape | None, dtype: object, lengths_shape: Shape | None = None,
+              lengths_dtype: object = None, *, rnn_mode: str, input_mode: str, direction: str, dropout: float,
+              seed: int, seed2: int, num_proj: int, time_major: bool, algo: str,
+              dtypes: Mapping[str, object] | None = None) -> Signature:
+    """Check a call of :func:`cudnn_rnn.cudnn_rnn_v3` from its shapes, as the op checks its arrays.
+
+    Args:
+        input_shape, input_h_shape, input_c_shape, params_shape: the arrays' shapes; None for an
+            array given as None (input_c: allowed for the modes without a cell, and ignored there).
+        dtype: the input's dtype (a NumPy dtype, or a name such as ``"float32"``).
+        lengths_shape, lengths_dtype: sequence_lengths' shape and dtype (int64 if None), or None
+            for no lengths.
+        rnn_mode ... algo: the op's attributes.
+        dtypes: the dtypes of ``"input_h"``, ``"input_c"`` and ``"params"`` where they may differ
+            from the input's; absent names have the input's dtype.
+
+    Returns:
+        The call's :class:`Signature`.
+    """
+    rnn_mode, direction, time_major = check_head(rnn_mode, direction, time_major, {
+        "input": input_shape is None, "input_h": input_h_shape is None, "params": params_shape is None,
+        "input_c": input_c_shape is None})
+    assert input_shape is not None and input_h_shape is not None and params_shape is not None
+    has_cell = MODES[rnn_mode].has_cell
+    shapes = {"input_h": tuple(int(n) for n in input_h_shape), "params": tuple(int(n) for n in params_shape)}
+    if has_cell and input_c_shape is not None:
+        shapes["input_c"] = tuple(int(n) for n in input_c_shape)
+    x_shape = tuple(int(n) for n in input_shape)
+    _rank("input", x_shape, 3)
+    io_dtype = numpy_dtype(dtype, "input.dtype")
+    own = dtypes or {}
+    for name in ("input_h", "input_c") if has_cell else ("input_h",):
+        _rank(name, shapes[name], 3)
+        _same_dtype(name, own.get(name, io_dtype), io_dtype)
+    _rank("params", shapes["params"], 1)
+    _same_dtype("params", own.get("params", io_dtype), io_dtype)
+
+    max_time, batch, input_size = x_shape if time_major else (x_shape[1], x_shape[0], x_shape[2])
+    layers_axis, batch_axis = (0, 1) if time_major else (1, 0)  # input's time axis is input_h's layers axis
+    for what, letter, axis in (("steps", "T", layers_axis), ("sequences", "B", batch_axis)):
+        if x_shape[axis] > MAX_SIZE:
+            raise ValueError(f"input has {x_shape[axis]} {what} ({letter} = input.shape[{axis}]); cuDNN takes "
+                             f"at most {MAX_SIZE} (a C int)")
+    h_shape, d = shapes["input_h"], DIRECTIONS[direction]
+    pseudo_layers, state_size = h_shape[layers_axis], h_shape[2]
+    if pseudo_layers == 0 or pseudo_layers % d:
+        raise ValueError(f"input_h.shape[{layers_axis}] must be a positive multiple of {d} (num_layers * "
+                         f"directions for direction={direction!r}); got {pseudo_layers}")
+    if h_shape[batch_axis] != batch:
+        raise ValueError(f"input_h.shape[{batch_axis}] must equal the batch size {batch}; got {h_shape[batch_axis]}")
+    if input_size < 1:
+        raise ValueError(f"input.shape[2] (input_size) must be >= 1; got {input_size}")
+    if state_size < 1:
+        raise ValueError(f"input_h.shape[2] (num_units or num_proj) must be >= 1; got {state_size}")
+    num_units = state_size
+    if has_cell:
+        c_shape = shapes["input_c"]
+        if c_shape[:2] != h_shape[:2]:
+            raise ValueError(f"input_c.shape[:2] must equal input_h.shape[:2] = {h_shape[:2]}; got {c_shape[:2]}")
+        num_units = c_shape[2]
+        if not isinstance(num_proj, (int, np.integer)) or isinstance(num_proj, (bool, np.bool_)):
+            raise TypeError(f"num_proj must be an integer; got {type(num_proj).__name__} {shown(num_proj)}")
+        if num_proj and state_size != num_proj:
+            raise ValueError(f"input_h.shape[2] must equal num_proj={shown(num_proj)} under projection; "
+                             f"got {state_size}")
+        if not num_proj and state_size != num_units:
+            raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
+                             f"{h_shape} and input_c {c_shape}")
+    config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
+                       direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
+                       dtype=io_dtype.name, algo=algo)
+    size = params_size(config)  # closed form: nothing walks the layers of a call refused here
+    if shapes["params"][0] != size:
+        raise ValueError(f"params must have {size} elements (cudnn_rnn_params_size for this configuration); "
+                         f"got {shapes['params'][0]}")
+    if lengths_shape is not None:
+        lengths_type = _numpy_dtype(np.int64 if lengths_dtype is None else lengths_dtype)
+        if lengths_type is None or lengths_type not in (np.int32, np.int64):
+            raise TypeError("sequence_lengths must have dtype int32 or int64; "
+                            f"got {lengths_dtype if lengths_type is None else lengths_type}")
+        if tuple(lengths_shape) != (batch,):
+            raise ValueError(f"sequence_lengths must have shape ({batch},) (the batch size); "
+                             f"got {tuple(lengths_shape)}")
+
+    def seq(width: int) -> Shape:
+        return (max_time, batch, width) if time_major else (batch, max_time, width)
+
+    def state(width: int) -> Shape:
+        return (pseudo_layers, batch, width) if time_major else (batch, pseudo_layers, width)
+
+    return Signature(config, time_major, max_time, batch, io_dtype, seq(config.output_size),
+                     state(config.state_size), state(config.num_units) if has_cell else (0,))
