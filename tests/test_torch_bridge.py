@@ -445,7 +445,7 @@ def refusal(function: Any, *args: Any, **kwargs: Any) -> tuple[type, str]:
 
 @pytest.mark.parametrize("change", ["rank", "h_dtype", "params_size", "rnn_mode", "lengths_values", "lengths_dtype",
                                     "is_training", "input_dtype", "h_batch", "dropout", "missing_c", "missing_x",
-                                    "mode_and_dtype", "params_rank_and_dtype"])
+                                    "missing_x_and_params", "mode_and_dtype", "params_rank_and_dtype"])
 def test_bad_calls_get_the_library_ops_errors(change: str) -> None:
     call = Call("lstm", lengths=(4, 0, 2))
     a = dict(call.arrays())
@@ -474,6 +474,8 @@ def test_bad_calls_get_the_library_ops_errors(change: str) -> None:
         a["c"] = None
     elif change == "missing_x":
         a["x"] = None
+    elif change == "missing_x_and_params":
+        a["x"] = a["params"] = None
     elif change == "mode_and_dtype":  # two mistakes: the op names the first it checks
         kwargs["direction"], a["h"] = "both", a["h"].astype(np.float32)
     elif change == "params_rank_and_dtype":
@@ -481,6 +483,26 @@ def test_bad_calls_get_the_library_ops_errors(change: str) -> None:
     args = (a["x"], a["h"], a["c"], a["params"], a["lengths"])
     expected = refusal(cudnn_rnn.cudnn_rnn_v3, *args, **kwargs)
     assert refusal(ct.cudnn_rnn, *(tensor(v) for v in args), **kwargs) == expected
+
+
+def test_every_call_is_checked_by_the_shape_signature_with_missing_tensors_as_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[Any, ...]] = []
+    signature = _bridge.signature
+
+    def spy(attrs: Any, *shapes: Any, **kwargs: Any) -> Any:
+        seen.append(shapes[:4])
+        return signature(attrs, *shapes, **kwargs)
+
+    monkeypatch.setattr(_bridge, "signature", spy)
+    a = Call("lstm").arrays()
+    x, h, c, params = (tensor(a[k]) for k in ("x", "h", "c", "params"))
+    for _ in range(2):
+        ct.cudnn_rnn(x, h, c, params)
+    assert seen == [(tuple(x.shape), tuple(h.shape), tuple(c.shape), tuple(params.shape))] * 2  # every call, no cache
+    with pytest.raises(TypeError):
+        ct.cudnn_rnn(x, h, None, params)
+    assert seen[-1] == (tuple(x.shape), tuple(h.shape), None, tuple(params.shape))  # no stand-in, no run of the op
 
 
 def test_tensors_must_be_tensors_on_one_device() -> None:

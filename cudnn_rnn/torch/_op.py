@@ -29,8 +29,6 @@ set-up of cuDNN's dropout state from (seed, step) at every step.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import itertools
 import weakref
 from typing import Any, Iterator, Optional
@@ -137,83 +135,37 @@ def _optional_array(tensor: Optional[Tensor]) -> Array | None:
 
 
 # ---- checks --------------------------------------------------------------------------------------
-def _where(name: str, tensor: Tensor) -> str:
-    return f"{name} on {tensor.device}"
-
-
 def check_call(attrs: _bridge.Attrs, input: object, input_h: object, input_c: object, params: object,
                sequence_lengths: object, is_training: bool) -> _bridge.Signature:
-    """Check a call as :func:`cudnn_rnn.cudnn_rnn_v3` checks it, from the tensors' types, devices, shapes and dtypes.
-
-    Raises:
-        TypeError: an argument that is not a tensor (or None where allowed), tensors on a device
-            type other than CPU and CUDA or on both, a bad dtype or flag (the op's messages).
-        ValueError: tensors on different GPUs, or what the op refuses for shapes and attributes
-            (its messages).
-    """
-    has_cell = attrs.rnn_mode == "lstm"
-    if input is None or input_h is None or params is None or (has_cell and input_c is None):
-        _refuse_missing(attrs, (input, input_h, input_c, params), is_training)
-    named = {"input": input, "input_h": input_h, "params": params}
-    if has_cell:
-        named["input_c"] = input_c
-    for name, value in [*named.items(), ("sequence_lengths", sequence_lengths)]:
+    """Check a call from its tensors' types, devices, shapes and dtypes: the op's TypeError/ValueError, and
+    this bridge's for a value neither a tensor nor None, or tensors not all on one CPU or one GPU."""
+    named = {"input": input, "input_h": input_h, "params": params,
+             "input_c": input_c if attrs.rnn_mode == "lstm" else None, "sequence_lengths": sequence_lengths}
+    for name, value in named.items():
         if value is not None and not isinstance(value, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor" + (" or None" if name == "sequence_lengths" else "")
                             + f"; got {type(value).__name__}")
-    tensors: dict[str, Tensor] = {name: value for name, value in named.items() if isinstance(value, Tensor)}
+    tensors = {name: value for name, value in named.items() if isinstance(value, Tensor)}
+    lengths = tensors.pop("sequence_lengths", None)
     for name, tensor in tensors.items():
-        if tensor.device.type not in _DEVICE_TYPES:
-            raise TypeError(f"cudnn_rnn.torch runs on CPU and CUDA tensors; got {_where(name, tensor)}")
-    kinds = {tensor.device.type for tensor in tensors.values()}
-    if len(kinds) > 1:
-        detail = ", ".join(_where(name, tensor) for name, tensor in tensors.items())
-        raise TypeError(f"all tensors of one call must be on one device (all CPU or all CUDA); got {detail}")
-    if len({tensor.device for tensor in tensors.values()}) > 1:
-        detail = ", ".join(_where(name, tensor) for name, tensor in tensors.items())
+        if tensor.device.type not in _bridge.PLATFORMS:
+            raise TypeError(f"cudnn_rnn.torch runs on CPU and CUDA tensors; got {name} on {tensor.device}")
+    devices = {tensor.device for tensor in tensors.values()}
+    if len(devices) > 1:
+        detail = ", ".join(f"{name} on {tensor.device}" for name, tensor in tensors.items())
+        if len({device.type for device in devices}) > 1:
+            raise TypeError(f"all tensors of one call must be on one device (all CPU or all CUDA); got {detail}")
         raise ValueError(f"all arrays of one call must be on one GPU; got {detail}")
-    lengths = sequence_lengths if isinstance(sequence_lengths, Tensor) else None
-    device = tensors["input"].device
-    if lengths is not None and lengths.device not in (device, torch.device("cpu")):
-        raise ValueError(f"sequence_lengths must be on the CPU or on the device of input ({device}); "
+    x, shapes = tensors.get("input"), {name: tuple(tensor.shape) for name, tensor in tensors.items()}
+    sig = _bridge.signature(attrs, shapes.get("input"), shapes.get("input_h"), shapes.get("input_c"),
+                            shapes.get("params"), None if x is None else numpy_dtype_of(x.dtype),
+                            None if lengths is None else tuple(lengths.shape),
+                            None if lengths is None else numpy_dtype_of(lengths.dtype), is_training=is_training,
+                            dtypes={name: numpy_dtype_of(t.dtype) for name, t in tensors.items() if name != "input"})
+    if lengths is not None and x is not None and lengths.device not in (x.device, torch.device("cpu")):
+        raise ValueError(f"sequence_lengths must be on the CPU or on the device of input ({x.device}); "
                          f"got {lengths.device}")
-    if lengths is not None and lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"sequence_lengths must have dtype int32 or int64; got {numpy_dtype_of(lengths.dtype)}")
-    x, h, p = tensors["input"], tensors["input_h"], tensors["params"]
-    c = tensors.get("input_c")
-    attributes = tuple(getattr(attrs, field.name) for field in dataclasses.fields(attrs))
-    own_dtypes = tuple((name, numpy_dtype_of(tensor.dtype)) for name, tensor in tensors.items() if name != "input")
-    arguments = (*attributes, tuple(x.shape), tuple(h.shape), None if c is None else tuple(c.shape), tuple(p.shape),
-                 numpy_dtype_of(x.dtype), None if lengths is None else tuple(lengths.shape),
-                 None if lengths is None else numpy_dtype_of(lengths.dtype), is_training, own_dtypes)
-    try:
-        return _signature(*arguments)
-    except TypeError as error:  # an unhashable argument: checked without the cache
-        if "unhashable" not in str(error):
-            raise
-        return _signature.__wrapped__(*arguments)
-
-
-def _refuse_missing(attrs: _bridge.Attrs, values: tuple[object, ...], is_training: bool) -> None:
-    """The op's own refusal of a call that lacks a tensor (None): its checks, in its order, on stand-ins."""
-    from .. import cudnn_rnn_v3
-
-    stand_ins: list[Any] = [np.broadcast_to(np.zeros((), np.float32), tuple(value.shape))
-                            if isinstance(value, Tensor) else value for value in values]
-    cudnn_rnn_v3(*stand_ins, is_training=is_training, **attrs.op_kwargs())
-    raise TypeError("input, input_h, params (and input_c for rnn_mode='lstm') must be tensors; got None")
-
-
-@functools.lru_cache(maxsize=256, typed=True)  # typed: 1 and True are different calls (True is no seed)
-def _signature(rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int,
-               num_proj: int, time_major: bool, algo: str, input_shape: tuple[int, ...],
-               input_h_shape: tuple[int, ...], input_c_shape: tuple[int, ...] | None, params_shape: tuple[int, ...],
-               dtype: object, lengths_shape: tuple[int, ...] | None, lengths_dtype: object,
-               is_training: bool, own_dtypes: tuple[tuple[str, object], ...] = ()) -> _bridge.Signature:
-    """:func:`cudnn_rnn._bridge.signature`, remembered: a training loop checks each call's shapes once."""
-    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
-    return _bridge.signature(attrs, input_shape, input_h_shape, input_c_shape, params_shape, dtype, lengths_shape,
-                             lengths_dtype, is_training=is_training, dtypes=dict(own_dtypes))
+    return sig
 
 
 # ---- a module's dropout RNG, reachable from the kernel ---------------------------------------------
