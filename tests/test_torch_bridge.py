@@ -171,16 +171,102 @@ def test_a_loss_of_one_output_alone(used: str) -> None:
     assert torch.autograd.gradcheck(loss, (x, h, c, params), atol=1e-6, rtol=1e-5)
 
 
-def test_double_backward_and_backward_of_inference_are_refused() -> None:
+SECOND_ORDER = r"cudnn_rnn.torch: second-order differentiation \(a gradient of the gradient\) is not supported"
+FORWARD_MODE = r"cudnn_rnn.torch: forward-mode differentiation \(.*\) is not supported"
+
+
+def test_second_order_and_backward_of_inference_are_refused() -> None:
     call = Call("lstm")
     a = call.arrays()
     inputs, (y, _, _) = run_op(call, a, grad=True)
     (dx,) = torch.autograd.grad(y.square().sum(), inputs[0], create_graph=True)
-    with pytest.raises(RuntimeError, match="double backward .* is not supported"):
+    with pytest.raises(NotImplementedError, match=SECOND_ORDER):
         dx.sum().backward()
+    x, h, c, params = (tensor(a[k]) for k in ("x", "h", "c", "params"))
+    with pytest.raises(NotImplementedError, match=SECOND_ORDER):
+        torch.func.grad(lambda p: torch.func.grad(lambda q: ct.cudnn_rnn(x, h, c, q)[0].square().sum())(p).sum())(
+            params)
     _, (y, _, _) = run_op(call, a, grad=True, is_training=False)
     with pytest.raises(RuntimeError, match="needs a forward run with is_training=True"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru_bidi_skip"])
+def test_torch_func_grad_and_jacrev_are_autograds_gradients(name: str) -> None:
+    call = CALLS[name]  # float64, with lengths
+    a = call.arrays()
+    x, h, c, params, lengths = (tensor(a[k]) for k in ("x", "h", "c", "params", "lengths"))
+
+    def outputs(x: torch.Tensor, h: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        y, hy, _ = ct.cudnn_rnn(x, h, c, params, lengths, **call.kwargs)
+        return torch.cat([y.reshape(-1), hy.reshape(-1)])
+
+    def loss(x: torch.Tensor, h: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        return outputs(x, h, params).tanh().sum()
+
+    inputs = [v.clone().requires_grad_() for v in (x, h, params)]
+    want = torch.autograd.grad(loss(*inputs), inputs)
+    got = torch.func.grad(loss, argnums=(0, 1, 2))(x, h, params)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    jacobian = torch.func.jacrev(outputs, argnums=(0, 1, 2))(x, h, params)
+    y = outputs(*inputs)
+    rows = [torch.autograd.grad(y[i], inputs, retain_graph=True) for i in range(y.numel())]
+    for k, block in enumerate(jacobian):
+        assert torch.equal(block, torch.stack([row[k] for row in rows]))
+
+
+def test_forward_mode_differentiation_is_refused_with_one_error() -> None:
+    call = Call("gru", lengths=(4, 0, 2))
+    a = call.arrays()
+    x, h, params, lengths = (tensor(a[k]) for k in ("x", "h", "params", "lengths"))
+
+    def loss(params: torch.Tensor) -> torch.Tensor:
+        return ct.cudnn_rnn(x, h, None, params, lengths, rnn_mode="gru")[0].square().sum()
+
+    for transform in (lambda: torch.func.jvp(loss, (params,), (torch.ones_like(params),)),
+                      lambda: torch.func.jacfwd(loss)(params), lambda: torch.func.hessian(loss)(params)):
+        with pytest.raises(NotImplementedError, match=FORWARD_MODE):
+            transform()
+    import torch.autograd.forward_ad as forward_ad
+
+    with forward_ad.dual_level(), pytest.raises(NotImplementedError, match=FORWARD_MODE):
+        loss(forward_ad.make_dual(params, torch.ones_like(params)))
+
+
+def test_vmap_is_the_op_on_each_slice() -> None:
+    call = Call("lstm", lengths=(4, 0, 2))
+    a = call.arrays()
+    h, c, params, lengths = (tensor(a[k]) for k in ("h", "c", "params", "lengths"))
+    xs = torch.stack([tensor(call.arrays(seed=seed)["x"]) for seed in range(3)])
+
+    def output(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        return ct.cudnn_rnn(x, h, c, params, lengths)[0]
+
+    assert torch.equal(torch.func.vmap(output, in_dims=(0, None))(xs, params),
+                       torch.stack([output(x, params) for x in xs]))
+    per_sample = torch.func.vmap(torch.func.grad(lambda x, p: output(x, p).square().sum(), argnums=1),
+                                 in_dims=(0, None))(xs, params)
+    for x, grad in zip(xs, per_sample):
+        assert torch.equal(grad, torch.func.grad(lambda p, x=x: output(x, p).square().sum())(params))
+
+
+def test_a_compiled_call_of_the_function_is_eager_forward_and_backward() -> None:
+    call = CALLS["lstm_proj_bidi_bm"]
+    a = call.arrays()
+    lengths = tensor(a["lengths"])
+
+    def loss(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        y, hy, cy = ct.cudnn_rnn(x, h, c, params, lengths, **call.kwargs)
+        return y.square().sum() + hy.sum() + cy.sum()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    eager_inputs = [tensor(a[k], True) for k in ("x", "h", "c", "params")]
+    compiled_inputs = [tensor(a[k], True) for k in ("x", "h", "c", "params")]
+    want, got = loss(*eager_inputs), compiled(*compiled_inputs)
+    torch.testing.assert_close(got, want)
+    for ours, theirs in zip(torch.autograd.grad(got, compiled_inputs), torch.autograd.grad(want, eager_inputs)):
+        torch.testing.assert_close(ours, theirs)
 
 
 # ---- (3) PyTorch's own RNNs --------------------------------------------------------------------------
@@ -264,15 +350,34 @@ def test_the_ops_stay_out_of_cuda_graphs_and_reduce_overhead_still_runs() -> Non
 def test_opcheck_passes_for_both_operators() -> None:
     call = Call("lstm", 2, direction="bidirectional", lengths=(4, 0, 2))
     a = call.arrays()
-    x, h, c, params, lengths = (tensor(a[k], k not in ("lengths",)) for k in ("x", "h", "c", "params", "lengths"))
+    # the operators themselves have no autograd formula: autograd reaches them through ct.cudnn_rnn's Function
+    x, h, c, params, lengths = (tensor(a[k]) for k in ("x", "h", "c", "params", "lengths"))
     attributes = ["lstm", "linear_input", "bidirectional", 0.5, 1, 2, 0]
     forward_args = (x, h, c, params, lengths, None, *attributes, True, True, "standard", 0)
     torch.library.opcheck(torch.ops.cudnn_rnn.rnn_forward.default, forward_args)
     y, hy, cy, reserve = torch.ops.cudnn_rnn.rnn_forward(*forward_args)
-    detached = [t.detach() for t in (x, h, c, params)]
-    backward_args = (*detached, lengths, None, y.detach(), hy.detach(), cy.detach(), torch.ones_like(y), None,
-                     torch.ones_like(cy), reserve.detach(), *attributes, True, "standard")
+    backward_args = (x, h, c, params, lengths, None, y, hy, cy, torch.ones_like(y), None, torch.ones_like(cy),
+                     reserve, *attributes, True, "standard")
     torch.library.opcheck(torch.ops.cudnn_rnn.rnn_backward.default, backward_args)
+
+
+@pytest.mark.parametrize("step, error, message", [
+    (torch.tensor([1, 2]), TypeError, "step must be a 0-d integer tensor; got a 1-d torch.int64 tensor"),
+    (torch.tensor(float("nan")), TypeError, "step must be a 0-d integer tensor; got a 0-d torch.float32 tensor"),
+    (torch.tensor(1.7), TypeError, "step must be a 0-d integer tensor; got a 0-d torch.float32 tensor"),
+    (torch.tensor(2**31), ValueError, r"step must be a C int, as seed2 is \(in \[-2\*\*31, 2\*\*31 - 1\]\); "
+                                      "got 2147483648")])
+def test_the_forward_operator_refuses_a_bad_step(step: torch.Tensor, error: type, message: str) -> None:
+    call = Call("gru")
+    a = call.arrays()
+    args = [tensor(a["x"]), tensor(a["h"]), None, tensor(a["params"]), None]
+    attributes = ["gru", "linear_input", "unidirectional", 0.5, 1, 2, 0, True, True, "standard", 0]
+    with pytest.raises(error, match=message):
+        torch.ops.cudnn_rnn.rnn_forward(*args, step, *attributes)
+    y, _, _, _ = torch.ops.cudnn_rnn.rnn_forward(*args, torch.tensor(5, dtype=torch.int32), *attributes)
+    expected = cudnn_rnn.cudnn_rnn_v3(a["x"], a["h"], None, a["params"], rnn_mode="gru", dropout=0.5, seed=1,
+                                      seed2=5)
+    np.testing.assert_array_equal(numpy(y), expected.output)  # seed2 is the step's value
 
 
 # ---- (5) float16 and bfloat16 -------------------------------------------------------------------------

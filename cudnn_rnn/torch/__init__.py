@@ -1,17 +1,12 @@
-"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, and the layers as ``nn.Module`` classes.
-
-::
+"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, the layers as ``nn.Module``s::
 
     from cudnn_rnn.torch import cudnn_rnn, LSTM, GRU, RNN
     y, h, c = cudnn_rnn(x, h0, c0, params, lengths, rnn_mode="lstm")   # cudnn_rnn.cudnn_rnn_v3 on tensors
     lstm = LSTM(input_size=16, num_units=64, num_layers=2, dropout=0.1)  # one nn.Parameter, ``params``
     y, h, c = lstm(x, lengths)                                          # x [B, T, I]; autograd, torch.compile
 
-CPU tensors run the reference backend on NumPy views of their memory, CUDA tensors run cuDNN on
-CuPy views (DLPack) on PyTorch's current stream. Gradients are this library's backprop, through
-``torch.ops.cudnn_rnn.rnn_forward`` / ``rnn_backward`` (``torch.library`` custom operators), so
-``torch.compile(fullgraph=True)`` traces them without a graph break. ``import cudnn_rnn`` never
-imports torch; this package is imported on its own, as ``import cudnn_rnn.torch``.
+CPU tensors run the reference backend, CUDA tensors cuDNN, on views of their memory; gradients are
+this library's backprop. ``import cudnn_rnn`` never imports torch: import ``cudnn_rnn.torch``.
 """
 
 from ._op import cudnn_rnn

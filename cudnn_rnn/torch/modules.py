@@ -36,7 +36,7 @@ from .._checks import flag
 from .._layer_args import ArgumentCheck
 from .._recurrent_layer import RecurrentLayer, constructor_arguments
 from ..config import DTYPES, RNNConfig
-from ._op import DropoutState, numpy_dtype_of, rnn_forward, to_array, to_tensor
+from ._op import DropoutState, numpy_dtype_of, rnn, to_array, to_tensor
 
 __all__ = ["LSTM", "GRU", "RNN"]
 
@@ -200,10 +200,10 @@ class _RecurrentModule(nn.Module):
             if config.inter_layer_dropout:  # a fresh tensor: the counter moves on below
                 step = torch.remainder(self.step, _SEED2_PERIOD)
             self.step.add_(1)
-        y, h, c, _ = rnn_forward(x, h0, c0 if config.has_cell else None, self.params,
-                                 lengths if isinstance(lengths, Tensor) else None, step, config.rnn_mode,
-                                 config.input_mode, config.direction, dropout, config.seed, 0, config.num_proj,
-                                 self.training or needs_grad, time_major, config.algo, self._dropout.key)
+        y, h, c, _ = rnn(x, h0, c0 if config.has_cell else None, self.params,
+                         lengths if isinstance(lengths, Tensor) else None, step, config.rnn_mode,
+                         config.input_mode, config.direction, dropout, config.seed, 0, config.num_proj,
+                         self.training or needs_grad, time_major, config.algo, self._dropout.key)
         return y, h, (c if config.has_cell else None)
 
     # -- to and from the library's layers --------------------------------------------------------------
