@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import inspect
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -514,6 +515,43 @@ def test_state_dict_restores_params_and_step() -> None:
     fresh.load_state_dict(state)
     assert int(fresh.step) == 3 and torch.equal(fresh.params, module.params)
     assert torch.equal(fresh(x)[0], module(x)[0])  # the same next masks (seed2 = 3)
+
+
+def test_load_state_dict_refuses_a_bad_step_and_the_counter_never_wraps() -> None:
+    module = ct.GRU(2, 3, 2, dropout=0.5)
+    params = module.params.detach().clone()
+    for step, error, message in [
+            (torch.tensor(-1), ValueError, r"^step must be a non-negative integer < 2\*\*63; got -1$"),  # as a layer
+            (torch.tensor(3.0), TypeError, r"^step must be a 0-d integer tensor; got a 0-d torch.float32 tensor$"),
+            (torch.tensor([3]), TypeError, r"^step must be a 0-d integer tensor; got a 1-d torch.int64 tensor$")]:
+        with pytest.raises(error, match=message):
+            module.load_state_dict({"params": params + 1, "step": step})
+        assert torch.equal(module.params, params) and int(module.step) == 0  # refused before anything loads
+    with pytest.raises(ValueError, match=r"^rnn.step must be a non-negative integer < 2\*\*63; got -2$"):
+        torch.nn.ModuleDict({"rnn": module}).load_state_dict({"rnn.params": params, "rnn.step": torch.tensor(-2)})
+    module.load_state_dict({"params": params, "step": torch.tensor(7, dtype=torch.int32)})
+    assert module.step.dtype == torch.int64 and int(module.step) == 7
+    module.load_state_dict({"params": params, "step": torch.tensor(2**63 - 1)})
+    x = torch.randn(2, 3, 2)
+    module.eval()(x)  # no step taken
+    with pytest.raises(RuntimeError, match=r"step must stay a non-negative integer < 2\*\*63"):
+        module.train()(x)
+    assert int(module.step) == 2**63 - 1  # not wrapped to -2**63
+    assert module.to_layer().step == 2**63 - 1
+
+
+def test_each_module_has_its_layers_constructor_through_one_base() -> None:
+    for module_class, layer_class in ((ct.LSTM, cudnn_rnn.LSTM), (ct.GRU, cudnn_rnn.GRU), (ct.RNN, cudnn_rnn.RNN)):
+        assert module_class.__init__ is ct.LSTM.__init__ and module_class.layer_class is layer_class
+        theirs = [p for p in inspect.signature(layer_class).parameters.values() if p.name != "xp"]
+        assert list(inspect.signature(module_class).parameters.values()) == theirs
+        with pytest.raises(TypeError, match="unexpected keyword argument 'xp'"):
+            module_class(2, 3, xp=np)
+    assert ct.LSTM(2, 3, num_proj=2, dtype=torch.float64).config == cudnn_rnn.LSTM(2, 3, num_proj=2,
+                                                                                   dtype="float64").config
+    relu = ct.RNN(2, 3, activation="relu", bidirectional=True)
+    assert relu.activation == "relu"
+    assert repr(relu) == "RNN(input_size=2, num_units=3, num_layers=1, bidirectional=True, activation='relu')"
 
 
 def test_double_changes_the_dtype_of_params_and_config() -> None:
