@@ -1,4 +1,4 @@
-"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, the layers as ``nn.Module``s::
+"""cudnn_rnn for PyTorch: the op as a differentiable custom operator, the layers as ``nn.Module`` classes::
 
     from cudnn_rnn.torch import cudnn_rnn, LSTM, GRU, RNN
     y, h, c = cudnn_rnn(x, h0, c0, params, lengths, rnn_mode="lstm")   # cudnn_rnn.cudnn_rnn_v3 on tensors

@@ -162,7 +162,8 @@ class _RecurrentModule(nn.Module):
 
 
 class LSTM(_RecurrentModule, layer=layers.LSTM):
-    """:class:`cudnn_rnn.LSTM` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``; gates i, f, g, o::
+    """:class:`cudnn_rnn.LSTM` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``;
+    gates i, f, g, o (cuDNN order)::
 
         i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
@@ -170,7 +171,8 @@ class LSTM(_RecurrentModule, layer=layers.LSTM):
 
 
 class GRU(_RecurrentModule, layer=layers.GRU):
-    """:class:`cudnn_rnn.GRU` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``; gates r, u, n::
+    """:class:`cudnn_rnn.GRU` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``;
+    gates r, u, n (cuDNN order)::
 
         r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
@@ -178,10 +180,8 @@ class GRU(_RecurrentModule, layer=layers.GRU):
 
 
 class RNN(_RecurrentModule, layer=layers.RNN):
-    """:class:`cudnn_rnn.RNN` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``::
-
-        h_t = act(W x_t + bW + R h_{t-1} + bR),   act = tanh or relu (``activation``)
-    """
+    """:class:`cudnn_rnn.RNN` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``:
+    ``h_t = act(W x_t + bW + R h_{t-1} + bR)``, act tanh or relu (``activation``)."""
 
     @property
     def activation(self) -> str:
