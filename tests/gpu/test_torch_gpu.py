@@ -95,6 +95,21 @@ def test_cuda_tensors_run_the_library_op_on_cupy(rnn_mode: str, time_major: bool
     assert relative_error(host(inputs[3].grad), host(cpu[3].grad)) <= 1e-8
 
 
+def test_torch_func_grad_on_cuda_is_autograds_and_forward_mode_is_refused() -> None:
+    a = arrays("gru", True)
+    x, h, params = (to_cuda(v) for v in (a["x"], a["h"], a["params"].astype(np.float64)))
+    lengths = torch.from_numpy(a["lengths"])
+
+    def loss(params: Any) -> Any:
+        return ct.cudnn_rnn(x, h, None, params, lengths, **a["kwargs"])[0].square().sum()
+
+    leaf = params.clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(leaf), leaf)
+    assert relative_error(host(torch.func.grad(loss)(params)), host(want)) <= 1e-12
+    with pytest.raises(NotImplementedError, match="forward-mode differentiation"):
+        torch.func.jvp(loss, (params,), (torch.ones_like(params),))
+
+
 def test_the_op_runs_on_pytorchs_current_stream() -> None:
     a = arrays("lstm", True)
     args = [to_cuda(v) for v in (a["x"], a["h"], a["c"], a["params"].astype(np.float64))]
