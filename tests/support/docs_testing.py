@@ -64,6 +64,7 @@ RUNNER_TESTS: dict[str, str] = {
     "default": "tests/test_docs_guides.py",
     "oracle": "tests/oracle/test_docs_guides_oracle.py",
     "distributed": "tests/distributed/test_docs_distributed.py",
+    "torchrun": "tests/test_torch_ddp.py",
 }
 
 #: every page of docs/guides (relative to it) -> the one runner that runs it. The default runner needs
@@ -87,6 +88,7 @@ PAGE_RUNNERS: dict[str, str] = {
     "torch.md": "default",
     "training.md": "default",
     "distributed.md": "distributed",
+    "torch-ddp.md": "torchrun",
     "checkpoints.md": "default",
     "gpu.md": "default",
     "tensorflow-differences.md": "default",
