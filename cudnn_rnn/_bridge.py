@@ -11,14 +11,13 @@ buffers::
     outputs = forward(..., dropout_rng=rng)                       a module's own dropout RNG, as a layer's
     grads = backward(attrs, x, h, c, p, lengths, y, hy, cy, dy, dhy, dcy, reserve)  -> RNNGradients
     copy_into(framework_buffer, outputs.output)                   results into buffers the framework made
+    init_params(config, seed)                                     a layer's initial params buffer
 
 The reserve_space of a training forward is an output the framework must size before any data
 exists: :meth:`Signature.reserve_elements` gives its length for the backend a platform runs (the
 reference backend on ``"cpu"``, cuDNN on ``"cuda"``). It travels through the framework's graph as
 the backward's residual, so :func:`backward` checks it as an array but does not read its header
 (``ops.backprop_from_residual``): on CuPy that would wait for the device.
-
-``init_params(config, seed)`` is the buffer the layer classes start from with that seed.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from .config import RNNConfig
 from .ops import RNNGradients, RNNOutputs, backprop_from_residual, forward_with_rng
 
 __all__ = ["Attrs", "Signature", "signature", "forward", "backward", "copy_into", "init_params", "PLATFORMS"]
+
 
 @dataclass(frozen=True)
 class Attrs:
@@ -84,9 +84,7 @@ def forward(attrs: Attrs, input: Array, input_h: Array, input_c: Array | None, p
             ) -> RNNOutputs:
     """:func:`cudnn_rnn.cudnn_rnn_v3` with ``attrs`` (NumPy: reference backend; CuPy: cuDNN on the current stream).
 
-    ``dropout_rng``: a module's own dropout RNG, as a layer's (``ops.forward_with_rng``): on cuDNN the
-    masks come from it, seeded from (seed, seed2) once per GPU and advancing from call to call, instead
-    of a set-up of cuDNN's dropout state from the seeds at every call whose seeds changed.
+    ``dropout_rng``: a module's own dropout RNG, as a layer's (``ops.forward_with_rng``).
     """
     return forward_with_rng(input, input_h, input_c, params, sequence_lengths, dropout_rng,
                             is_training=is_training, **attrs.op_kwargs())
@@ -107,11 +105,7 @@ def backward(attrs: Attrs, input: Array, input_h: Array, input_c: Array | None, 
 
 
 def copy_into(destination: Array, source: Array) -> None:
-    """Copy an op result into a buffer the framework made (NumPy, or CuPy on the current stream).
-
-    Shapes must match, except for a 1-D reserve_space, which fills the front of a destination at
-    least as long (cuDNN reads only the length it asked for).
-    """
+    """Copy an op result into a buffer the framework made; a 1-D reserve_space fills the front of a longer one."""
     array_module(destination=destination, source=source)  # both of one kind
     if destination.shape == source.shape:
         destination[...] = source

@@ -126,8 +126,8 @@ def test_no_module_is_over_600_lines(path: Path) -> None:
     assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines; split it by what its parts do"
 
 
-#: the modules that may import ctypes: the one C boundary (cuDNN) and the JAX bridge's FFI glue (XLA's C API)
-CTYPES_MODULES = {"cudnn_rnn._lib", "cudnn_rnn.jax._xla_ffi"}
+#: the modules that may import ctypes: the one C boundary (cuDNN)
+CTYPES_MODULES = {"cudnn_rnn._lib"}
 
 
 def _imports_ctypes(path: Path) -> bool:
@@ -144,3 +144,15 @@ def test_only_the_c_boundaries_import_ctypes() -> None:
     outside = sorted(importers - CTYPES_MODULES)
     assert not outside, f"ctypes imported outside the C boundaries: {outside}"
     assert "cudnn_rnn._lib" in importers
+
+
+#: the framework bridges: thin adapters on JAX's and PyTorch's own extension points
+BRIDGES = ("_bridge.py", "jax", "torch")
+MAX_BRIDGE_LINES = 1000
+
+
+def test_the_bridges_stay_small() -> None:
+    files = [path for name in BRIDGES for path in ([PACKAGE / name] if name.endswith(".py")
+                                                   else sorted((PACKAGE / name).glob("*.py")))]
+    lines = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines()) for path in files}
+    assert sum(lines.values()) <= MAX_BRIDGE_LINES, f"the bridges have {sum(lines.values())} lines: {lines}"

@@ -1,39 +1,39 @@
-"""``cudnn_rnn.jax.cudnn_rnn``: the op as a ``jax.custom_vjp`` over two XLA FFI calls.
-
-Tracing a call checks it from its shapes (``_bridge.signature``: the op's own errors), then emits::
+"""``cudnn_rnn.jax.cudnn_rnn``: the op as a ``jax.custom_vjp`` over two ``jax.experimental.buffer_callback`` calls.
 
     primal    FORWARD(input, input_h, [input_c], params, [lengths], [seed2]) -> output, output_h, [output_c],
-              [reserve]
-    fwd rule  the same forward, training: the reserve and every operand and output are the residuals
+              [reserve]                                       (shapes checked while tracing: _bridge.signature)
+    fwd rule  the same forward, training; residuals: its operands, its outputs and the reserve
     bwd rule  BACKWARD(residuals, output_backprop, output_h_backprop, [output_c_backprop])
               -> input_backprop, input_h_backprop, [input_c_backprop], params_backprop
 
-The reserve's length is decided while tracing, before the platform that runs the computation is
-known: it is the longest a training forward keeps on any platform JAX has here (the reference
-backend's on ``cpu``; cuDNN's on ``cuda``, asked on CuPy's current GPU), and each platform fills
-its front. Under differentiation a forward with ``is_training=False`` runs as a training forward
-with dropout 0 (the same outputs: an inference forward applies no dropout), so that its gradient
-exists; without differentiation it runs as asked and keeps no reserve.
+Each runs the op on XLA's own buffers: the reference backend on NumPy views (CPU), cuDNN on CuPy views
+with XLA's stream current (CUDA). The reserve is sized while tracing for the longest platform JAX has;
+each fills its front. Differentiated, ``is_training=False`` runs as training with dropout 0 (the same
+outputs). Inside ``jax.shard_map`` results vary over every mesh axis an operand varies over, so that a
+replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.buffer_callback import buffer_callback
 
 from .. import _bridge
 from ..config import RNNConfig
-from . import _targets
+from ..ops import _host_lengths
 
 __all__ = ["cudnn_rnn", "init_params"]
 
-#: jax.ShapeDtypeStruct (untyped in JAX): (shape, dtype) -> a result's shape and dtype for jax.ffi.ffi_call
-_result: Callable[[tuple[int, ...], Any], Any] = jax.ShapeDtypeStruct
+SECOND_ORDER = ("cudnn_rnn.jax: second-order differentiation (a gradient of the gradient: jax.grad of jax.grad, "
+                "jax.hessian) is not supported; the op has first-order reverse mode (jax.grad, jax.vjp, jax.jacrev)")
 
 
 @dataclass(frozen=True)
@@ -47,72 +47,133 @@ class _Call:
     sig: _bridge.Signature
     reserve_elements: int
 
+    def operands(self) -> tuple[str, ...]:
+        """The forward's operand names: input, input_h, [input_c], params, [sequence_lengths], [seed2]."""
+        return ("input", "input_h", *(("input_c",) if self.attrs.has_cell else ()), "params",
+                *(("sequence_lengths",) if self.has_lengths else ()), *(("seed2",) if self.has_seed2 else ()))
+
 
 @functools.cache
-def _platforms() -> tuple[str, ...]:
-    """The platforms of ``_bridge.PLATFORMS`` that JAX can run here: ``cpu``, and ``cuda`` with a CUDA backend."""
-    try:
-        jax.devices("cuda")
-    except RuntimeError:  # JAX has no CUDA backend here
-        return ("cpu",)
-    return ("cpu", "cuda")
+def _has_cuda() -> bool:
+    """Whether JAX has a CUDA backend here (then a call may run on ``cuda`` as well as ``cpu``)."""
+    with contextlib.suppress(RuntimeError):
+        return bool(jax.devices("cuda"))
+    return False
 
 
 def _reserve_elements(sig: _bridge.Signature) -> int:
     """The longest training reserve of the call on the platforms JAX has (see the module docstring)."""
     sizes = [sig.reserve_elements("cpu")]
-    if "cuda" in _platforms():
-        try:
+    if _has_cuda():
+        with contextlib.suppress(ImportError):  # no CuPy or cuDNN: the CUDA call reports that if it runs there
             sizes.append(sig.reserve_elements("cuda"))
-        except ImportError:  # no CuPy or cuDNN: the CUDA target reports that if the call runs there
-            pass
     return max(sizes)
 
 
-def _as_array(name: str, value: Any) -> Any:
-    """``value`` if it is an array (a jax.Array, a tracer, a NumPy array); TypeError otherwise."""
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        raise TypeError(f"{name} must be a jax.Array or numpy.ndarray; got {type(value).__name__}")
-    return jnp.asarray(value)
+# ---- the buffers XLA hands a callback, as arrays ----------------------------------------------------
+@contextlib.contextmanager
+def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
+    """NumPy views of host buffers; on a GPU CuPy views, inside the call's device and XLA's stream."""
+    try:
+        stream = ctx.stream
+    except jax.errors.JaxRuntimeError:  # no GPU context: a CPU call
+        yield [np.asarray(buffer) for buffer in buffers]
+        return
+    from .._cudnn_streams import import_cupy
+
+    cupy = import_cupy()
+    pointers = [buffer.__cuda_array_interface__["data"][0] for buffer in buffers]
+    device = next((cupy.cuda.runtime.pointerGetAttributes(p).device for p in pointers if p), cupy.cuda.Device().id)
+    with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream, device):
+        def view(buffer: Any, pointer: int) -> Any:  # XLA owns the memory: no owner
+            nbytes = int(np.prod(buffer.shape)) * buffer.dtype.itemsize
+            memory = cupy.cuda.UnownedMemory(pointer, nbytes, None, device)
+            return cupy.ndarray(buffer.shape, buffer.dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+        yield [view(buffer, pointer) for buffer, pointer in zip(buffers, pointers)]
 
 
-def _extras(call: _Call, lengths: Any, seed2: Any) -> tuple[Any, ...]:
-    """The optional operands a call has, in order: sequence_lengths, then a traced seed2."""
-    return (*((lengths,) if call.has_lengths else ()), *((seed2,) if call.has_seed2 else ()))
+def _seeded(call: _Call, named: dict[str, Any]) -> _bridge.Attrs:
+    """The call's attributes with a traced seed2's value (a scalar operand; on a GPU, reading it waits)."""
+    return dataclasses.replace(call.attrs, seed2=int(named["seed2"].reshape(()))) if call.has_seed2 else call.attrs
 
 
-def _flags(call: _Call) -> dict[str, bool]:
-    return {"has_lengths": call.has_lengths, "has_seed2": call.has_seed2}
+@functools.lru_cache(maxsize=256)  # one callback per call signature, so that JAX's caches see the same one
+def _callbacks(call: _Call) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The forward's and the backward's callbacks of ``call``: ``(ctx, out, *operands) -> None``."""
+    cell, names = call.attrs.has_cell, call.operands()
+    result_names = ("output", "output_h", *(("output_c",) if cell else ()),
+                    *(("reserve_space",) if call.is_training else ()))
+    grad_names = ("input_backprop", "input_h_backprop", *(("input_c_backprop",) if cell else ()), "params_backprop")
+    outputs = ("output", "output_h", *(("output_c",) if cell else ()))
+
+    def forward(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
+        with _arrays(ctx, [*operands, *out]) as arrays:
+            a = dict(zip(names, arrays))
+            results = _bridge.forward(_seeded(call, a), a["input"], a["input_h"], a.get("input_c"), a["params"],
+                                      a.get("sequence_lengths"), is_training=call.is_training)
+            for name, destination in zip(result_names, arrays[len(operands):]):
+                _bridge.copy_into(destination, getattr(results, name))
+
+    def backward(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
+        with _arrays(ctx, [*operands, *out]) as arrays:
+            a = dict(zip((*names, *outputs, *(f"{name}_backprop" for name in outputs), "reserve_space"), arrays))
+            grads = _bridge.backward(_seeded(call, a), a["input"], a["input_h"], a.get("input_c"), a["params"],
+                                     a.get("sequence_lengths"), a["output"], a["output_h"], a.get("output_c"),
+                                     a["output_backprop"], a["output_h_backprop"], a.get("output_c_backprop"),
+                                     a["reserve_space"])
+            for name, destination in zip(grad_names, arrays[len(operands):]):
+                _bridge.copy_into(destination, getattr(grads, name))
+
+    return forward, backward
 
 
-def _traced_seed2(seed2: Any) -> Any:
-    """A seed2 given as an integer array of shape () (a traced value: one compilation for every step's seed), as
-    an int64 jax.Array; None for a Python int (the attribute, checked as the op checks it)."""
-    if not (hasattr(seed2, "shape") and hasattr(seed2, "dtype")) or isinstance(seed2, (np.integer, int)):
-        return None
-    if not jnp.issubdtype(seed2.dtype, jnp.integer):
-        raise TypeError(f"seed2 must be an int or an integer array of shape (); got an array of dtype {seed2.dtype}")
-    if tuple(seed2.shape) != ():
-        raise ValueError(f"seed2 must be an int or an integer array of shape (); got shape {tuple(seed2.shape)}")
-    return jnp.asarray(seed2)
+# ---- shard_map: results vary over the axes the operands vary over ---------------------------------------
+def _varying(value: Any) -> frozenset[str]:
+    """The mesh axes ``value`` varies over inside ``jax.shard_map`` (none outside it)."""
+    aval = jax.typeof(value)
+    manual = getattr(aval, "manual_axis_type", None)  # JAX >= 0.10; before, the set was ``aval.vma``
+    return frozenset(manual.varying) if manual is not None else frozenset(getattr(aval, "vma", ()))
 
 
-def _forward(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any, *,
-             training: bool) -> list[Any]:
-    attrs, sig = call.attrs, call.sig
-    shapes = {"output": sig.output_shape, "output_h": sig.output_h_shape, "output_c": sig.output_c_shape,
-              "reserve_space": (call.reserve_elements,)}
-    results = [_result(shapes[name], sig.dtype)
-               for name in _targets.forward_results(attrs.has_cell, training)]
-    operands = (x, h, *((c,) if attrs.has_cell else ()), params, *_extras(call, lengths, seed2))
-    _targets.ensure_registered()
-    outputs = jax.ffi.ffi_call(_targets.FORWARD, results, vmap_method="sequential")(
-        *operands, **_targets.ffi_attributes(attrs, is_training=training, **_flags(call)))
-    return list(outputs)
+def _vary(values: Sequence[Any], axes: frozenset[str]) -> list[Any]:
+    """``values``, each cast to vary over ``axes`` (``jax.lax.pcast``) where it does not yet."""
+    def cast(value: Any) -> Any:
+        missing = tuple(sorted(axes - _varying(value)))
+        return jax.lax.pcast(value, missing, to="varying") if missing else value
+
+    return [value if value is None else cast(value) for value in values]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _run(callback: Callable[..., None], results: tuple[tuple[tuple[int, ...], Any], ...], *operands: Any
+         ) -> list[Any]:
+    """One callback's results ``[(shape, dtype)]``; not differentiable itself: the custom_vjp differentiates."""
+    axes = frozenset().union(*(_varying(operand) for operand in operands))
+    shapes = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in results)  # type: ignore[no-untyped-call]
+    return _vary(buffer_callback(callback, shapes, vmap_method="sequential")(*operands), axes)
+
+
+@_run.defjvp
+def _no_second_order(callback: Any, results: Any, primals: Any, tangents: Any) -> Any:
+    raise NotImplementedError(SECOND_ORDER)  # reached by differentiating a forward or backward inside a gradient
+
+
+# ---- the custom_vjp --------------------------------------------------------------------------------------
+def _forward(call: _Call, operands: Sequence[Any]) -> list[Any]:
+    sig, cell = call.sig, call.attrs.has_cell
+    results = [sig.output_shape, sig.output_h_shape, *((sig.output_c_shape,) if cell else ()),
+               *(((call.reserve_elements,),) if call.is_training else ())]
+    return _run(_callbacks(call)[0], tuple((shape, sig.dtype) for shape in results), *operands)
+
+
+def _present(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> list[Any]:
+    return [x, h, *((c,) if call.attrs.has_cell else ()), params, *((lengths,) if call.has_lengths else ()),
+            *((seed2,) if call.has_seed2 else ())]
 
 
 def _primal(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> tuple[Any, Any, Any]:
-    outputs = _forward(call, x, h, c, params, lengths, seed2, training=call.is_training)
+    outputs = _forward(call, _present(call, x, h, c, params, lengths, seed2))
     return outputs[0], outputs[1], outputs[2] if call.attrs.has_cell else None
 
 
@@ -125,26 +186,26 @@ def _differentiated(call: _Call) -> _Call:
                    reserve_elements=_reserve_elements(sig))
 
 
-def _fwd(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any,
-         seed2: Any) -> tuple[tuple[Any, Any, Any], Any]:
+def _fwd(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> tuple[Any, Any]:
     run = _differentiated(call)
-    outputs = _forward(run, x, h, c, params, lengths, seed2, training=True)
-    y, hy, cy = outputs[0], outputs[1], outputs[2] if run.attrs.has_cell else None
-    return (y, hy, cy), (x, h, c, params, lengths, seed2, y, hy, cy, outputs[-1])
+    operands = _present(run, x, h, c, params, lengths, seed2)
+    outputs = _forward(run, operands)
+    return (outputs[0], outputs[1], outputs[2] if run.attrs.has_cell else None), (operands, outputs)
+
+
+def _backward(call: _Call, *operands: Any) -> list[Any]:
+    named = dict(zip(call.operands(), operands))
+    shapes = tuple((named[name].shape, named[name].dtype) for name in ("input", "input_h", "input_c", "params")
+                   if name in named)
+    return _run(_callbacks(call)[1], shapes, *operands)
 
 
 def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any, ...]:
     run = _differentiated(call)
-    x, h, c, params, lengths, seed2, y, hy, cy, reserve = residuals
-    dy, dhy, dcy = cotangents
+    operands, outputs = residuals
     cell = run.attrs.has_cell
-    operands = (x, h, *((c,) if cell else ()), params, *_extras(run, lengths, seed2), y, hy,
-                *((cy,) if cell else ()), dy, dhy, *((dcy,) if cell else ()), reserve)
-    shapes = {"input_backprop": x, "input_h_backprop": h, "input_c_backprop": c, "params_backprop": params}
-    results = [_result(shapes[name].shape, shapes[name].dtype)
-               for name in _targets.backward_results(cell)]
-    grads = jax.ffi.ffi_call(_targets.BACKWARD, results, vmap_method="sequential")(
-        *operands, **_targets.ffi_attributes(run.attrs, **_flags(run)))
+    count = 3 if cell else 2  # output, output_h, [output_c]
+    grads = _backward(run, *operands, *outputs[:count], *cotangents[:count], outputs[-1])
     return grads[0], grads[1], grads[2] if cell else None, grads[-1], None, None
 
 
@@ -152,99 +213,91 @@ _rnn = jax.custom_vjp(_primal, nondiff_argnums=(0,))
 _rnn.defvjp(_fwd, _bwd)
 
 
+def _traced_seed2(seed2: Any) -> Any:
+    """A seed2 given as an integer array of shape () (a traced value: one compilation for every step's seed), as a
+    jax.Array; None for a Python int (the attribute, checked as the op checks it)."""
+    if not (hasattr(seed2, "shape") and hasattr(seed2, "dtype")) or isinstance(seed2, (np.integer, int)):
+        return None
+    if not jnp.issubdtype(seed2.dtype, jnp.integer):
+        raise TypeError(f"seed2 must be an int or an integer array of shape (); got an array of dtype {seed2.dtype}")
+    if tuple(seed2.shape) != ():
+        raise ValueError(f"seed2 must be an int or an integer array of shape (); got shape {tuple(seed2.shape)}")
+    return jnp.asarray(seed2)
+
+
+def _array(name: str, value: Any) -> Any:
+    """``value`` if it is an array (a jax.Array, a tracer, a NumPy array); TypeError otherwise."""
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise TypeError(f"{name} must be a jax.Array or numpy.ndarray; got {type(value).__name__}")
+    return value
+
+
 def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_lengths: Any = None, *,
               rnn_mode: str = "lstm", input_mode: str = "linear_input", direction: str = "unidirectional",
               dropout: float = 0.0, seed: int = 0, seed2: int = 0, num_proj: int = 0, is_training: bool = True,
               time_major: bool = True, algo: str = "standard") -> tuple[Any, Any, Any]:
-    """:func:`cudnn_rnn.cudnn_rnn_v3` on ``jax.Array``\\ s, under ``jax.jit``, ``jax.grad`` and ``jax.vjp``.
+    """:func:`cudnn_rnn.cudnn_rnn_v3` on ``jax.Array``\\ s, under ``jax.jit``, ``jax.grad``, ``vmap``, ``shard_map``.
 
-    The op's semantics and shapes exactly (L layers, D directions, B batch, T max length, I input
-    size, N num_units, P = num_proj or N)::
+    The op's semantics, shapes and errors exactly (L layers, D directions, B batch, T max length,
+    I input size, N num_units, P = num_proj or N)::
 
         time_major=True:  input [T, B, I], input_h [L*D, B, P], input_c [L*D, B, N] (LSTM)
                           -> output [T, B, D*P], output_h [L*D, B, P], output_c [L*D, B, N] (LSTM; else None)
         time_major=False: the first two axes of each swapped ([B, T, I], [B, L*D, P], ...)
-        params [params_size] (cudnn_rnn.cudnn_rnn_params_size; init_params gives a layer's)
+        params [params_size] (init_params gives a layer's); sequence_lengths None or int32/int64 [B] in [0, T]
 
-    Output rows past a sequence's length are 0, output_h/output_c hold each sequence's state after
-    its own last step. Differentiable with respect to input, input_h, input_c and params (the
-    library's backprop from the forward's reserve, a residual); sequence_lengths, integers, get no
-    gradient. Every array shares one dtype: float32, float64 (JAX's x64 mode), float16 or bfloat16
-    (the last two compute in float32).
+    Attributes are static, but ``seed2`` may be an integer array of shape () (a traced step counter:
+    one compilation for every step). Differentiable in first-order reverse mode (``jax.grad``, ``jax.vjp``,
+    ``jax.jacrev``) with respect to input, input_h, input_c and params, by the library's backprop;
+    sequence_lengths get no gradient. Forward mode (``jax.jvp``, ``jax.jacfwd``) raises JAX's error
+    for a ``custom_vjp``; second order (``jax.hessian``, grad of grad) raises NotImplementedError.
 
-    Runs as XLA FFI calls: on a CPU device the reference backend on NumPy views of XLA's buffers,
-    on a CUDA device cuDNN on CuPy views of them, on XLA's stream with no host synchronisation,
-    except that ``sequence_lengths``, when given, are read to the host (cuDNN takes them from host
-    memory): the call waits for the work queued before it. Pass ``None`` for all-T lengths in a
-    hot loop on the GPU. cuDNN's workspaces and the op's temporaries come from CuPy's memory pool:
-    start JAX with ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (or a smaller
-    ``XLA_PYTHON_CLIENT_MEM_FRACTION``) to leave it room.
-
-    Args:
-        input: [T, B, I] or [B, T, I].
-        input_h: [L*D, B, P] or [B, L*D, P]: initial hidden states.
-        input_c: [L*D, B, N] or [B, L*D, N]: initial cell states for LSTM; ignored (None accepted)
-            otherwise.
-        params: [params_size]: the params buffer.
-        sequence_lengths: None (all T) or an int32/int64 array [B] with values in [0, T].
-        rnn_mode: as for :func:`cudnn_rnn.cudnn_rnn_v3`, like every attribute below. Static (as
-            all but a traced ``seed2``): a new value traces anew.
-        input_mode: as for the op.
-        direction: as for the op.
-        dropout: as for the op. The masks come from (seed, seed2): the same in every call with
-            the same seeds.
-        seed: as for the op.
-        seed2: an int, or an integer array of shape () (a traced value, e.g. a training step's
-            counter): then one compilation serves every step, the value is read when the call
-            runs (on a GPU that waits for the work queued before it) and must be a C int.
-        num_proj: as for the op.
-        is_training: as for the op. Under differentiation, ``is_training=False`` runs as a
-            training forward without dropout.
-        time_major: as for the op.
-        algo: as for the op.
+    On a GPU it runs on XLA's stream without host synchronisation, but lengths and a traced seed2
+    are read to the host; cuDNN's workspaces come from CuPy's pool (start JAX with
+    ``XLA_PYTHON_CLIENT_PREALLOCATE=false``).
 
     Returns:
         ``(output, output_h, output_c)``, ``output_c`` None for the modes without a cell.
 
     Raises:
-        TypeError, ValueError: while tracing, with the op's messages, for what shapes, dtypes and
-            attributes decide. What only the values decide (lengths outside [0, T], a persistent
-            ``algo`` with unequal lengths) fails when the computation runs: JAX raises the XLA
-            error, ``jax.errors.JaxRuntimeError`` (``ValueError`` on JAX's fast dispatch path), whose
-            message is the op's after XLA's ``INVALID_ARGUMENT:``.
+        TypeError, ValueError: while tracing, with the op's messages, for what shapes, dtypes,
+            attributes and host (NumPy) lengths decide. What only traced values decide (lengths
+            outside [0, T], a persistent ``algo`` with unequal lengths) fails when the call runs:
+            an XLA error (``jax.errors.JaxRuntimeError``, or ``ValueError`` on JAX's fast dispatch
+            path) whose text ends with the op's message.
     """
     traced_seed2 = _traced_seed2(seed2)
     attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, 0 if traced_seed2 is not None else seed2,
                           num_proj, time_major, algo)
-    missing = [name for name, value in (("input", input), ("input_h", input_h), ("params", params)) if value is None]
-    if missing:
-        raise TypeError(f"{', '.join(missing)} must be an array; got None")
-    x, h, p = _as_array("input", input), _as_array("input_h", input_h), _as_array("params", params)
     cell = attrs.rnn_mode == "lstm"
-    c = _as_array("input_c", input_c) if cell and input_c is not None else None
-    lengths = None
-    if sequence_lengths is not None:
-        if not (hasattr(sequence_lengths, "shape") and hasattr(sequence_lengths, "dtype")):
-            raise TypeError("sequence_lengths must be None or an int32 or int64 array of shape [batch]; "
-                            f"got {type(sequence_lengths).__name__}")
-        lengths = sequence_lengths
-    own_dtypes = {name: array.dtype for name, array in (("input_h", h), ("input_c", c), ("params", p))
-                  if array is not None}
-    sig = _bridge.signature(attrs, x.shape, h.shape, None if c is None else c.shape, p.shape, x.dtype,
-                            None if lengths is None else tuple(lengths.shape),
-                            None if lengths is None else lengths.dtype, is_training=is_training, dtypes=own_dtypes)
-    if lengths is not None:
-        lengths = _as_array("sequence_lengths", lengths)
+    named = {"input": input, "input_h": input_h, "input_c": input_c if cell else None, "params": params}
+    arrays = {name: _array(name, value) for name, value in named.items() if value is not None}
+    lengths = sequence_lengths
+    if lengths is not None and not (hasattr(lengths, "shape") and hasattr(lengths, "dtype")):
+        raise TypeError("sequence_lengths must be None or an int32 or int64 array of shape [batch]; "
+                        f"got {type(lengths).__name__}")
+
+    def shape(name: str) -> Any:
+        return None if name not in arrays else tuple(arrays[name].shape)
+
+    sig = _bridge.signature(attrs, shape("input"), shape("input_h"), shape("input_c"), shape("params"),
+                            getattr(input, "dtype", None), None if lengths is None else tuple(lengths.shape),
+                            None if lengths is None else lengths.dtype, is_training=is_training,
+                            dtypes={name: array.dtype for name, array in arrays.items() if name != "input"})
+    if isinstance(lengths, np.ndarray):  # host values: checked before JAX may narrow int64 to int32
+        _host_lengths(lengths, sig.batch, sig.max_time)
     call = _Call(attrs, bool(is_training), lengths is not None, traced_seed2 is not None, sig, _reserve_elements(sig))
-    output, output_h, output_c = _rnn(call, x, h, c, p, lengths, traced_seed2)
+    operands = [None if value is None else jnp.asarray(value)
+                for value in (*(named[name] for name in ("input", "input_h", "input_c", "params")), lengths,
+                              traced_seed2)]
+    axes = frozenset().union(*(_varying(value) for value in operands if value is not None))
+    output, output_h, output_c = _rnn(call, *_vary(operands, axes))
     return output, output_h, output_c if cell else None
 
 
 def init_params(config: RNNConfig, seed: int = 0) -> Any:
-    """The params buffer the layer classes start from with ``seed``, as a ``jax.Array`` [params_size].
-
-    The same values as ``cudnn_rnn.LSTM(..., seed=seed).params`` (and GRU, RNN) for the
-    configuration ``config``, in ``config.dtype`` (float64 needs JAX's x64 mode): Glorot-uniform
-    input matrices, orthogonal recurrent matrices, zero biases, and an LSTM's forget-gate bias 1.
-    """
+    """The params buffer ``cudnn_rnn.LSTM(..., seed=seed).params`` (and GRU, RNN) holds for ``config``, as a
+    ``jax.Array`` [params_size] of ``config.dtype`` (float64 needs JAX's x64 mode): Glorot-uniform input
+    matrices, orthogonal recurrent matrices, zero biases, an LSTM's forget-gate bias 1. The seeds a
+    layer refuses are refused in its words."""
     return jnp.asarray(_bridge.init_params(config, seed))
