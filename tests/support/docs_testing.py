@@ -65,6 +65,7 @@ RUNNER_TESTS: dict[str, str] = {
     "oracle": "tests/oracle/test_docs_guides_oracle.py",
     "distributed": "tests/distributed/test_docs_distributed.py",
     "torchrun": "tests/test_torch_ddp.py",
+    "jax-devices": "tests/test_jax_bridge.py",
 }
 
 #: every page of docs/guides (relative to it) -> the one runner that runs it. The default runner needs
@@ -85,6 +86,7 @@ PAGE_RUNNERS: dict[str, str] = {
     "converting/porting-tf1.md": "oracle",
     "converting/into-your-model.md": "oracle",
     "jax.md": "default",
+    "jax-data-parallel.md": "jax-devices",
     "torch.md": "default",
     "training.md": "default",
     "distributed.md": "distributed",
