@@ -10,7 +10,7 @@ direct
     ``cudnn_rnn_v3(..., is_training=True)`` + ``cudnn_rnn_backprop_v3`` on NumPy arrays.
 jax
     ``jax.jit`` of ``jax.vjp`` of ``cudnn_rnn.jax.cudnn_rnn`` (forward and backward in one compiled
-    function, through XLA's FFI), applied to dy, results blocked on.
+    function, through buffer callbacks), applied to dy, results blocked on.
 torch
     ``cudnn_rnn.torch.cudnn_rnn`` forward then ``torch.autograd.grad`` with dy (the custom operators).
 
