@@ -458,7 +458,7 @@ KINDS: dict[str, Kind] = {
                         has("allreduce"), distributed_command, distributed_tables, distributed_plot),
     "bridges": Kind("The JAX and PyTorch bridges against the op",
                     "`benchmarks/bench_bridges.py`: a float32 training step through `cudnn_rnn.jax` (jit of vjp, "
-                    "through XLA's FFI) and `cudnn_rnn.torch` (the custom operators under autograd) against the "
+                    "through buffer callbacks) and `cudnn_rnn.torch` (the custom operators under autograd) against the "
                     "op called directly on NumPy arrays, the same backend underneath; on a GPU, the JAX GRU "
                     "against a `lax.scan` GRU and the JAX LSTM against `jax.experimental.rnn.lstm`.",
                     has("bridges_cpu"), bridges_command, bridges_tables, bridges_plot),
