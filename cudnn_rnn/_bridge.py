@@ -13,11 +13,9 @@ buffers::
     copy_into(framework_buffer, outputs.output)                   results into buffers the framework made
     init_params(config, seed)                                     a layer's initial params buffer
 
-The reserve_space of a training forward is an output the framework must size before any data
-exists: :meth:`Signature.reserve_elements` gives its length for the backend a platform runs (the
-reference backend on ``"cpu"``, cuDNN on ``"cuda"``). It travels through the framework's graph as
-the backward's residual, so :func:`backward` checks it as an array but does not read its header
-(``ops.backprop_from_residual``): on CuPy that would wait for the device.
+A training forward's reserve_space is sized before any data exists (:meth:`Signature.reserve_elements`
+per platform) and travels through the framework's graph as the backward's residual, which is checked as
+an array, its header unread (``ops.backprop_from_residual``: on CuPy that would wait for the device).
 """
 
 from __future__ import annotations

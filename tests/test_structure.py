@@ -148,7 +148,7 @@ def test_only_the_c_boundaries_import_ctypes() -> None:
 
 #: the framework bridges: thin adapters on JAX's and PyTorch's own extension points
 BRIDGES = ("_bridge.py", "jax", "torch")
-MAX_BRIDGE_LINES = 1000
+MAX_BRIDGE_LINES = 999  # under 1,000
 
 
 def test_the_bridges_stay_small() -> None:

@@ -225,13 +225,6 @@ def _traced_seed2(seed2: Any) -> Any:
     return jnp.asarray(seed2)
 
 
-def _array(name: str, value: Any) -> Any:
-    """``value`` if it is an array (a jax.Array, a tracer, a NumPy array); TypeError otherwise."""
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        raise TypeError(f"{name} must be a jax.Array or numpy.ndarray; got {type(value).__name__}")
-    return value
-
-
 def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_lengths: Any = None, *,
               rnn_mode: str = "lstm", input_mode: str = "linear_input", direction: str = "unidirectional",
               dropout: float = 0.0, seed: int = 0, seed2: int = 0, num_proj: int = 0, is_training: bool = True,
@@ -271,11 +264,13 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
                           num_proj, time_major, algo)
     cell = attrs.rnn_mode == "lstm"
     named = {"input": input, "input_h": input_h, "input_c": input_c if cell else None, "params": params}
-    arrays = {name: _array(name, value) for name, value in named.items() if value is not None}
     lengths = sequence_lengths
-    if lengths is not None and not (hasattr(lengths, "shape") and hasattr(lengths, "dtype")):
-        raise TypeError("sequence_lengths must be None or an int32 or int64 array of shape [batch]; "
-                        f"got {type(lengths).__name__}")
+    for name, value in (*named.items(), ("sequence_lengths", lengths)):  # arrays: jax.Array, tracer or NumPy
+        if value is not None and not (hasattr(value, "shape") and hasattr(value, "dtype")):
+            kind = ("None or an int32 or int64 array of shape [batch]" if name == "sequence_lengths"
+                    else "a jax.Array or numpy.ndarray")
+            raise TypeError(f"{name} must be {kind}; got {type(value).__name__}")
+    arrays = {name: value for name, value in named.items() if value is not None}
 
     def shape(name: str) -> Any:
         return None if name not in arrays else tuple(arrays[name].shape)
