@@ -1,4 +1,4 @@
-"""``cudnn_rnn.jax`` on the CPU: the op through XLA's FFI equals the library's op bit for bit, its gradients are
+"""``cudnn_rnn.jax`` on the CPU: the op through buffer callbacks equals the library's op bit for bit, its gradients are
 right (finite differences, and an independent ``jax.lax.scan`` LSTM and GRU), and bad input gets the op's errors.
 """
 
@@ -429,8 +429,11 @@ def test_missing_arrays_get_the_ops_type_errors() -> None:
         cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params))
     with pytest.raises(TypeError, match=r"^input, params must be an array; got None$"):
         cj.cudnn_rnn(None, jnp.asarray(h), jnp.asarray(c), None)
-    with pytest.raises(TypeError, match="sequence_lengths must be None or an int32 or int64 array"):
+    with pytest.raises(TypeError, match=r"^sequence_lengths must be None or an int32 or int64 array of shape "
+                                        r"\[batch\]; got list$"):
         cj.cudnn_rnn(*_jax(x, h, c, params), [3, 0, 2])
+    with pytest.raises(TypeError, match=r"^params must be a jax.Array or numpy.ndarray; got list$"):
+        cj.cudnn_rnn(*_jax(x, h, c), [0.0])
 
 
 @pytest.mark.parametrize("lengths, algo", [([3, 4, 1], "standard"), ([3, 1, 3], "persist_static")],
@@ -533,6 +536,18 @@ def test_host_lengths_are_checked_before_jax_narrows_them() -> None:
     assert str(caught.value) == str(expected.value)
 
 
+def test_numpy_float64_arrays_run_as_jax_makes_them_with_x64_off() -> None:
+    """With 64-bit types off, NumPy float64 arrays run as the float32 arrays jnp.asarray makes of them (the call is
+    traced for those, its reserve sized for float32), int64 lengths as int32."""
+    assert not jax.config.jax_enable_x64
+    case = Case("lstm", "bidirectional", num_proj=2)
+    x, h, c, params, lengths = case.arrays(np.float64)
+    got = cj.cudnn_rnn(x, h, c, params, lengths.astype(np.int64), **case.attrs)
+    want = cj.cudnn_rnn(*_jax(x, h, c, params, lengths), **case.attrs)
+    for a, b in zip(got, want):
+        assert a.dtype == jnp.float32 and np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_second_order_and_forward_mode_raise_clear_errors() -> None:
     case = Case("lstm")
     x, h, c, params, _ = case.arrays()
@@ -549,6 +564,8 @@ def test_second_order_and_forward_mode_raise_clear_errors() -> None:
         jax.jvp(loss, (p,), (jnp.ones_like(p),))
     with pytest.raises(NotImplementedError, match=r"^cudnn_rnn.jax: second-order differentiation"):
         jax.hessian(loss)(p)
+    with pytest.raises(NotImplementedError, match=r"^cudnn_rnn.jax: second-order differentiation"):
+        jax.jacfwd(jax.grad(loss))(p)
 
 
 def test_huge_traced_shape_gets_the_op_message() -> None:

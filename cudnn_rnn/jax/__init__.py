@@ -8,10 +8,9 @@
     y, h, c = cudnn_rnn.jax.cudnn_rnn(x, h0, c0, params, lengths)   # cudnn_rnn.cudnn_rnn_v3's semantics
     jax.grad(loss)(params, ...)                                     # the library's backprop (a custom_vjp)
 
-The op runs as ``jax.experimental.buffer_callback`` calls on XLA's own buffers: on a CPU device the
-reference backend on NumPy views, on a CUDA device cuDNN on CuPy views, on XLA's stream. ``import
-cudnn_rnn`` alone never imports JAX; this package needs the ``jax`` extra (and ``cuda12``/``cuda13``
-for a GPU).
+It runs as ``jax.experimental.buffer_callback`` calls on XLA's own buffers (CPU: the reference
+backend; CUDA: cuDNN on XLA's stream). ``import cudnn_rnn`` alone never imports JAX; this needs the
+``jax`` extra (and ``cuda12``/``cuda13`` for a GPU).
 """
 
 from ._op import cudnn_rnn, init_params

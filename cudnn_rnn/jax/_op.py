@@ -3,20 +3,20 @@
     primal    FORWARD(input, input_h, [input_c], params, [lengths], [seed2]) -> output, output_h, [output_c],
               [reserve]                                       (shapes checked while tracing: _bridge.signature)
     fwd rule  the same forward, training; residuals: its operands, its outputs and the reserve
-    bwd rule  BACKWARD(residuals, output_backprop, output_h_backprop, [output_c_backprop])
+    bwd rule  BACKWARD(operands, outputs, their cotangents, reserve)
               -> input_backprop, input_h_backprop, [input_c_backprop], params_backprop
 
-Each runs the op on XLA's own buffers: the reference backend on NumPy views (CPU), cuDNN on CuPy views
-with XLA's stream current (CUDA). The reserve is sized while tracing for the longest platform JAX has;
-each fills its front. Differentiated, ``is_training=False`` runs as training with dropout 0 (the same
-outputs). Inside ``jax.shard_map`` results vary over every mesh axis an operand varies over, so that a
-replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
+A callback runs the op on XLA's own buffers: the reference backend on NumPy views (CPU), cuDNN on
+CuPy views with XLA's stream current (CUDA). The reserve is sized while tracing for the longest
+platform JAX has; each fills its front. Differentiated, ``is_training=False`` runs as training with
+dropout 0 (the same outputs). Inside ``jax.shard_map`` results vary over every mesh axis an operand
+varies over, so that a replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
+Each callback sits in a ``jax.custom_jvp`` whose rule raises: no second order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
@@ -30,27 +30,22 @@ from .. import _bridge
 from ..config import RNNConfig
 from ..ops import _host_lengths
 
-__all__ = ["cudnn_rnn", "init_params"]
-
 SECOND_ORDER = ("cudnn_rnn.jax: second-order differentiation (a gradient of the gradient: jax.grad of jax.grad, "
                 "jax.hessian) is not supported; the op has first-order reverse mode (jax.grad, jax.vjp, jax.jacrev)")
+#: the backward's operands after the forward's, by name; "_c" ones only for an LSTM
+_RESIDUALS = ("output", "output_h", "output_c", "output_backprop", "output_h_backprop", "output_c_backprop",
+              "reserve_space")
 
 
 @dataclass(frozen=True)
 class _Call:
-    """What a traced call fixes: its attributes, whether it trains, its shapes and the reserve's length."""
+    """What a traced call fixes: attributes, whether it trains, its operands' names, shapes and reserve length."""
 
     attrs: _bridge.Attrs
     is_training: bool
-    has_lengths: bool
-    has_seed2: bool  # seed2 is a traced integer scalar (an operand), not the attribute
+    names: tuple[str, ...]  # input, input_h, [input_c], params, [sequence_lengths], [seed2] (a traced integer)
     sig: _bridge.Signature
     reserve_elements: int
-
-    def operands(self) -> tuple[str, ...]:
-        """The forward's operand names: input, input_h, [input_c], params, [sequence_lengths], [seed2]."""
-        return ("input", "input_h", *(("input_c",) if self.attrs.has_cell else ()), "params",
-                *(("sequence_lengths",) if self.has_lengths else ()), *(("seed2",) if self.has_seed2 else ()))
 
 
 @functools.cache
@@ -70,7 +65,6 @@ def _reserve_elements(sig: _bridge.Signature) -> int:
     return max(sizes)
 
 
-# ---- the buffers XLA hands a callback, as arrays ----------------------------------------------------
 @contextlib.contextmanager
 def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
     """NumPy views of host buffers; on a GPU CuPy views, inside the call's device and XLA's stream."""
@@ -86,49 +80,33 @@ def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
     device = next((cupy.cuda.runtime.pointerGetAttributes(p).device for p in pointers if p), cupy.cuda.Device().id)
     with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream, device):
         def view(buffer: Any, pointer: int) -> Any:  # XLA owns the memory: no owner
-            nbytes = int(np.prod(buffer.shape)) * buffer.dtype.itemsize
-            memory = cupy.cuda.UnownedMemory(pointer, nbytes, None, device)
+            memory = cupy.cuda.UnownedMemory(pointer, int(np.prod(buffer.shape)) * buffer.dtype.itemsize, None, device)
             return cupy.ndarray(buffer.shape, buffer.dtype, cupy.cuda.MemoryPointer(memory, 0))
-
         yield [view(buffer, pointer) for buffer, pointer in zip(buffers, pointers)]
 
 
-def _seeded(call: _Call, named: dict[str, Any]) -> _bridge.Attrs:
-    """The call's attributes with a traced seed2's value (a scalar operand; on a GPU, reading it waits)."""
-    return dataclasses.replace(call.attrs, seed2=int(named["seed2"].reshape(()))) if call.has_seed2 else call.attrs
-
-
-@functools.lru_cache(maxsize=256)  # one callback per call signature, so that JAX's caches see the same one
-def _callbacks(call: _Call) -> tuple[Callable[..., None], Callable[..., None]]:
-    """The forward's and the backward's callbacks of ``call``: ``(ctx, out, *operands) -> None``."""
-    cell, names = call.attrs.has_cell, call.operands()
-    result_names = ("output", "output_h", *(("output_c",) if cell else ()),
-                    *(("reserve_space",) if call.is_training else ()))
-    grad_names = ("input_backprop", "input_h_backprop", *(("input_c_backprop",) if cell else ()), "params_backprop")
+@functools.lru_cache(maxsize=256)  # one callback per call and direction, so that JAX's caches see the same one
+def _callback(call: _Call, backward: bool) -> Callable[..., None]:
+    """The forward's or the backward's callback of ``call``: ``(ctx, out, *operands) -> None``."""
+    cell = call.attrs.has_cell
     outputs = ("output", "output_h", *(("output_c",) if cell else ()))
+    names = (*call.names, *(name for name in _RESIDUALS if cell or "_c" not in name)) if backward else call.names
+    results = (("input_backprop", "input_h_backprop", *(("input_c_backprop",) if cell else ()), "params_backprop")
+               if backward else (*outputs, *(("reserve_space",) if call.is_training else ())))
 
-    def forward(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
+    def run(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
         with _arrays(ctx, [*operands, *out]) as arrays:
             a = dict(zip(names, arrays))
-            results = _bridge.forward(_seeded(call, a), a["input"], a["input_h"], a.get("input_c"), a["params"],
-                                      a.get("sequence_lengths"), is_training=call.is_training)
-            for name, destination in zip(result_names, arrays[len(operands):]):
-                _bridge.copy_into(destination, getattr(results, name))
+            attrs = replace(call.attrs, seed2=int(a["seed2"].reshape(()))) if "seed2" in a else call.attrs
+            args = (attrs, a["input"], a["input_h"], a.get("input_c"), a["params"], a.get("sequence_lengths"))
+            done = (_bridge.backward(*args, *(a.get(name) for name in _RESIDUALS)) if backward
+                    else _bridge.forward(*args, is_training=call.is_training))
+            for name, destination in zip(results, arrays[len(operands):]):
+                _bridge.copy_into(destination, getattr(done, name))
 
-    def backward(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
-        with _arrays(ctx, [*operands, *out]) as arrays:
-            a = dict(zip((*names, *outputs, *(f"{name}_backprop" for name in outputs), "reserve_space"), arrays))
-            grads = _bridge.backward(_seeded(call, a), a["input"], a["input_h"], a.get("input_c"), a["params"],
-                                     a.get("sequence_lengths"), a["output"], a["output_h"], a.get("output_c"),
-                                     a["output_backprop"], a["output_h_backprop"], a.get("output_c_backprop"),
-                                     a["reserve_space"])
-            for name, destination in zip(grad_names, arrays[len(operands):]):
-                _bridge.copy_into(destination, getattr(grads, name))
-
-    return forward, backward
+    return run
 
 
-# ---- shard_map: results vary over the axes the operands vary over ---------------------------------------
 def _varying(value: Any) -> frozenset[str]:
     """The mesh axes ``value`` varies over inside ``jax.shard_map`` (none outside it)."""
     aval = jax.typeof(value)
@@ -136,22 +114,20 @@ def _varying(value: Any) -> frozenset[str]:
     return frozenset(manual.varying) if manual is not None else frozenset(getattr(aval, "vma", ()))
 
 
-def _vary(values: Sequence[Any], axes: frozenset[str]) -> list[Any]:
-    """``values``, each cast to vary over ``axes`` (``jax.lax.pcast``) where it does not yet."""
-    def cast(value: Any) -> Any:
-        missing = tuple(sorted(axes - _varying(value)))
-        return jax.lax.pcast(value, missing, to="varying") if missing else value
-
-    return [value if value is None else cast(value) for value in values]
+def _vary(values: Sequence[Any]) -> list[Any]:
+    """``values``, each cast (``jax.lax.pcast``) to vary over every mesh axis one of them varies over."""
+    axes = frozenset().union(*map(_varying, values))
+    return [jax.lax.pcast(value, missing, to="varying") if (missing := tuple(sorted(axes - _varying(value)))) else value
+            for value in values]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _run(callback: Callable[..., None], results: tuple[tuple[tuple[int, ...], Any], ...], *operands: Any
          ) -> list[Any]:
-    """One callback's results ``[(shape, dtype)]``; not differentiable itself: the custom_vjp differentiates."""
-    axes = frozenset().union(*(_varying(operand) for operand in operands))
-    shapes = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in results)  # type: ignore[no-untyped-call]
-    return _vary(buffer_callback(callback, shapes, vmap_method="sequential")(*operands), axes)
+    """One callback's results ``[(shape, dtype)]``, varying as its operands; differentiating it raises."""
+    shapes = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in results]  # type: ignore[no-untyped-call]
+    outputs = buffer_callback(callback, shapes, vmap_method="sequential")(*operands)
+    return _vary([*operands, *outputs])[len(operands):]
 
 
 @_run.defjvp
@@ -159,22 +135,13 @@ def _no_second_order(callback: Any, results: Any, primals: Any, tangents: Any) -
     raise NotImplementedError(SECOND_ORDER)  # reached by differentiating a forward or backward inside a gradient
 
 
-# ---- the custom_vjp --------------------------------------------------------------------------------------
-def _forward(call: _Call, operands: Sequence[Any]) -> list[Any]:
+def _forward(call: _Call, operands: tuple[Any, ...]) -> tuple[tuple[Any, Any, Any], list[Any]]:
+    """The forward's ``(output, output_h, output_c or None)`` and all its results (the reserve last, training)."""
     sig, cell = call.sig, call.attrs.has_cell
-    results = [sig.output_shape, sig.output_h_shape, *((sig.output_c_shape,) if cell else ()),
-               *(((call.reserve_elements,),) if call.is_training else ())]
-    return _run(_callbacks(call)[0], tuple((shape, sig.dtype) for shape in results), *operands)
-
-
-def _present(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> list[Any]:
-    return [x, h, *((c,) if call.attrs.has_cell else ()), params, *((lengths,) if call.has_lengths else ()),
-            *((seed2,) if call.has_seed2 else ())]
-
-
-def _primal(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> tuple[Any, Any, Any]:
-    outputs = _forward(call, _present(call, x, h, c, params, lengths, seed2))
-    return outputs[0], outputs[1], outputs[2] if call.attrs.has_cell else None
+    shapes = [sig.output_shape, sig.output_h_shape, *((sig.output_c_shape,) if cell else ()),
+              *(((call.reserve_elements,),) if call.is_training else ())]
+    outputs = _run(_callback(call, False), tuple((shape, sig.dtype) for shape in shapes), *operands)
+    return (outputs[0], outputs[1], outputs[2] if cell else None), outputs
 
 
 def _differentiated(call: _Call) -> _Call:
@@ -186,27 +153,21 @@ def _differentiated(call: _Call) -> _Call:
                    reserve_elements=_reserve_elements(sig))
 
 
-def _fwd(call: _Call, x: Any, h: Any, c: Any, params: Any, lengths: Any, seed2: Any) -> tuple[Any, Any]:
-    run = _differentiated(call)
-    operands = _present(run, x, h, c, params, lengths, seed2)
-    outputs = _forward(run, operands)
-    return (outputs[0], outputs[1], outputs[2] if run.attrs.has_cell else None), (operands, outputs)
+def _primal(call: _Call, operands: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    return _forward(call, operands)[0]
 
 
-def _backward(call: _Call, *operands: Any) -> list[Any]:
-    named = dict(zip(call.operands(), operands))
-    shapes = tuple((named[name].shape, named[name].dtype) for name in ("input", "input_h", "input_c", "params")
-                   if name in named)
-    return _run(_callbacks(call)[1], shapes, *operands)
+def _fwd(call: _Call, operands: tuple[Any, ...]) -> tuple[tuple[Any, Any, Any], Any]:
+    returned, outputs = _forward(_differentiated(call), operands)
+    return returned, (operands, outputs)
 
 
-def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any, ...]:
-    run = _differentiated(call)
+def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any]:
     operands, outputs = residuals
-    cell = run.attrs.has_cell
-    count = 3 if cell else 2  # output, output_h, [output_c]
-    grads = _backward(run, *operands, *outputs[:count], *cotangents[:count], outputs[-1])
-    return grads[0], grads[1], grads[2] if cell else None, grads[-1], None, None
+    n = 3 if call.attrs.has_cell else 2  # output, output_h, [output_c]; input, input_h, [input_c] (and params)
+    grads = _run(_callback(_differentiated(call), True), tuple((a.shape, a.dtype) for a in operands[:n + 1]),
+                 *operands, *outputs[:n], *cotangents[:n], outputs[-1])
+    return (tuple(grads) + (None,) * (len(operands) - n - 1),)  # no gradient for lengths and seed2
 
 
 _rnn = jax.custom_vjp(_primal, nondiff_argnums=(0,))
@@ -214,8 +175,7 @@ _rnn.defvjp(_fwd, _bwd)
 
 
 def _traced_seed2(seed2: Any) -> Any:
-    """A seed2 given as an integer array of shape () (a traced value: one compilation for every step's seed), as a
-    jax.Array; None for a Python int (the attribute, checked as the op checks it)."""
+    """seed2 as a jax.Array if it is an integer array of shape () (a traced step counter); None for an int."""
     if not (hasattr(seed2, "shape") and hasattr(seed2, "dtype")) or isinstance(seed2, (np.integer, int)):
         return None
     if not jnp.issubdtype(seed2.dtype, jnp.integer):
@@ -239,55 +199,48 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
         time_major=False: the first two axes of each swapped ([B, T, I], [B, L*D, P], ...)
         params [params_size] (init_params gives a layer's); sequence_lengths None or int32/int64 [B] in [0, T]
 
-    Attributes are static, but ``seed2`` may be an integer array of shape () (a traced step counter:
-    one compilation for every step). Differentiable in first-order reverse mode (``jax.grad``, ``jax.vjp``,
-    ``jax.jacrev``) with respect to input, input_h, input_c and params, by the library's backprop;
-    sequence_lengths get no gradient. Forward mode (``jax.jvp``, ``jax.jacfwd``) raises JAX's error
-    for a ``custom_vjp``; second order (``jax.hessian``, grad of grad) raises NotImplementedError.
-
-    On a GPU it runs on XLA's stream without host synchronisation, but lengths and a traced seed2
-    are read to the host; cuDNN's workspaces come from CuPy's pool (start JAX with
-    ``XLA_PYTHON_CLIENT_PREALLOCATE=false``).
-
-    Returns:
-        ``(output, output_h, output_c)``, ``output_c`` None for the modes without a cell.
+    Returns ``(output, output_h, output_c)``, output_c None without a cell. NumPy arrays become JAX's
+    (float64 is float32 unless x64 is on); NumPy lengths are checked first. Attributes are static, but
+    ``seed2`` may be an integer array of shape () (a traced step counter). First-order reverse mode
+    (``jax.grad``, ``jax.vjp``, ``jax.jacrev``) differentiates input, input_h, input_c and params by the
+    library's backprop; sequence_lengths get no gradient. Forward mode (``jax.jvp``, ``jax.jacfwd``)
+    raises JAX's TypeError for a ``custom_vjp``, second order (grad of grad, ``jax.hessian``)
+    NotImplementedError. On a GPU it runs on XLA's stream with no host sync, but reads lengths and a
+    traced seed2 to the host.
 
     Raises:
-        TypeError, ValueError: while tracing, with the op's messages, for what shapes, dtypes,
-            attributes and host (NumPy) lengths decide. What only traced values decide (lengths
-            outside [0, T], a persistent ``algo`` with unequal lengths) fails when the call runs:
-            an XLA error (``jax.errors.JaxRuntimeError``, or ``ValueError`` on JAX's fast dispatch
-            path) whose text ends with the op's message.
+        TypeError, ValueError: while tracing, the op's, for what shapes, dtypes, attributes and host
+            lengths decide. What traced values decide (lengths outside [0, T], a persistent ``algo``
+            with unequal lengths) fails when the call runs: an XLA error (``jax.errors.JaxRuntimeError``,
+            or ``ValueError`` on JAX's fast dispatch path) whose text ends with the op's error.
     """
     traced_seed2 = _traced_seed2(seed2)
     attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, 0 if traced_seed2 is not None else seed2,
                           num_proj, time_major, algo)
-    cell = attrs.rnn_mode == "lstm"
-    named = {"input": input, "input_h": input_h, "input_c": input_c if cell else None, "params": params}
-    lengths = sequence_lengths
-    for name, value in (*named.items(), ("sequence_lengths", lengths)):  # arrays: jax.Array, tracer or NumPy
+    named = {"input": input, "input_h": input_h, "input_c": input_c if attrs.rnn_mode == "lstm" else None,
+             "params": params, "sequence_lengths": sequence_lengths}
+    for name, value in named.items():  # arrays: jax.Array, tracer or NumPy
         if value is not None and not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            kind = ("None or an int32 or int64 array of shape [batch]" if name == "sequence_lengths"
-                    else "a jax.Array or numpy.ndarray")
+            kind = "None or an int32 or int64 array of shape [batch]" if name == "sequence_lengths" else \
+                "a jax.Array or numpy.ndarray"
             raise TypeError(f"{name} must be {kind}; got {type(value).__name__}")
-    arrays = {name: value for name, value in named.items() if value is not None}
+    arrays = {name: value if name == "sequence_lengths" else jnp.asarray(value)  # lengths: checked before narrowing
+              for name, value in named.items() if value is not None}
 
     def shape(name: str) -> Any:
         return None if name not in arrays else tuple(arrays[name].shape)
 
     sig = _bridge.signature(attrs, shape("input"), shape("input_h"), shape("input_c"), shape("params"),
-                            getattr(input, "dtype", None), None if lengths is None else tuple(lengths.shape),
-                            None if lengths is None else lengths.dtype, is_training=is_training,
-                            dtypes={name: array.dtype for name, array in arrays.items() if name != "input"})
-    if isinstance(lengths, np.ndarray):  # host values: checked before JAX may narrow int64 to int32
-        _host_lengths(lengths, sig.batch, sig.max_time)
-    call = _Call(attrs, bool(is_training), lengths is not None, traced_seed2 is not None, sig, _reserve_elements(sig))
-    operands = [None if value is None else jnp.asarray(value)
-                for value in (*(named[name] for name in ("input", "input_h", "input_c", "params")), lengths,
-                              traced_seed2)]
-    axes = frozenset().union(*(_varying(value) for value in operands if value is not None))
-    output, output_h, output_c = _rnn(call, *_vary(operands, axes))
-    return output, output_h, output_c if cell else None
+                            arrays["input"].dtype if "input" in arrays else None, shape("sequence_lengths"),
+                            getattr(sequence_lengths, "dtype", None), is_training=is_training,
+                            dtypes={name: arrays[name].dtype for name in ("input_h", "input_c", "params")
+                                    if name in arrays})
+    if isinstance(sequence_lengths, np.ndarray):
+        _host_lengths(sequence_lengths, sig.batch, sig.max_time)
+    if traced_seed2 is not None:
+        arrays["seed2"] = traced_seed2
+    call = _Call(attrs, bool(is_training), tuple(arrays), sig, _reserve_elements(sig))
+    return _rnn(call, tuple(_vary([jnp.asarray(value) for value in arrays.values()])))
 
 
 def init_params(config: RNNConfig, seed: int = 0) -> Any:
