@@ -6,11 +6,12 @@ Run as its own process (XLA_FLAGS must give JAX 2 CPU devices before it starts):
 
 For LSTM and GRU (float64, variable lengths) it prints one line per way, ``<mode> <way> <max abs difference>``:
 ``shard_map`` (check_vma on, the loss psum-ed) and ``jit`` (inputs sharded over the batch axis), each compared
-with the gradients (input, params) and outputs of one device on the whole batch.
+with the gradients (params, input), the loss and the op's outputs of one device on the whole batch.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -26,11 +27,17 @@ jax.config.update("jax_enable_x64", True)
 BATCH, STEPS, INPUTS, N = 4, 5, 3, 4
 
 
-def loss(params: Any, x: Any, lengths: Any, mode: str) -> Any:
-    """The batch's summed squared outputs (batch-major): a sum over sequences, so shards' losses add up."""
+def run(params: Any, x: Any, lengths: Any, mode: str) -> tuple[Any, ...]:
+    """The op's outputs, batch-major: (output, output_h[, output_c])."""
     h0 = jnp.zeros((x.shape[0], 2, N), x.dtype)
     y, h, c = cj.cudnn_rnn(x, h0, h0 if mode == "lstm" else None, params, lengths, rnn_mode=mode,
                            direction="bidirectional", time_major=False)
+    return (y, h) if c is None else (y, h, c)
+
+
+def loss(params: Any, x: Any, lengths: Any, mode: str) -> Any:
+    """The batch's summed squared outputs: a sum over sequences, so shards' losses add up."""
+    y, h, *_ = run(params, x, lengths, mode)
     return jnp.sum(y**2) + jnp.sum(h**3)
 
 
@@ -57,8 +64,14 @@ def main() -> None:
                     "jit": jax.jit(grad, static_argnums=3)(params, xs, ls, mode)}
             values = {"shard_map": jax.jit(sharded)(params, xs, ls), "jit": jax.jit(loss, static_argnums=3)(
                 params, xs, ls, mode)}
+            outputs = {"shard_map": jax.jit(jax.shard_map(functools.partial(run, mode=mode), mesh=mesh, in_specs=(
+                P(), P("batch"), P("batch")), out_specs=P("batch")))(params, xs, ls),
+                       "jit": jax.jit(run, static_argnums=3)(params, xs, ls, mode)}
+        one = run(params, x, lengths, mode)
         for way, got in ways.items():
-            difference = max(float(np.max(np.abs(np.asarray(g) - np.asarray(w)))) for g, w in zip(got, want))
+            pairs = [*zip(got, want), *zip(outputs[way], one)]
+            assert len(pairs) == len(want) + len(one)
+            difference = max(float(np.max(np.abs(np.asarray(g) - np.asarray(w)))) for g, w in pairs)
             difference = max(difference, abs(float(values[way]) - float(loss(params, x, lengths, mode))))
             print(mode, way, difference, flush=True)
 
