@@ -144,6 +144,7 @@ def _forward(call: _Call, operands: tuple[Any, ...]) -> tuple[tuple[Any, Any, An
     return (outputs[0], outputs[1], outputs[2] if cell else None), outputs
 
 
+@functools.lru_cache(maxsize=256)  # asked by the fwd and the bwd rule: the reserve's size is found once
 def _differentiated(call: _Call) -> _Call:
     """The call a differentiated forward runs: a training one (dropout 0 where the caller asked for inference)."""
     if call.is_training:
