@@ -14,8 +14,6 @@ Notation used across the package::
 
 from __future__ import annotations
 
-import functools
-import importlib
 import numbers
 from dataclasses import dataclass, field
 from typing import Mapping, TypeAlias, cast
@@ -23,6 +21,7 @@ from typing import Mapping, TypeAlias, cast
 import numpy as np
 from numpy.typing import DTypeLike
 
+from . import _dtypes
 from ._checks import real_in_range, shown
 
 __all__ = [
@@ -92,16 +91,16 @@ INPUT_MODES: tuple[str, ...] = ("linear_input", "skip_input", "auto_select")
 #: supported element types. float16 and bfloat16 compute in float32 (:data:`COMPUTE_DTYPES`); bfloat16 is
 #: ``ml_dtypes.bfloat16`` (see :func:`numpy_dtype`), and the cuDNN backend runs it from cuDNN 9.13 on GPUs of
 #: compute capability 8.0 and newer.
-DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "bfloat16")
+DTYPES: tuple[str, ...] = _dtypes.PARAMS
 
 #: the supported dtypes NumPy has built in (what model files hold as such); bfloat16 needs ml_dtypes.
-BUILTIN_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+BUILTIN_DTYPES: tuple[str, ...] = _dtypes.BUILTIN_PARAMS
 
 #: dtype name -> the wider dtype its arithmetic runs in (the others compute in themselves).
-COMPUTE_DTYPES: dict[str, str] = {"float16": "float32", "bfloat16": "float32"}
+COMPUTE_DTYPES: dict[str, str] = _dtypes.COMPUTE
 
 #: dtype name -> the package that registers it with NumPy, imported only when that dtype is used.
-DTYPE_PACKAGES: dict[str, str] = {"bfloat16": "ml_dtypes"}
+DTYPE_PACKAGES: dict[str, str] = _dtypes.PACKAGES
 
 #: The names of cuDNN's RNN algorithms (``cudnnRNNAlgo_t`` CUDNN_RNN_ALGO_<NAME>), and ``"auto"``, with
 #: which the cuDNN backend picks one per call from what the GPU benchmark measured
@@ -120,7 +119,7 @@ PERSISTENT_ALGOS: tuple[str, ...] = ("persist_static", "persist_dynamic", "persi
 LayoutKey: TypeAlias = tuple[str, str, str, int, int, int, int]
 
 #: dtype name -> bytes per element, so a buffer's size is checked without importing ml_dtypes
-ITEMSIZES: dict[str, int] = {"float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}
+ITEMSIZES: dict[str, int] = _dtypes.ITEMSIZES
 
 #: The most bytes one array can hold (NumPy's and CuPy's sizes are C ``intp``): a params buffer
 #: of more is refused by :class:`RNNConfig`.
@@ -181,21 +180,6 @@ def dtype_name(dtype: object, argument: str = "dtype") -> str:
     return name
 
 
-@functools.cache
-def _numpy_dtype(name: str) -> np.dtype:
-    """The dtype of a name of :data:`DTYPES`, importing its package (:data:`DTYPE_PACKAGES`) first."""
-    package = DTYPE_PACKAGES.get(name)
-    if package is None:
-        return np.dtype(name)
-    try:
-        module = importlib.import_module(package)
-    except ImportError as error:
-        raise ImportError(f"dtype {name!r} needs the {package!r} package: pip install {package} "
-                          f"(or pip install 'cudnn_rnn[{name}]')") from error
-    dtype: np.dtype = np.dtype(getattr(module, name))  # the scalar type the package names after the dtype
-    return dtype
-
-
 def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
     """The NumPy dtype of a supported dtype (a name, a NumPy dtype or a scalar type).
 
@@ -213,7 +197,7 @@ def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
         TypeError: an unsupported dtype.
         ImportError: ``"bfloat16"`` without the ml_dtypes package (the message says what to install).
     """
-    return _numpy_dtype(dtype_name(dtype, argument))
+    return _dtypes.numpy_dtype(dtype_name(dtype, argument))
 
 
 def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
