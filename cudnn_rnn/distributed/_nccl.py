@@ -14,17 +14,13 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .._arrays import Array
+from .._dtypes import TABLE
 from ._devices import device_for_local_rank
 
 __all__ = ["NCCL_DATA_TYPES", "nccl_data_type", "probe_gpu", "NcclTransport"]
 
 #: NumPy dtype name -> the name of its NCCL data type constant in ``cupy.cuda.nccl``
-NCCL_DATA_TYPES: dict[str, str] = {
-    "float16": "NCCL_FLOAT16",
-    "float32": "NCCL_FLOAT32",
-    "float64": "NCCL_FLOAT64",
-    "uint8": "NCCL_UINT8",
-}
+NCCL_DATA_TYPES: dict[str, str] = {dtype.name: dtype.nccl for dtype in TABLE if dtype.nccl is not None}
 
 
 def nccl_data_type(nccl: Any, dtype: DTypeLike) -> int:

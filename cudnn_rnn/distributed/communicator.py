@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence, TypeAlias
 import numpy as np
 
 from .._arrays import Array, array_kind, array_module, device_of
+from .._dtypes import TABLE
 from ._devices import check_one_gpu_per_process
 from ._mpi import MpiTransport, install_abort_hook, load_mpi
 from ._nccl import NcclTransport, probe_gpu
@@ -34,7 +35,7 @@ __all__ = ["init", "Communicator", "Transport", "BACKENDS"]
 BACKENDS = ("auto", "mpi", "nccl")
 
 #: dtypes allreduce_mean takes (a mean of integers is not an integer)
-REDUCIBLE_DTYPES = ("float16", "float32", "float64")
+REDUCIBLE_DTYPES = tuple(dtype.name for dtype in TABLE if dtype.params and dtype.nccl)
 
 #: dtype kinds broadcast takes: bool, signed, unsigned, float, complex
 BROADCAST_KINDS = "biufc"

@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._dtypes import BY_NAME, names
 from ..readers._found import FileReadError
 from ..readers._pickle_inspector import Pickled
 from ..readers._torch_file import SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, Layout, inspect_zip
@@ -27,8 +28,8 @@ from ._stored import StoredTensor
 __all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES"]
 
 #: torch's typed storage classes -> the dtype of their elements (the ones an RNN's weights can have)
-STORAGE_DTYPES: dict[str, str] = {"DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
-                                  "BFloat16Storage": "bfloat16"}
+STORAGE_DTYPES: dict[str, str] = {storage: name for storage, name in names("torch_storage").items()
+                                  if BY_NAME[name].params}
 
 #: the functions that rebuild a tensor from a storage record, and a Parameter from a tensor
 _REBUILD_TENSOR = {"_rebuild_tensor", "_rebuild_tensor_v2"}

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..._dtypes import widen_bfloat16 as widen_bfloat16  # (where the readers took it from)
 from ...config import RNNConfig, dtype_name
 from ...files import MAX_COMPRESSION_RATIO
 from ..._recurrent_layer import RecurrentLayer
@@ -405,10 +406,6 @@ def questions_for_all(reason: str) -> dict[str, Question]:
 #: the note on an RNN whose bfloat16 weights were read as float32 (every bfloat16 value is a float32 one)
 BFLOAT16_NOTE = "the tensors are bfloat16: read as float32, exactly"
 
-
-def widen_bfloat16(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 values, given as their 16-bit patterns (any 2-byte dtype), as float32: exactly, without ml_dtypes."""
-    return (np.ascontiguousarray(bits).view("<u2").astype("<u4") << 16).view("<f4")
 
 def check_declared_size(path: str, name: str, shape: tuple[int, ...], itemsize: int, stored_bytes: int,
                         compressed: bool) -> int:

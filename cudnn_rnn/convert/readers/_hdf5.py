@@ -23,7 +23,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...config import BUILTIN_DTYPES
-from ._found import FileReadError, check_declared_size, one_line, widen_bfloat16
+from ..._dtypes import widen_bfloat16
+from ._found import FileReadError, check_declared_size, one_line
 from ._hdf5_heaps import check_global_heaps
 
 __all__ = ["H5File", "open_h5", "h5py_errors"]

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..._dtypes import names as dtype_names
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, common_dtype, one_line
 from ._infer import infer
 from ._onnx_graph import GraphValues
@@ -94,12 +95,14 @@ _ATTRIBUTE_TYPE_NAMES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRA
                          8: "STRINGS"}
 _SUBGRAPH_TYPES = (5, 10)  # GRAPH, GRAPHS
 
+#: the dtypes read -> the TensorProto field holding their values when not raw_data
+_VALUE_FIELDS: dict[str, str] = {"float32": "float_data", "float64": "double_data", "float16": "int32_data",
+                                 "int32": "int32_data", "int64": "int64_data", "bool": "int32_data"}
 #: TensorProto element type -> (dtype, the typed field holding its values when not raw_data)
-ELEMENT_TYPES: dict[int, tuple[str, str]] = {1: ("float32", "float_data"), 11: ("float64", "double_data"),
-                                             10: ("float16", "int32_data"), 6: ("int32", "int32_data"),
-                                             7: ("int64", "int64_data"), 9: ("bool", "int32_data")}
-_ELEMENT_TYPE_NAMES = {2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 8: "STRING", 12: "UINT32", 13: "UINT64",
-                       14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16"}
+ELEMENT_TYPES: dict[int, tuple[str, str]] = {code: (name, _VALUE_FIELDS[name])
+                                             for code, name in dtype_names("onnx").items() if name in _VALUE_FIELDS}
+_ELEMENT_TYPE_NAMES = {**{code: name.upper() for code, name in dtype_names("onnx").items()},
+                       8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128"}
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 #: attribute -> (whether its value is one cuDNN cannot run, why and what to do)
@@ -157,8 +160,7 @@ def _read_model_proto(path: str) -> Any:
 
 
 def _element_type_name(data_type: int) -> str:
-    known = {code: dtype.upper() for code, (dtype, _) in ELEMENT_TYPES.items()}
-    return {**_ELEMENT_TYPE_NAMES, **known}.get(data_type, f"#{data_type}")
+    return _ELEMENT_TYPE_NAMES.get(data_type, f"#{data_type}")
 
 
 def _count(text: str, what: str, path: str) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
+from ..._dtypes import BUILTIN_PARAMS, COMPUTE, PACKAGES, PARAMS
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line
 from ._infer import infer
 
@@ -29,12 +30,11 @@ RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
 
 
 #: the dtypes an RNN's NumPy arrays may have
-ARRAY_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+ARRAY_DTYPES: tuple[str, ...] = BUILTIN_PARAMS
 
 #: a stored tensor's dtype -> the NumPy dtype a PyTorch or safetensors file's RNN tensor is read as (others are
-#: refused): bfloat16, which NumPy has no type for without ml_dtypes, as float32 (exactly)
-READ_DTYPES: dict[str, str] = {"float16": "float16", "float32": "float32", "float64": "float64",
-                               "bfloat16": "float32"}
+#: refused): a type NumPy has none for without a package (bfloat16) as the type it computes in (float32: exactly)
+READ_DTYPES: dict[str, str] = {name: COMPUTE.get(name, name) if name in PACKAGES else name for name in PARAMS}
 
 
 _RNN_KEY = re.compile(r"^((?:.*\.)?)((?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l\d+(?:_reverse)?)$")

@@ -75,6 +75,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..._dtypes import BUILTIN_PARAMS
 from ...formats._gru_block_cell import keras_reset_before_to_gru_block_cell
 from ...formats._keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
                       RESET_BEFORE_NOTE)
@@ -88,7 +89,7 @@ __all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS"]
 
 STATE_FILE = "checkpoint"
 SAVED_MODEL_FILE = "saved_model.pb"
-FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_DTYPES = BUILTIN_PARAMS
 
 # ---- TF1 CudnnRNN layers: the canonical names of TF's cuDNN-compatible cells --------------------
 #: cell scope -> the leaves its variables have (tf_cell's names after the cell prefix)

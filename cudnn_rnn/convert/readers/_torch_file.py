@@ -40,6 +40,7 @@ from typing import Any, BinaryIO, Mapping, NoReturn
 
 import numpy as np
 
+from ..._dtypes import BY_NAME, names as dtype_names
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
 from ._state_dict import READ_DTYPES, check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
@@ -47,11 +48,10 @@ from ._zip import READ_ERRORS, checked_members, read_member
 
 __all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "MODULE_MODES", "SEARCH_DEPTH"]
 
-#: the legacy typed-storage classes torch.save names in its pickles -> bytes per element
-#: (frozen in torch: newer dtypes are saved as an UntypedStorage of bytes)
+#: the legacy typed-storage classes torch.save names in its pickles -> bytes per element (frozen in torch: newer
+#: dtypes are saved as an UntypedStorage of bytes): the dtype table's, and those of types no RNN has
 STORAGE_ITEMSIZES: dict[str, int] = {
-    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
-    "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1,
+    **{storage: BY_NAME[name].itemsize for storage, name in dtype_names("torch_storage").items()},
     "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8, "QInt8Storage": 1, "QInt32Storage": 4,
     "QUInt8Storage": 1, "QUInt4x2Storage": 1, "QUInt2x4Storage": 1, "UntypedStorage": 1,
 }
@@ -370,7 +370,7 @@ def _checked_nbytes(path: str, key: str, tensor: Any) -> int:
     if tensor.numel() > stored:
         raise FileReadError(path, f"tensor {key!r} declares shape {list(tensor.shape)} ({tensor.numel()} elements) "
                                   f"over a storage of {stored} elements: the file is corrupt")
-    return tensor.numel() * np.dtype(READ_DTYPES.get(_torch_dtype(tensor), "float64")).itemsize
+    return tensor.numel() * BY_NAME[READ_DTYPES.get(_torch_dtype(tensor), "float64")].itemsize
 
 
 def _to_numpy(tensor: Any) -> np.ndarray:
