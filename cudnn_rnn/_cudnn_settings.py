@@ -28,6 +28,7 @@ from typing import Literal
 
 from . import _lib
 from ._checks import flag
+from ._dtypes import BY_NAME
 from ._lib import (AuxFlag, DataType, DirectionMode, MathType, RNNAlgo, RNNBiasMode, RNNDataLayout, RNNInputMode,
                    RNNMode)
 from ._cudnn_streams import import_cupy
@@ -40,23 +41,36 @@ __all__ = ["allow_tf32", "tf32_allowed", "TF32_ENV", "current_math_type", "PRECI
 
 @dataclass(frozen=True)
 class _Precision:
-    data_type: DataType
-    math_prec: DataType
-    math_type: MathType        # the default
-    tf32_math_type: MathType   # when TF32 is allowed
+    dtype: str                 # the data's dtype; its cuDNN data type and math precision (the type it computes
+    math_type: MathType        # in) come from the dtype table. The math type by default,
+    tf32_math_type: MathType   # and when TF32 is allowed
     min_cudnn: int = 0         # the cudnnGetVersion() the dtype needs
     min_compute_capability: tuple[int, int] = (0, 0)   # the GPU's (major, minor) it needs
 
+    @property
+    def data_type(self) -> DataType:
+        return _cudnn_type(self.dtype)
 
-PRECISIONS: dict[str, _Precision] = {
-    "float16": _Precision(DataType.HALF, DataType.FLOAT, MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH),
-    "float32": _Precision(DataType.FLOAT, DataType.FLOAT, MathType.FMA_MATH, MathType.DEFAULT_MATH),
-    "float64": _Precision(DataType.DOUBLE, DataType.DOUBLE, MathType.DEFAULT_MATH, MathType.DEFAULT_MATH),
+    @property
+    def math_prec(self) -> DataType:
+        return _cudnn_type(BY_NAME[self.dtype].compute)
+
+
+def _cudnn_type(dtype: str) -> DataType:
+    code = BY_NAME[dtype].cudnn
+    if code is None:  # pragma: no cover - every params dtype has one (tests/test_dtypes.py)
+        raise TypeError(f"cuDNN has no data type for {dtype}")
+    return DataType(code)
+
+
+PRECISIONS: dict[str, _Precision] = {precision.dtype: precision for precision in (
+    _Precision("float16", MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH),
+    _Precision("float32", MathType.FMA_MATH, MathType.DEFAULT_MATH),
+    _Precision("float64", MathType.DEFAULT_MATH, MathType.DEFAULT_MATH),
     # cuDNN refuses a BFLOAT16 math precision; PyTorch promotes bfloat16 (and half) to FLOAT as well, and sets
     # tensor-op math for half only: bfloat16 gets FMA math, or the default math (tensor cores) with TF32 allowed
-    "bfloat16": _Precision(DataType.BFLOAT16, DataType.FLOAT, MathType.FMA_MATH, MathType.DEFAULT_MATH,
-                           min_cudnn=91300, min_compute_capability=(8, 0)),
-}
+    _Precision("bfloat16", MathType.FMA_MATH, MathType.DEFAULT_MATH, min_cudnn=91300, min_compute_capability=(8, 0)),
+)}
 
 #: (device, dtype) -> why cuDNN cannot run RNNs of that dtype on that GPU, "" when it can (see check_dtype_supported)
 _dtype_refusals: dict[tuple[int, str], str] = {}

@@ -3,11 +3,11 @@ framework and file format calls it. Every other dtype table of the package is de
 
 ::
 
-    name      bytes  params  computes in  package    safetensors  torch     torch storage     ONNX  TF
-    float16   2      yes     float32      -          F16          float16   HalfStorage       10    19
-    float32   4      yes     float32      -          F32          float32   FloatStorage      1     1
-    float64   8      yes     float64      -          F64          float64   DoubleStorage     11    2
-    bfloat16  2      yes     float32      ml_dtypes  BF16         bfloat16  BFloat16Storage   16    14
+    name      bytes  params  computes in  package    safetensors  torch     torch storage     ONNX  TF  cuDNN
+    float16   2      yes     float32      -          F16          float16   HalfStorage       10    19  2
+    float32   4      yes     float32      -          F32          float32   FloatStorage      1     1   0
+    float64   8      yes     float64      -          F64          float64   DoubleStorage     11    2   1
+    bfloat16  2      yes     float32      ml_dtypes  BF16         bfloat16  BFloat16Storage   16    14  9
     bool, uint8, int8, uint16, int16, uint32, int32, uint64, int64: the integer types files also hold
 
     lookup("safetensors", "BF16").name == "bfloat16"
@@ -47,6 +47,7 @@ class DType:
         torch_storage: the legacy typed-storage class ``torch.save`` names in its pickles.
         onnx: the ONNX ``TensorProto.DataType`` number.
         tf: TensorFlow's ``DataType`` enum number (``DT_FLOAT`` = 1).
+        cudnn: cuDNN's ``cudnnDataType_t`` number (``CUDNN_DATA_FLOAT`` = 0).
         nccl: the name of NCCL's constant in ``cupy.cuda.nccl`` (types NCCL reduces here).
     """
 
@@ -60,29 +61,31 @@ class DType:
     torch_storage: str | None
     onnx: int | None
     tf: int | None
+    cudnn: int | None
     nccl: str | None
 
 
 def _row(name: str, itemsize: int, params: bool, compute: str | None, package: str | None, safetensors: str,
-         torch_storage: str | None, onnx: int, tf: int, nccl: str | None = None) -> DType:
-    return DType(name, itemsize, params, compute or name, package, safetensors, name, torch_storage, onnx, tf, nccl)
+         torch_storage: str | None, onnx: int, tf: int, cudnn: int | None, nccl: str | None = None) -> DType:
+    return DType(name, itemsize, params, compute or name, package, safetensors, name, torch_storage, onnx, tf, cudnn,
+                 nccl)
 
 
 #: every element type, the RNN params types first
 TABLE: tuple[DType, ...] = (
-    _row("float16", 2, True, "float32", None, "F16", "HalfStorage", 10, 19, "NCCL_FLOAT16"),
-    _row("float32", 4, True, None, None, "F32", "FloatStorage", 1, 1, "NCCL_FLOAT32"),
-    _row("float64", 8, True, None, None, "F64", "DoubleStorage", 11, 2, "NCCL_FLOAT64"),
-    _row("bfloat16", 2, True, "float32", "ml_dtypes", "BF16", "BFloat16Storage", 16, 14),
-    _row("bool", 1, False, None, None, "BOOL", "BoolStorage", 9, 10),
-    _row("uint8", 1, False, None, None, "U8", "ByteStorage", 2, 4, "NCCL_UINT8"),
-    _row("int8", 1, False, None, None, "I8", "CharStorage", 3, 6),
-    _row("uint16", 2, False, None, None, "U16", None, 4, 17),
-    _row("int16", 2, False, None, None, "I16", "ShortStorage", 5, 5),
-    _row("uint32", 4, False, None, None, "U32", None, 12, 22),
-    _row("int32", 4, False, None, None, "I32", "IntStorage", 6, 3),
-    _row("uint64", 8, False, None, None, "U64", None, 13, 23),
-    _row("int64", 8, False, None, None, "I64", "LongStorage", 7, 9),
+    _row("float16", 2, True, "float32", None, "F16", "HalfStorage", 10, 19, 2, "NCCL_FLOAT16"),
+    _row("float32", 4, True, None, None, "F32", "FloatStorage", 1, 1, 0, "NCCL_FLOAT32"),
+    _row("float64", 8, True, None, None, "F64", "DoubleStorage", 11, 2, 1, "NCCL_FLOAT64"),
+    _row("bfloat16", 2, True, "float32", "ml_dtypes", "BF16", "BFloat16Storage", 16, 14, 9),
+    _row("bool", 1, False, None, None, "BOOL", "BoolStorage", 9, 10, 11),
+    _row("uint8", 1, False, None, None, "U8", "ByteStorage", 2, 4, 6, "NCCL_UINT8"),
+    _row("int8", 1, False, None, None, "I8", "CharStorage", 3, 6, 3),
+    _row("uint16", 2, False, None, None, "U16", None, 4, 17, None),
+    _row("int16", 2, False, None, None, "I16", "ShortStorage", 5, 5, None),
+    _row("uint32", 4, False, None, None, "U32", None, 12, 22, None),
+    _row("int32", 4, False, None, None, "I32", "IntStorage", 6, 3, 4),
+    _row("uint64", 8, False, None, None, "U64", None, 13, 23, None),
+    _row("int64", 8, False, None, None, "I64", "LongStorage", 7, 9, 10),
 )
 
 #: name -> record

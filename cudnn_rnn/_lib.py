@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ._dtypes import BUILTIN_PARAMS, names as dtype_names
 from .errors import CudnnError, CudnnNotAvailableError
 
 __all__ = [
@@ -244,8 +245,8 @@ ENUM_TYPEDEFS: dict[type[enum.IntEnum], tuple[str, str]] = {
 
 #: element type of each cuDNN data type this package moves through paddingFill and getters (BFLOAT16, which
 #: NumPy has no type for without ml_dtypes, goes through its bits: :func:`_value_bytes`).
-NUMPY_DTYPES: dict[DataType, str] = {DataType.FLOAT: "float32", DataType.DOUBLE: "float64",
-                                     DataType.HALF: "float16"}
+NUMPY_DTYPES: dict[DataType, str] = {DataType(code): name for code, name in dtype_names("cudnn").items()
+                                     if name in BUILTIN_PARAMS}
 
 _STATUS_CATEGORIES = {1: "NOT_INITIALIZED", 2: "BAD_PARAM", 3: "NOT_SUPPORTED", 4: "INTERNAL_ERROR",
                       5: "EXECUTION_FAILED"}

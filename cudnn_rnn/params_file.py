@@ -36,6 +36,7 @@ import numpy as np
 from ._arrays import Array, array_kind, to_host
 from ._checks import checked_count
 from ._dropout_rng import checked_state
+from ._dtypes import BY_NAME, PACKAGES
 from .config import RNNConfig, numpy_dtype
 from .files import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, atomic_write, read_bytes
 from .layout import params_size
@@ -49,7 +50,7 @@ FORMAT_VERSION = 1
 
 #: dtypes an ``.npy`` cannot name (NumPy would write anonymous void data) -> the unsigned type whose bit
 #: patterns store them; the configuration names the dtype, so reading views them back exactly
-STORED_BITS: dict[str, str] = {"bfloat16": "uint16"}
+STORED_BITS: dict[str, str] = {name: f"uint{8 * BY_NAME[name].itemsize}" for name in PACKAGES}
 
 #: the arrays of a params file
 KEYS: tuple[str, ...] = ("params", "config", "step", "format")
