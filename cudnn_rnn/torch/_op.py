@@ -13,7 +13,7 @@ import contextlib
 import functools
 import itertools
 import weakref
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, ClassVar, Iterator, Optional
 
 import numpy as np
 import torch
@@ -253,14 +253,33 @@ _SECOND_ORDER = ("cudnn_rnn.torch: second-order differentiation (a gradient of t
                  "the op's gradient is its own backprop, which has no derivative")
 
 
-class _RNN(torch.autograd.Function):
-    """``rnn_forward``, its gradient ``rnn_backward`` of the forward's reserve; forward mode raises."""
+class _Operator(torch.autograd.Function):
+    """One of the custom operators, ``operator`` (a subclass names it), as an autograd.Function: ``forward`` is its
+    call (the same arguments and results) and the vmap rule is generated from it (the operator's own, :func:`_loop`).
+    A subclass gives the derivatives and keeps what they need; this one keeps nothing."""
 
     generate_vmap_rule = True
+    #: ``torch.ops.cudnn_rnn``'s packet, which Dynamo traces inside the forward (it cannot wrap the CustomOpDef)
+    operator: ClassVar[Callable[..., tuple[Tensor, ...]]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        operator = cls.operator
+
+        def forward(*args: Any) -> Any:
+            return operator(*args)
+
+        cls.forward = staticmethod(forward)  # type: ignore[method-assign]
 
     @staticmethod
-    def forward(*args: Any) -> Any:
-        return rnn_forward(*args)
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        pass
+
+
+class _RNN(_Operator):
+    """``rnn_forward``, its gradient ``rnn_backward`` of the forward's reserve; forward mode raises."""
+
+    operator = torch.ops.cudnn_rnn.rnn_forward
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
@@ -286,18 +305,10 @@ class _TracedRNN(_RNN):  # as torch.compile traces it: Dynamo refuses an autogra
     jvp = torch.autograd.Function.jvp
 
 
-class _Backprop(torch.autograd.Function):
+class _Backprop(_Operator):
     """``rnn_backward`` where a graph of the gradient is built: its own derivative raises."""
 
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(*args: Any) -> Any:
-        return rnn_backward(*args)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-        pass
+    operator = torch.ops.cudnn_rnn.rnn_backward
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
