@@ -62,6 +62,8 @@ from typing import IO, Any, Callable, Iterable, Iterator, cast
 
 import numpy as np
 
+from ._containers import COMPOUND_ENDINGS
+
 __all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "extension",
            "COMPOUND_EXTENSIONS", "PARTIAL_SUFFIX",
            "PAUSE_VARIABLE", "UNCHECKED_AFTER", "MAX_COMPRESSION_RATIO", "NPY_HEADER_READERS"]
@@ -154,8 +156,9 @@ def _machine() -> str:
     return hashlib.blake2b(identity.encode(errors="replace"), digest_size=6).hexdigest()
 
 
-#: extensions of two parts, which a writer looking at its path must see whole (Keras's ``.weights.h5``)
-COMPOUND_EXTENSIONS: tuple[str, ...] = (".weights.h5",)
+#: extensions of two parts, which a writer looking at its path must see whole (Keras's ``.weights.h5``): those
+#: among the endings of the files cudnn_rnn writes
+COMPOUND_EXTENSIONS: tuple[str, ...] = COMPOUND_ENDINGS
 
 
 def extension(name: str) -> str:

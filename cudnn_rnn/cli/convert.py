@@ -42,6 +42,7 @@ import stat
 import sys
 from typing import Callable, Sequence
 
+from .._containers import ONNX
 from ..config import RNNConfig
 from ..convert import FORMAT_SPECS
 from ..convert.into import write_into
@@ -199,7 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept a conversion that changes the function (e.g. cuDNN GRU <-> GRUBlockCell); "
                              "what changed is printed")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists (never the input)")
-    onnx = parser.add_argument_group("ONNX model output (OUT ending in .onnx)")
+    onnx = parser.add_argument_group(f"ONNX model output (OUT ending in {ONNX})")
     onnx.add_argument("--batch-major", action="store_true", help="X, Y and states batch-major, as time_major=False")
     onnx.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("input", metavar="IN", help="the model file to read")

@@ -110,7 +110,7 @@ FORMAT_SPECS = _formats.FORMAT_SPECS
 
 #: File ending -> the container :func:`write_file` writes for it (``".npz"``, ``".pt"``, ``".pth"``,
 #: ``".safetensors"``, ``".keras"``, ``".weights.h5"``, ``".onnx"``): the formats it holds, its default
-#: first, what it is, and what loads it.
+#: first, what it is, what loads it, what :func:`read_file` finds it to be, and how it is written.
 #:
 #: :meta hide-value:
 CONTAINERS = _saving.CONTAINERS

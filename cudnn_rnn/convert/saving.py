@@ -10,7 +10,9 @@
 ``rnn`` is a :class:`~cudnn_rnn.convert.FoundRNN` (what :func:`~cudnn_rnn.convert.read_file`
 finds), one of the library's layers (:class:`cudnn_rnn.LSTM`, ``GRU``, ``RNN``), or a
 ``(params, config)`` pair. ``fmt`` names the format of the tensors written; each container takes
-the formats it can hold, and defaults to its framework's own (:data:`CONTAINERS`):
+the formats it can hold, and defaults to its framework's own. :data:`CONTAINERS` is the table:
+one row per ending, which knows what the file holds, what reads it back and how it is written
+(:func:`write_file` and ``cudnn-rnn convert`` look the ending up there and call its writer):
 
 ================  ====================  ==============================================  ===========================
 OUT ends in       fmt (default first)   what is written                                 loaded by
@@ -32,13 +34,14 @@ change the function is refused unless ``allow_approximation=True`` (then
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
 from .._arrays import to_host
 from .._checks import flag
+from .._containers import KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS
 from .._safetensors import encode
 from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
@@ -48,31 +51,66 @@ from ..formats._core import check_params
 from ..formats._onnx import node_attributes
 from ..params_file import STORED_BITS, write_params_file
 from ..formats._table import FORMATS
-from .keras_export import export_keras
+from .keras_export import write_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
-__all__ = ["CONTAINERS", "Container", "Written", "container_of", "suffixes_for", "as_found", "converted", "write_file"]
+__all__ = ["CONTAINERS", "Container", "Request", "Written", "container_of", "suffixes_for", "as_found", "converted",
+           "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
 
 
 @dataclass(frozen=True)
+class Request:
+    """One write, as :func:`write_file` hands it to a container's writer.
+
+    Attributes:
+        path: the file to write (whole or not at all).
+        container: the container its name chose.
+        fmt: the format written (one of ``container.formats``).
+        tensors: the RNN's tensors in the format the writer takes (``container.writes_from``, else ``fmt``).
+        config: the RNN's configuration.
+        time_major: ONNX only: inputs and outputs time-major.
+        opset: ONNX only: the model's opset.
+    """
+
+    path: str
+    container: Container
+    fmt: str
+    tensors: dict[str, Any]
+    config: RNNConfig
+    time_major: bool = True
+    opset: int = DEFAULT_OPSET
+
+
+#: a container's writer: writes the request's file, and says what it holds (:attr:`Written.what`)
+Writer = Callable[[Request], str]
+
+
+@dataclass(frozen=True)
 class Container:
-    """A kind of output file.
+    """A kind of output file: one row of :data:`CONTAINERS`.
 
     Attributes:
         suffix: how its name ends (``".keras"``, ``".weights.h5"``).
         formats: the formats it holds, its default first.
         description: what it is, for messages ("a Keras 3 model").
         loaded_by: what loads it, for messages and the guide.
+        kind: what :func:`~cudnn_rnn.convert.read_file` finds it to be (a key of ``readers.FILE_KINDS``).
+        writer: how it is written.
+        writes_from: the format its writer takes (the params buffer, for the model exporters); None: the
+            format written.
     """
 
     suffix: str
     formats: tuple[str, ...]
     description: str
     loaded_by: str
+    kind: str
+    writer: Writer
+    writes_from: str | None = None
 
     @property
     def default(self) -> str:
@@ -84,15 +122,100 @@ def _first(default: str) -> tuple[str, ...]:
     return (default, *(name for name in ANY_FORMAT if name != default))
 
 
-#: OUT's ending -> its container (a name ending in ``.weights.h5`` is Keras weights, not ``.h5``)
+# ---- the writers -----------------------------------------------------------------------------------------------
+def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
+    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
+    if narrow:  # np.savez would write anonymous void data
+        raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt, a "
+                        f".safetensors or a params file (fmt={PARAMS_FORMAT!r}) instead")
+
+    def write(partial: str) -> None:
+        with open(partial, "wb") as handle:  # numeric tensors: nothing to pickle, no name taken for savez's flag
+            np.savez(handle, allow_pickle=False, **tensors)
+
+    write_through_path(path, write)
+
+
+def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
+    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
+    value = np.ascontiguousarray(value)
+    if value.dtype.name == "bfloat16":
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
+
+
+def _save_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("writing a .pt file needs the 'torch' package: pip install torch", name="torch") from None
+    state = {name: _torch_tensor(torch, value) for name, value in tensors.items()}
+    write_through_path(path, lambda partial: torch.save(state, partial))
+
+
+def _save_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
+    write_bytes(path, encode(tensors))  # (encode writes each array little-endian in C order)
+
+
+def _named(save: Callable[[str, dict[str, np.ndarray]], None]) -> Writer:
+    """The writer of a container of named tensors that ``save(path, tensors)`` writes."""
+    def write(request: Request) -> str:
+        save(request.path, request.tensors)
+        return f"{len(request.tensors)} tensor(s)"
+
+    return write
+
+
+_write_named_npz = _named(_save_npz)
+
+
+def _write_npz(request: Request) -> str:
+    """A params file (the params format), or the named tensors of another format."""
+    if request.fmt != PARAMS_FORMAT:
+        return _write_named_npz(request)
+    config = request.config
+    write_params_file(request.path, request.tensors[PARAMS_FORMAT], config)
+    layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
+    return f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
+
+
+def _keras(weights_only: bool) -> Writer:
+    """The writer of a Keras 3 model (``keras_export``: why it does not go through Keras), or of its weights."""
+    reads_it = "" if weights_only else ": keras.saving.load_model reads it"
+
+    def write(request: Request) -> str:
+        config = request.config
+        write_keras(request.tensors[PARAMS_FORMAT], config, request.path, weights_only=weights_only)
+        return f"{request.container.description} ({config.num_layers} layer(s){reads_it})"
+
+    return write
+
+
+def _write_onnx(request: Request) -> str:
+    config = request.config
+    export_onnx(request.tensors[PARAMS_FORMAT], config, request.path, time_major=request.time_major,
+                opset=request.opset)
+    return f"an ONNX model ({config.num_layers} {node_attributes(config)[0]} node(s), opset {request.opset})"
+
+
+# ---- the table -------------------------------------------------------------------------------------------------
+_TORCH_SAVE = Container(PT, _first("torch"), "a torch.save file", "torch.load", "torch", _named(_save_pt))
+
+#: OUT's ending -> its container (a name ending in ``.weights.h5`` is Keras weights, not ``.h5``); the endings are
+#: ``cudnn_rnn._containers.ENDINGS``, in its order
 CONTAINERS: dict[str, Container] = {container.suffix: container for container in (
-    Container(".npz", _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load"),
-    Container(".pt", _first("torch"), "a torch.save file", "torch.load"),
-    Container(".pth", _first("torch"), "a torch.save file", "torch.load"),
-    Container(".safetensors", _first("torch"), "a safetensors file", "safetensors.torch.load_file"),
-    Container(".keras", ("keras",), "a Keras 3 model", "keras.saving.load_model"),
-    Container(".weights.h5", ("keras",), "a Keras 3 weights file", "keras.Model.load_weights"),
-    Container(".onnx", ("onnx",), "an ONNX model", "onnxruntime.InferenceSession"),
+    Container(NPZ, _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load",
+              "npz", _write_npz),
+    _TORCH_SAVE,
+    replace(_TORCH_SAVE, suffix=PTH),
+    Container(SAFETENSORS, _first("torch"), "a safetensors file", "safetensors.torch.load_file", "safetensors",
+              _named(_save_safetensors)),
+    Container(KERAS, ("keras",), "a Keras 3 model", "keras.saving.load_model", "keras", _keras(False),
+              writes_from=PARAMS_FORMAT),
+    Container(KERAS_WEIGHTS, ("keras",), "a Keras 3 weights file", "keras.Model.load_weights", "hdf5", _keras(True),
+              writes_from=PARAMS_FORMAT),
+    Container(ONNX, ("onnx",), "an ONNX model", "onnxruntime.InferenceSession", "onnx", _write_onnx,
+              writes_from=PARAMS_FORMAT),
 )}
 
 
@@ -186,47 +309,6 @@ def suffixes_for(fmt: str) -> str:
     return " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
 
 
-# ---- named tensors ---------------------------------------------------------------------------------------------
-def _write_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
-    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
-    if narrow:  # np.savez would write anonymous void data
-        raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt, a "
-                        f".safetensors or a params file (fmt={PARAMS_FORMAT!r}) instead")
-
-    def write(partial: str) -> None:
-        with open(partial, "wb") as handle:  # numeric tensors: nothing to pickle, no name taken for savez's flag
-            np.savez(handle, allow_pickle=False, **tensors)
-
-    write_through_path(path, write)
-
-
-def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
-    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
-    value = np.ascontiguousarray(value)
-    if value.dtype.name == "bfloat16":
-        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(value)
-
-
-def _write_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("writing a .pt file needs the 'torch' package: pip install torch", name="torch") from None
-    state = {name: _torch_tensor(torch, value) for name, value in tensors.items()}
-    write_through_path(path, lambda partial: torch.save(state, partial))
-
-
-def _write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-    write_bytes(path, encode(tensors))  # (encode writes each array little-endian in C order)
-
-
-#: container suffix -> how named tensors are written to it
-TENSOR_WRITERS: dict[str, Callable[[str, dict[str, np.ndarray]], None]] = {
-    ".npz": _write_npz, ".pt": _write_pt, ".pth": _write_pt, ".safetensors": _write_safetensors,
-}
-
-
 # ---- the function ----------------------------------------------------------------------------------------------
 def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *,
                allow_approximation: bool = False, time_major: bool = True, opset: int = DEFAULT_OPSET) -> Written:
@@ -261,23 +343,6 @@ def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *
     container = container_of(target)
     fmt = _check_format(container, fmt)
     found = as_found(rnn)
-    config = found.config
-    result = converted(found, PARAMS_FORMAT if container.suffix in (".keras", ".weights.h5", ".onnx") else fmt,
-                       allow_approximation=allow_approximation)
-    if container.suffix in (".keras", ".weights.h5"):
-        export_keras(result.value[PARAMS_FORMAT], config, target)  # (whole or not at all, as every writer here)
-        layers = f"{config.num_layers} layer(s)"
-        what = f"{container.description} ({layers}: keras.saving.load_model reads it)" \
-            if container.suffix == ".keras" else f"{container.description} ({layers})"
-    elif container.suffix == ".onnx":
-        export_onnx(result.value[PARAMS_FORMAT], config, target, time_major=time_major, opset=opset)
-        what = f"an ONNX model ({config.num_layers} {node_attributes(config)[0]} node(s), opset {opset})"
-    elif fmt == PARAMS_FORMAT and container.suffix == ".npz":
-        write_params_file(target, result.value[PARAMS_FORMAT], config)
-        layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
-        what = f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
-    else:
-        TENSOR_WRITERS[container.suffix](target, dict(result.value))
-        what = f"{len(result.value)} tensor(s)"
+    result = converted(found, container.writes_from or fmt, allow_approximation=allow_approximation)
+    what = container.writer(Request(target, container, fmt, dict(result.value), found.config, time_major, opset))
     return Written(target, fmt, what, tuple(result.approximations))
-

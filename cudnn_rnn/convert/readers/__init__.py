@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._checks import flag
+from ..._containers import KERAS_WEIGHTS, ONNX
 from ...config import DIRECTIONS
 from ..._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
 from ...formats._table import FORMATS, to_format
@@ -160,7 +161,7 @@ def file_kind(path: str) -> FileKind:
         return FILE_KINDS["safetensors"]
     if head[0] == PICKLE_PROTOCOL_OPCODE:
         return FILE_KINDS["torch"]
-    if path.lower().endswith(".onnx") or head[0] == ONNX_IR_VERSION_TAG:
+    if path.lower().endswith(ONNX) or head[0] == ONNX_IR_VERSION_TAG:
         return FILE_KINDS["onnx"]
     if header_length is not None:
         raise FileReadError(path, f"a truncated safetensors file: its header is {header_length} bytes, and only "
@@ -184,7 +185,7 @@ def _zip_kind(path: str) -> FileKind:
             names = archive.namelist()
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError) as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error)})") from None
-    if "config.json" in names and any(name.endswith(".weights.h5") for name in names):
+    if "config.json" in names and any(name.endswith(KERAS_WEIGHTS) for name in names):
         return FILE_KINDS["keras"]
     if any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
         return FILE_KINDS["torch"]

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..._containers import KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES
 from ...config import BUILTIN_DTYPES
 from ..._dtypes import widen_bfloat16
 from ._found import FileReadError, check_declared_size, one_line
@@ -85,13 +86,13 @@ class H5File:
 
     def dtype(self, dataset: Any) -> str:
         """The dataset's dtype name (Keras marks bfloat16 data with a ``dtype`` attribute)."""
-        marked = self.attribute(dataset, "dtype")
+        marked = self.attribute(dataset, KERAS_DTYPE_ATTRIBUTE)
         with h5py_errors(self.path, self.where):
             return marked if isinstance(marked, str) else dataset.dtype.name
 
     def marked_bfloat16(self, dataset: Any) -> bool:
         """Whether the dataset holds bfloat16 values as Keras stores them: 2-byte data marked ``dtype="bfloat16"``."""
-        return self.dtype(dataset) == "bfloat16" and dataset.dtype.itemsize == 2
+        return self.dtype(dataset) in KERAS_MARKED_DTYPES and dataset.dtype.itemsize == 2
 
     def array(self, dataset: Any) -> np.ndarray:
         """The dataset's data, once its storage and declared size are checked."""
