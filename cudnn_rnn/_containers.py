@@ -3,10 +3,12 @@
 One place for each fact, imported by the writers (:mod:`cudnn_rnn.convert.saving`, whose
 :data:`~cudnn_rnn.convert.saving.CONTAINERS` table says what each ending holds and how it is
 written; :mod:`cudnn_rnn.convert.keras_export`), the readers (:mod:`cudnn_rnn.convert.readers`)
-and :func:`cudnn_rnn.files.extension`. It imports nothing, so that the lowest modules can use it.
+and :func:`cudnn_rnn.files.extension`. It imports only the dtype table, so that the lowest modules can use it.
 """
 
 from __future__ import annotations
+
+from ._dtypes import PACKAGES
 
 __all__ = ["NPZ", "PT", "PTH", "SAFETENSORS", "KERAS", "KERAS_WEIGHTS", "ONNX", "ENDINGS", "COMPOUND_ENDINGS",
            "KERAS_VERSION", "KERAS_DTYPE_ATTRIBUTE", "KERAS_MARKED_DTYPES"]
@@ -31,5 +33,5 @@ KERAS_VERSION = "3.15.1"
 #: the HDF5 attribute by which Keras marks a dataset it stores as opaque bytes: it names the dtype held
 KERAS_DTYPE_ATTRIBUTE = "dtype"
 
-#: the dtypes Keras stores that way (NumPy has no name for them): 2-byte opaque data, ``dtype="bfloat16"``
-KERAS_MARKED_DTYPES: tuple[str, ...] = ("bfloat16",)
+#: the dtypes Keras stores that way, those NumPy has no name for: bfloat16 as 2-byte opaque data, ``dtype="bfloat16"``
+KERAS_MARKED_DTYPES: tuple[str, ...] = tuple(PACKAGES)
