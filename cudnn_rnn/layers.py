@@ -27,15 +27,11 @@ The base class, :class:`RecurrentLayer`, lives in ``_recurrent_layer`` and Keras
 
 from __future__ import annotations
 
-import types
-
 from ._initializers import glorot_uniform, keras_init_params, orthogonal
+from ._layer_constructor import ModeArgument
 from ._recurrent_layer import RecurrentLayer
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
-
-#: RNN activation -> rnn_mode
-_ACTIVATION_MODES: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 
 
 class LSTM(RecurrentLayer):
@@ -46,41 +42,13 @@ class LSTM(RecurrentLayer):
         i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
-    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`); training, persistence
-    and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of the cell state.
-        num_layers: L, the number of stacked layers.
-        bidirectional: D = 2 if True.
-        num_proj: P < N to project the emitted state (0: none).
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        unit_forget_bias: put 1.0 in the forget gate's recurrent bias bR_f (bW_f stays 0).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported
-            dtype, or an ``xp`` that is not numpy or cupy.
-        ValueError: an invalid size, mode string or combination (see :class:`cudnn_rnn.RNNConfig`).
-        MemoryError: a params buffer too big for this machine's memory (refused at once).
+    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`, its forget gate's bias 1.0
+    unless ``unit_forget_bias=False``); training, persistence and export are the methods of
+    :class:`cudnn_rnn.layers.RecurrentLayer`.
     """
 
     modes = ("lstm",)
-
-    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
-                 num_proj: int = 0, dropout: float = 0.0, input_mode: str = "linear_input",
-                 dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
-                 unit_forget_bias: bool = True, algo: str = "standard") -> None:
-        super().__init__(input_size, num_units, num_layers, rnn_mode="lstm", bidirectional=bidirectional,
-                         num_proj=num_proj, dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed,
-                         unit_forget_bias=unit_forget_bias, algo=algo)
+    _defaults = {"unit_forget_bias": True}
 
 
 class GRU(RecurrentLayer):
@@ -92,78 +60,25 @@ class GRU(RecurrentLayer):
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
 
     Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of the state.
-        num_layers: L, the number of stacked layers.
-        bidirectional: D = 2 if True.
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: as :class:`LSTM`.
-        ValueError: as :class:`LSTM`.
-        MemoryError: as :class:`LSTM`.
     """
 
     modes = ("gru",)
-
-    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
-                 dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32",
-                 xp: types.ModuleType | None = None, seed: int = 0, algo: str = "standard") -> None:
-        super().__init__(input_size, num_units, num_layers, rnn_mode="gru", bidirectional=bidirectional,
-                         dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed, algo=algo)
 
 
 class RNN(RecurrentLayer):
     """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu.
 
     Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of the state.
-        num_layers: L, the number of stacked layers.
-        activation: ``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).
-        bidirectional: D = 2 if True.
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: as :class:`LSTM`.
-        ValueError: an unknown ``activation``, or as :class:`LSTM`.
-        MemoryError: as :class:`LSTM`.
     """
 
     modes = ("rnn_tanh", "rnn_relu")
-
-    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, activation: str = "tanh",
-                 bidirectional: bool = False, dropout: float = 0.0, input_mode: str = "linear_input",
-                 dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
-                 algo: str = "standard") -> None:
-        if activation not in _ACTIVATION_MODES:
-            raise ValueError(f"activation must be one of {tuple(_ACTIVATION_MODES)}; got {activation!r}")
-        super().__init__(input_size, num_units, num_layers, rnn_mode=_ACTIVATION_MODES[activation],
-                         bidirectional=bidirectional, dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp,
-                         seed=seed, algo=algo)
+    _mode_argument = ModeArgument("activation", {mode.removeprefix("rnn_"): mode for mode in modes},
+                                 '``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).')
 
     @property
     def activation(self) -> str:
         """The activation function, ``"tanh"`` or ``"relu"``."""
-        return {mode: act for act, mode in _ACTIVATION_MODES.items()}[self.config.rnn_mode]
+        return self.config.rnn_mode.removeprefix("rnn_")
 
     def _extra_repr(self) -> list[str]:
         return super()._extra_repr() + [f"activation={self.activation!r}"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import ml_dtypes  # noqa: F401  (registers NumPy's "bfloat16")
@@ -373,6 +374,31 @@ def test_repr_names_the_settings() -> None:
 def test_bad_arguments_are_named(call, error, words: str) -> None:
     with pytest.raises(error, match=words):
         call()
+
+
+#: each class's constructor arguments past the sizes, in order (LSTM's alone serve a projection and a forget bias)
+CONSTRUCTOR_OPTIONS = {
+    RecurrentLayer: ("rnn_mode", "bidirectional", "num_proj", "dropout", "input_mode", "dtype", "xp", "seed",
+                     "unit_forget_bias", "algo"),
+    LSTM: ("bidirectional", "num_proj", "dropout", "input_mode", "dtype", "xp", "seed", "unit_forget_bias", "algo"),
+    GRU: ("bidirectional", "dropout", "input_mode", "dtype", "xp", "seed", "algo"),
+    RNN: ("activation", "bidirectional", "dropout", "input_mode", "dtype", "xp", "seed", "algo"),
+}
+
+
+@pytest.mark.parametrize("cls", list(CONSTRUCTOR_OPTIONS))
+def test_each_class_shows_and_documents_its_own_constructor_arguments(cls: type[RecurrentLayer]) -> None:
+    parameters = inspect.signature(cls).parameters
+    assert tuple(parameters) == ("input_size", "num_units", "num_layers") + CONSTRUCTOR_OPTIONS[cls]
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in CONSTRUCTOR_OPTIONS[cls])
+    args = cls.__doc__.split("Args:\n")[1].split("\n\nRaises:\n")[0]
+    assert [line.split(":")[0].strip() for line in args.splitlines() if not line.startswith(" " * 8)] == \
+        list(parameters)
+    if "unit_forget_bias" in parameters:  # an LSTM's forget gate starts at 1.0, the base's (any mode) at 0.0
+        assert parameters["unit_forget_bias"].default is (cls is LSTM)
+    for name in set(CONSTRUCTOR_OPTIONS[RecurrentLayer]) - set(parameters):
+        with pytest.raises(TypeError, match=name):
+            cls(3, 4, **{name: 2})
 
 
 # ---- export through cudnn_rnn.convert ------------------------------------------------------------
