@@ -41,6 +41,7 @@ import numpy as np
 
 from .._arrays import to_host
 from .._checks import flag
+from .._dtypes import as_bits
 from .._containers import KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS
 from .._safetensors import encode
 from .._recurrent_layer import RecurrentLayer
@@ -139,9 +140,7 @@ def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
 def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
     """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
     value = np.ascontiguousarray(value)
-    if value.dtype.name == "bfloat16":
-        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(value)
+    return torch.from_numpy(as_bits(value)).view(getattr(torch, value.dtype.name))
 
 
 def _save_pt(path: str, tensors: dict[str, np.ndarray]) -> None:

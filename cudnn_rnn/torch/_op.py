@@ -23,7 +23,7 @@ from .. import _bridge
 from .._arrays import Array
 from .._cudnn_streams import import_cupy
 from .._dropout_rng import DropoutRNG
-from ..config import numpy_dtype
+from .._dtypes import PACKAGES, as_bits, from_bits, numpy_dtype
 
 __all__ = ["cudnn_rnn", "check_call", "check_step", "rnn", "numpy_dtype_of", "to_array", "to_tensor",
            "DropoutState"]
@@ -38,8 +38,8 @@ def numpy_dtype_of(dtype: torch.dtype) -> str:
 def to_array(tensor: Tensor) -> Array:
     """A NumPy (CPU) or CuPy (CUDA, inside :func:`_on_device`) array viewing ``tensor``'s memory."""
     value = tensor.detach()
-    bfloat16 = value.dtype == torch.bfloat16
-    if bfloat16:  # through int16: NumPy has no bfloat16, ml_dtypes' is the array's
+    name = numpy_dtype_of(value.dtype)
+    if name in PACKAGES:  # through its bits: NumPy has no bfloat16, ml_dtypes' is the array's
         value = value.view(torch.int16)
     if value.device.type == "cpu":
         array: Array = value.numpy()
@@ -47,26 +47,23 @@ def to_array(tensor: Tensor) -> Array:
         cupy = import_cupy()
         if value.numel() == 0:  # nothing to view (and no address to hand over)
             with cupy.cuda.Device(value.device.index):
-                array = cupy.empty(tuple(value.shape), dtype=value.new_empty(0, device="cpu").numpy().dtype)
+                array = cupy.empty(tuple(value.shape), dtype=numpy_dtype(numpy_dtype_of(value.dtype)))
         else:
             array = cupy.from_dlpack(value)
-    return array.view(numpy_dtype("bfloat16")) if bfloat16 else array
+    return from_bits(array, name)
 
 
 def to_tensor(array: Array) -> Tensor:
     """A tensor viewing a result array of the op (NumPy, or CuPy inside :func:`_on_device`)."""
-    bfloat16 = array.dtype.name == "bfloat16"
-    if bfloat16:
-        array = array.view(np.int16)
+    name = array.dtype.name
+    array = as_bits(array)  # torch takes no ml_dtypes array: bfloat16 through its bits
     if isinstance(array, np.ndarray):
         tensor = torch.from_numpy(array if array.flags.writeable else array.copy())
     elif array.size == 0:  # nothing to view (and no address to hand over): nothing to copy
         tensor = torch.from_numpy(np.empty(array.shape, array.dtype)).to(torch.device("cuda", array.device.id))
     else:
         tensor = torch.utils.dlpack.from_dlpack(array)
-    if bfloat16:
-        tensor = tensor.view(torch.bfloat16)
-    return tensor.contiguous()
+    return tensor.view(getattr(torch, name)).contiguous()
 
 
 @contextlib.contextmanager
