@@ -1,0 +1,150 @@
+"""Reading a configuration off a format's tensor names and shapes: what a file's readers ask of its format.
+
+:class:`TensorShapes` holds the names and shapes found, with the messages every format shares;
+:class:`ShapeReading` is how a format whose tensors are alike in every layer reads them (a spec's
+``reading``), into a :class:`ConfigRead`. :mod:`._core` holds the rest of a format's facts and
+exports these names too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from ._core import FormatSpec
+
+__all__ = ["MODE_BY_GATES", "TensorShapes", "ConfigRead", "ShapeReading"]
+
+
+#: gates per cell -> rnn_mode (one gate: rnn_tanh or rnn_relu, which no shape tells apart)
+MODE_BY_GATES: dict[int, str | None] = {4: "lstm", 3: "gru", 1: None}
+
+_Parsed = TypeVar("_Parsed")
+
+
+@dataclass(frozen=True)
+class TensorShapes:
+    """The names and shapes of the tensors that should form one RNN of format ``fmt``, read
+    with the messages every format shares (each a ValueError naming the format and the tensor)."""
+
+    fmt: str
+    shapes: Mapping[str, tuple[int, ...]]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.shapes
+
+    def fail(self, reason: str) -> ValueError:
+        return ValueError(f"the tensors do not form a {self.fmt!r} RNN: {reason}")
+
+    def shape(self, name: str, ndim: int = 2) -> tuple[int, ...]:
+        """The shape of tensor ``name``, which must be there, with ``ndim`` axes and no zero size."""
+        if name not in self.shapes:
+            raise self.fail(f"tensor {name!r} is missing; found {sorted(self.shapes)[:12]}")
+        shape = self.shapes[name]
+        if len(shape) != ndim or 0 in shape:
+            raise self.fail(f"tensor {name!r} must be a non-empty {ndim}-D array; got shape {shape}")
+        return shape
+
+    def parse(self, parse: Callable[[str], _Parsed | None], described: str) -> dict[str, _Parsed]:
+        """``{name: parse(name)}`` for every tensor; names that ``parse`` refuses are named in the ValueError."""
+        parsed = {name: parse(name) for name in self.shapes}
+        strangers = [name for name, value in parsed.items() if value is None]
+        if strangers:
+            raise self.fail(f"unexpected tensor(s) {strangers[:8]} beside {described}")
+        return parsed  # type: ignore[return-value]
+
+    def layer_count(self, indices: set[int], what: str) -> int:
+        """The number of layers, from the layer indices found, which must run 0, 1, ... without a gap."""
+        if not indices:
+            raise self.fail(f"no {what} found")
+        count = max(indices) + 1
+        missing = [i for i in range(min(count, len(indices) + 8)) if i not in indices][:8]  # the first 8 at most
+        if missing:
+            more = f" and {count - len(indices) - len(missing)} more" if count - len(indices) > len(missing) else ""
+            raise self.fail(f"layer(s) {missing}{more} are missing ({what} found for layers {sorted(indices)})")
+        return count
+
+
+@dataclass(frozen=True)
+class ConfigRead:
+    """What a format's tensor names and shapes say: RNNConfig fields, and why rnn_mode is a
+    question (rnn_tanh or rnn_relu) when the shapes cannot tell it, else None."""
+
+    fields: dict[str, Any]
+    mode_question: str | None = None
+
+
+@dataclass(frozen=True)
+class ShapeReading:
+    """How a format whose tensors are alike in every layer tells its configuration.
+
+    The layers are counted and the directions told (any backward name: 2) by the names, and
+    the sizes read off layer 0's tensors (its first direction): ``sizes[size] = (field, axis)``,
+    in order. Sizes: ``gate_rows`` G*N, ``num_units`` N, ``state_size`` P (the recurrent
+    input: num_proj or N), ``input_size`` I, ``stitched_rows`` I + P (input and recurrent
+    matrices stacked), ``num_directions`` D. N is P and P is N where only one is read, I is
+    ``stitched_rows`` - P where not read, and G = gate_rows / N gives the mode.
+
+    Attributes:
+        sizes: size -> (field, axis), as above.
+        ndim: the number of axes of the tensors the sizes are read off.
+        described: what the names are, for the message naming tensors that do not belong;
+            None for one layer's fixed names (the shape check names a stranger).
+        layers_from: the field whose layer indices count the layers; None: every name's.
+        projection: the field of the LSTM projection, read where present (num_proj = P);
+            without it num_proj = 0.
+        mode: the one rnn_mode the format holds; None: G tells it.
+        mode_question: why one gate (rnn_tanh or rnn_relu) is a question.
+        refuse: ``refuse(tensors, fields)`` -> why the tensors, read as ``fields``, are not
+            this format's after all, or None.
+    """
+
+    sizes: Mapping[str, tuple[str, int]]
+    ndim: int = 2
+    described: str | None = None
+    layers_from: str | None = None
+    projection: str | None = None
+    mode: str | None = None
+    mode_question: str = ""
+    refuse: Callable[[TensorShapes, Mapping[str, Any]], str | None] | None = None
+
+    def __call__(self, spec: "FormatSpec", tensors: TensorShapes) -> ConfigRead:
+        """Read ``tensors`` as format ``spec``'s (the one reading all such formats share)."""
+        names = spec.names
+        assert names is not None, f"format {spec.name!r} reads its shapes by its names"
+        layers, directions = 1, 1
+        if self.described is not None:
+            parsed = tensors.parse(names.parse, self.described).values()
+            counted = self.layers_from or next(iter(names.templates))
+            layers = tensors.layer_count({p.layer for p in parsed if self.layers_from in (None, p.field)},
+                                         names.name(counted, "{l}"))
+            directions = 2 if any(p.direction for p in parsed) else 1
+        projected = self.projection is not None and names.name(self.projection) in tensors
+        read = {size: tensors.shape(names.name(field), self.ndim)[axis] for size, (field, axis) in self.sizes.items()
+                if field != self.projection or projected}
+        units = read.get("num_units", read.get("state_size"))
+        assert units is not None, f"format {spec.name!r} reads num_units or state_size"
+        state = read.get("state_size", units)
+        mode = self.mode
+        if mode is None:
+            mode = MODE_BY_GATES[self._gates(tensors, read["gate_rows"], units, names.name(self.sizes["gate_rows"][0]))]
+        fields: dict[str, Any] = {"rnn_mode": mode} if self.mode else {}  # a format's one mode comes first
+        fields.update(num_layers=layers, num_units=units,
+                      input_size=read["input_size"] if "input_size" in read else read["stitched_rows"] - state,
+                      direction="bidirectional" if read.get("num_directions", directions) == 2 else "unidirectional",
+                      num_proj=state if projected else 0, input_mode="linear_input")
+        if mode is not None:
+            fields["rnn_mode"] = mode
+        refusal = self.refuse(tensors, fields) if self.refuse else None
+        if refusal:
+            raise tensors.fail(refusal)
+        return ConfigRead(fields, None if mode else self.mode_question)
+
+    @staticmethod
+    def _gates(tensors: TensorShapes, rows: int, units: int, name: str) -> int:
+        gates = rows // units if units and rows % units == 0 else 0
+        if gates not in MODE_BY_GATES:
+            raise tensors.fail(f"tensor {name!r} has {rows} gate rows for {units} units: {rows}/{units} is not "
+                               "1 (RNN), 3 (GRU) or 4 (LSTM) gates")
+        return gates
