@@ -54,6 +54,8 @@ __all__ = [
     "FOLDABLE_BIAS_GATES",
     "gate_order",
     "reorder_gates",
+    "to_gate_order",
+    "from_gate_order",
     "cells_from_params",
     "params_from_cells",
     "with_explicit_skip_input",
@@ -293,6 +295,27 @@ def reorder_gates(stacked: Array, src: Sequence[str], dst: Sequence[str], xp: An
     """
     blocks = dict(zip(src, xp.split(stacked, len(src), axis=axis)))
     return xp.concatenate([blocks[gate] for gate in dst], axis=axis)
+
+
+def to_gate_order(cells: Sequence[CellWeights], config: RNNConfig, orders: Mapping[str, Sequence[str]],
+                  xp: Any) -> tuple[CellWeights, ...]:
+    """``cells`` as a format that reorders gates holds them: skip_input's identities written out, the gate
+    blocks of every matrix and bias in the format's order (its table ``orders``, read by :func:`gate_order`)."""
+    order = gate_order(orders, config)
+    return tuple(_reordered(cell, config.mode.gates, order, xp) for cell in with_explicit_skip_input(cells, config, xp))
+
+
+def from_gate_order(cells: Sequence[CellWeights], config: RNNConfig, orders: Mapping[str, Sequence[str]],
+                    xp: Any) -> tuple[CellWeights, ...]:
+    """The cells of such a format (gate blocks in the order of its table ``orders``) in cuDNN's gate order."""
+    order = gate_order(orders, config)
+    return tuple(_reordered(cell, order, config.mode.gates, xp) for cell in cells)
+
+
+def _reordered(cell: CellWeights, src: Sequence[str], dst: Sequence[str], xp: Any) -> CellWeights:
+    """``cell`` with the gate blocks of its matrices and biases reordered from ``src`` to ``dst`` (new arrays)."""
+    return cell.replace(**{field: reorder_gates(getattr(cell, field), src, dst, xp)
+                           for field in ("input", "recurrent", "input_bias", "recurrent_bias")})
 
 
 def pseudo_layers(config: RNNConfig) -> list[tuple[int, int, int]]:

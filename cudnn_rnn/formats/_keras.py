@@ -41,11 +41,10 @@ from ._core import (
     ShapeReading,
     TensorNames,
     TensorShapes,
-    gate_order,
+    from_gate_order,
     projection_refusal,
     pseudo_layers,
-    reorder_gates,
-    with_explicit_skip_input,
+    to_gate_order,
 )
 
 #: rnn_mode -> Keras's gate order, in cuDNN gate names
@@ -151,38 +150,28 @@ def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
 
 
 def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]:
-    cells = with_explicit_skip_input(cells, config, xp)
-    cudnn, keras = config.mode.gates, gate_order(GATE_ORDERS, config)
     result = {}
-    for k, layer, direction in pseudo_layers(config):
-        cell = cells[k]
-        input_bias = reorder_gates(cell.input_bias, cudnn, keras, xp)
-        recurrent_bias = reorder_gates(cell.recurrent_bias, cudnn, keras, xp)
-        bias = (xp.stack([input_bias, recurrent_bias]) if config.rnn_mode in TWO_BIAS_MODES
-                else input_bias + recurrent_bias)
-        result[_key(layer, direction, "kernel")] = xp.ascontiguousarray(reorder_gates(cell.input, cudnn, keras, xp).T)
-        result[_key(layer, direction, "recurrent_kernel")] = xp.ascontiguousarray(
-            reorder_gates(cell.recurrent, cudnn, keras, xp).T)
-        result[_key(layer, direction, "bias")] = bias
+    for cell, (_, layer, direction) in zip(to_gate_order(cells, config, GATE_ORDERS, xp), pseudo_layers(config)):
+        bias = (xp.stack([cell.input_bias, cell.recurrent_bias]) if config.rnn_mode in TWO_BIAS_MODES
+                else cell.input_bias + cell.recurrent_bias)
+        for field, value in zip(FIELDS, (xp.transpose(cell.input), xp.transpose(cell.recurrent), bias)):
+            result[_key(layer, direction, field)] = xp.ascontiguousarray(value)
     return result
 
 
 def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: Any) -> tuple[CellWeights, ...]:
-    cudnn, keras = config.mode.gates, gate_order(GATE_ORDERS, config)
-    cells = []
-    for _, layer, direction in pseudo_layers(config):
-        bias = tensors[_key(layer, direction, "bias")]
-        if config.rnn_mode in TWO_BIAS_MODES:
-            input_bias, recurrent_bias = bias[0], bias[1]
-        else:  # the single bias goes to bR, zeros to bW (Keras's own cuDNN path does the same)
-            input_bias, recurrent_bias = xp.zeros_like(bias), bias
-        cells.append(CellWeights(
-            input=reorder_gates(tensors[_key(layer, direction, "kernel")].T, keras, cudnn, xp),
-            recurrent=reorder_gates(tensors[_key(layer, direction, "recurrent_kernel")].T, keras, cudnn, xp),
-            input_bias=reorder_gates(input_bias, keras, cudnn, xp),
-            recurrent_bias=reorder_gates(recurrent_bias, keras, cudnn, xp),
-        ))
-    return tuple(cells)
+    return from_gate_order([_cell(tensors, config, layer, direction, xp) for _, layer, direction in
+                            pseudo_layers(config)], config, GATE_ORDERS, xp)
+
+
+def _cell(tensors: Mapping[str, Array], config: RNNConfig, layer: int, direction: int, xp: Any) -> CellWeights:
+    """A direction's weights, in Keras's gate order."""
+    kernel, recurrent_kernel, bias = (tensors[_key(layer, direction, field)] for field in FIELDS)
+    if config.rnn_mode in TWO_BIAS_MODES:
+        input_bias, recurrent_bias = bias[0], bias[1]
+    else:  # the single bias goes to bR, zeros to bW (Keras's own cuDNN path does the same)
+        input_bias, recurrent_bias = xp.zeros_like(bias), bias
+    return CellWeights(kernel.T, recurrent_kernel.T, input_bias, recurrent_bias)
 
 
 FORMAT = FormatSpec(

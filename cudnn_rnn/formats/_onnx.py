@@ -27,11 +27,9 @@ from ._core import (
     ShapeReading,
     TensorNames,
     TensorShapes,
-    gate_order,
+    from_gate_order,
     projection_refusal,
-    pseudo_layers,
-    reorder_gates,
-    with_explicit_skip_input,
+    to_gate_order,
 )
 
 #: rnn_mode -> ONNX's gate order, in cuDNN gate names
@@ -89,33 +87,23 @@ def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
 
 
 def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]:
-    cells = with_explicit_skip_input(cells, config, xp)
-    cudnn, onnx = config.mode.gates, gate_order(GATE_ORDERS, config)
-    d = config.num_directions
-    result: dict[str, tuple[int, ...]] = {}
+    cells, d = to_gate_order(cells, config, GATE_ORDERS, xp), config.num_directions
+    result = {}
     for layer in range(config.num_layers):
         layer_cells = cells[layer * d:(layer + 1) * d]
-        result[key(layer, "W")] = xp.stack([reorder_gates(c.input, cudnn, onnx, xp) for c in layer_cells])
-        result[key(layer, "R")] = xp.stack([reorder_gates(c.recurrent, cudnn, onnx, xp) for c in layer_cells])
-        result[key(layer, "B")] = xp.stack([
-            xp.concatenate([reorder_gates(c.input_bias, cudnn, onnx, xp),
-                            reorder_gates(c.recurrent_bias, cudnn, onnx, xp)]) for c in layer_cells])
+        result[key(layer, "W")] = xp.stack([c.input for c in layer_cells])
+        result[key(layer, "R")] = xp.stack([c.recurrent for c in layer_cells])
+        result[key(layer, "B")] = xp.stack([xp.concatenate([c.input_bias, c.recurrent_bias]) for c in layer_cells])
     return result
 
 
 def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: Any) -> tuple[CellWeights, ...]:
-    cudnn, onnx = config.mode.gates, gate_order(GATE_ORDERS, config)
     gn = config.num_gates * config.num_units
-    cells = []
-    for _, layer, direction in pseudo_layers(config):
-        bias = tensors[key(layer, "B")][direction]
-        cells.append(CellWeights(
-            input=reorder_gates(tensors[key(layer, "W")][direction], onnx, cudnn, xp),
-            recurrent=reorder_gates(tensors[key(layer, "R")][direction], onnx, cudnn, xp),
-            input_bias=reorder_gates(bias[:gn], onnx, cudnn, xp),
-            recurrent_bias=reorder_gates(bias[gn:], onnx, cudnn, xp),
-        ))
-    return tuple(cells)
+    layers = [(tensors[key(layer, "W")], tensors[key(layer, "R")], tensors[key(layer, "B")])
+              for layer in range(config.num_layers)]
+    return from_gate_order([CellWeights(w[direction], r[direction], b[direction, :gn], b[direction, gn:])
+                            for w, r, b in layers for direction in range(config.num_directions)],
+                           config, GATE_ORDERS, xp)
 
 
 FORMAT = FormatSpec(
