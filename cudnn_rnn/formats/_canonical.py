@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from ..layout import params_layout
-from ._core import CellWeights, FormatSpec, Notes, TensorNames, cells_from_params, no_refusal, params_from_cells
+from ._core import CellWeights, FormatFacts, Notes, TensorNames, cells_from_params, no_refusal, params_from_cells
 
 TENSOR_NAMES = TensorNames({"weights": "weights/{index}", "biases": "biases/{index}"})
 
@@ -50,12 +50,6 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
     return cells_from_params(params, config, xp)
 
 
-FORMAT = FormatSpec(
-    name="canonical",
-    summary="TF's CudnnRNNParamsToCanonical lists: weights/{i}, biases/{i}",
-    refusal=no_refusal,
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
-)
+refusal = no_refusal
+
+FACTS = FormatFacts("canonical", "TF's CudnnRNNParamsToCanonical lists: weights/{i}, biases/{i}")

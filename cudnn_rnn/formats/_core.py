@@ -5,11 +5,11 @@ where things sit) into a tuple of :class:`CellWeights`, one per pseudo-layer
 k = layer * D + dir. Each format is then a pure rearrangement of those arrays: gate blocks
 reordered, transposed, concatenated or summed, as its table says.
 
-A format is one :class:`FormatSpec`, the one record of its facts, built in the format's own
-module: its tensor names (:class:`TensorNames`), shapes and refusals, both directions, how its
-names and shapes tell a configuration (:class:`ShapeReading`), the biases its files may leave
-out, and the name that gives its files away. The tables of :mod:`._formats` and the readers
-are built from the specs.
+A format is one module, which defines the same names as every other (:class:`FormatModule`):
+its tensor names (:class:`TensorNames`), shapes and refusal, both directions, and its
+:class:`FormatFacts`, how its names and shapes tell a configuration (:class:`ShapeReading`),
+the biases its files may leave out and the name that gives its files away. :mod:`._table`
+makes one :class:`FormatSpec` of each module in its table; the readers work from the specs.
 
 Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P above)::
 
@@ -27,7 +27,7 @@ import functools
 import re
 import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, cast
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, cast
 
 from .._arrays import Array, array_module
 from .._checks import flag
@@ -47,6 +47,8 @@ __all__ = [
     "TensorShapes",
     "ConfigRead",
     "ShapeReading",
+    "FormatFacts",
+    "FormatModule",
     "FormatSpec",
     "name_pattern",
     "no_refusal",
@@ -212,21 +214,12 @@ class OmittedBiases:
 
 
 @dataclass(frozen=True)
-class FormatSpec:
-    """One named format, the one record of its facts: what it can hold, its tensor names and
-    shapes, its two directions, and how a reader recognises its files and reads their configuration.
+class FormatFacts:
+    """What a format's module says of the format beside its code (:class:`FormatModule`).
 
     Attributes:
         name: the format's name in :data:`cudnn_rnn.convert.FORMATS`.
         summary: one line for help texts.
-        refusal: ``refusal(config)`` is None when the format can hold ``config``, else the
-            reason it cannot (no approximation exists, so this is always an error).
-        shapes: ``shapes(config)`` -> ``{tensor name: shape}``, in the format's own order.
-        encode: ``encode(cells, config, notes, xp)`` -> ``{tensor name: array}``.
-        decode: ``decode(tensors, config, notes, xp)`` -> cells (tensors already checked
-            against ``shapes``).
-        names: the tensor names by field, layer and direction; None where they depend on more
-            (tf_cell's cell scopes).
         omitted_biases: the biases its files may leave out, or None.
         reading: ``reading(spec, tensors)`` -> the :class:`ConfigRead` that the names and shapes
             of ``tensors`` (:class:`TensorShapes`) tell, raising a ValueError where they do not
@@ -237,18 +230,68 @@ class FormatSpec:
 
     name: str
     summary: str
+    omitted_biases: OmittedBiases | None = None
+    reading: Callable[["FormatSpec", TensorShapes], ConfigRead] | None = None
+    signature: re.Pattern[str] | None = None
+
+
+class FormatModule(Protocol):
+    """A format's module: the names every format's module defines, of which :meth:`FormatSpec.of` makes its spec.
+
+    ``FACTS`` (:class:`FormatFacts`), ``TENSOR_NAMES`` (None where the names depend on more: tf_cell's
+    cell scopes), and the functions ``refusal``, ``shapes``, ``encode`` and ``decode`` (see :class:`FormatSpec`).
+    """
+
+    @property
+    def FACTS(self) -> FormatFacts: ...
+
+    @property
+    def TENSOR_NAMES(self) -> TensorNames | None: ...
+
+    def refusal(self, config: RNNConfig) -> str | None: ...
+
+    def shapes(self, config: RNNConfig) -> dict[str, tuple[int, ...]]: ...
+
+    def encode(self, cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]: ...
+
+    def decode(self, tensors: Mapping[str, Array], config: RNNConfig, notes: Notes,
+               xp: Any) -> tuple[CellWeights, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormatSpec(FormatFacts):
+    """One named format, the one record of its facts: what it can hold, its tensor names and
+    shapes, its two directions, and how a reader recognises its files and reads their configuration.
+    :meth:`of` makes it of the format's module.
+
+    Attributes:
+        refusal: ``refusal(config)`` is None when the format can hold ``config``, else the
+            reason it cannot (no approximation exists, so this is always an error).
+        shapes: ``shapes(config)`` -> ``{tensor name: shape}``, in the format's own order.
+        encode: ``encode(cells, config, notes, xp)`` -> ``{tensor name: array}``.
+        decode: ``decode(tensors, config, notes, xp)`` -> cells (tensors already checked
+            against ``shapes``).
+        names: the tensor names by field, layer and direction; None where they depend on more
+            (tf_cell's cell scopes).
+        name, summary, omitted_biases, reading, signature: as :class:`FormatFacts`.
+    """
+
     refusal: Callable[[RNNConfig], str | None]
     shapes: Callable[[RNNConfig], dict[str, tuple[int, ...]]]
     encode: Callable[..., dict[str, Array]]
     decode: Callable[..., tuple[CellWeights, ...]]
     names: TensorNames | None = None
-    omitted_biases: OmittedBiases | None = None
-    reading: Callable[["FormatSpec", TensorShapes], ConfigRead] | None = None
-    signature: re.Pattern[str] | None = None
 
     def __post_init__(self) -> None:
         if self.signature is None and self.names is not None:
             object.__setattr__(self, "signature", self.names.signature())
+
+    @classmethod
+    def of(cls, module: FormatModule) -> "FormatSpec":
+        """The spec of the format whose module is ``module``: its facts, names and functions."""
+        facts = {field.name: getattr(module.FACTS, field.name) for field in dataclasses.fields(FormatFacts)}
+        return cls(**facts, refusal=module.refusal, shapes=module.shapes, encode=module.encode, decode=module.decode,
+                   names=module.TENSOR_NAMES)
 
 
 def no_refusal(config: RNNConfig) -> None:

@@ -38,7 +38,7 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatSpec,
+    FormatFacts,
     Notes,
     ShapeReading,
     TensorNames,
@@ -134,13 +134,7 @@ def keras_reset_before_to_gru_block_cell(kernel: Array, recurrent_kernel: Array,
     }
 
 
-FORMAT = FormatSpec(
-    name="gru_block_cell",
-    summary="TF GRUBlockCell: w_ru, w_c, b_ru, b_c (reset-before GRU: approximate)",
-    refusal=refusal_for("gru_block_cell"),
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
-    reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"),
-)
+refusal = refusal_for("gru_block_cell")
+
+FACTS = FormatFacts("gru_block_cell", "TF GRUBlockCell: w_ru, w_c, b_ru, b_c (reset-before GRU: approximate)",
+                    reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"))

@@ -35,7 +35,7 @@ from .._arrays import Array
 from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
-    FormatSpec,
+    FormatFacts,
     Notes,
     OmittedBiases,
     ShapeReading,
@@ -174,14 +174,8 @@ def _cell(tensors: Mapping[str, Array], config: RNNConfig, layer: int, direction
     return CellWeights(kernel.T, recurrent_kernel.T, input_bias, recurrent_bias)
 
 
-FORMAT = FormatSpec(
-    name="keras",
-    summary="Keras LSTM, GRU(reset_after=True), SimpleRNN: layer_{l}/forward/kernel, ...",
-    refusal=refusal,
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
+FACTS = FormatFacts(
+    "keras", "Keras LSTM, GRU(reset_after=True), SimpleRNN: layer_{l}/forward/kernel, ...",
     omitted_biases=OmittedBiases(
         ("bias",), "the layers have no biases (use_bias=False): zero biases are used, the same function"),
     reading=ShapeReading(

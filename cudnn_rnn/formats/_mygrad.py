@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from . import _gru_block_cell as block
-from ._core import CellWeights, FormatSpec, Notes, ShapeReading, TensorNames, check_tensors, reorder_gates
+from ._core import CellWeights, FormatFacts, Notes, ShapeReading, TensorNames, check_tensors, reorder_gates
 
 #: mygrad tensor -> (gru_block_cell tensor, its rows ("x", "h" or None for a bias), its column gate)
 MYGRAD_FROM_BLOCK: dict[str, tuple[str, str | None, str]] = {
@@ -131,13 +131,7 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
     return block.decode(mygrad_to_gru_block_cell(tensors), config, notes, xp, fmt="mygrad")
 
 
-FORMAT = FormatSpec(
-    name="mygrad",
-    summary="mygrad's gru: Uz, Wz, bz, Ur, ... (reset-before GRU: approximate)",
-    refusal=block.refusal_for("mygrad"),
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
-    reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"),
-)
+refusal = block.refusal_for("mygrad")
+
+FACTS = FormatFacts("mygrad", "mygrad's gru: Uz, Wz, bz, Ur, ... (reset-before GRU: approximate)",
+                    reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"))

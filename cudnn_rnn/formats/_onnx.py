@@ -21,7 +21,7 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatSpec,
+    FormatFacts,
     Notes,
     OmittedBiases,
     ShapeReading,
@@ -106,14 +106,8 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
                            config, GATE_ORDERS, xp)
 
 
-FORMAT = FormatSpec(
-    name="onnx",
-    summary="ONNX LSTM/GRU/RNN node inputs: layer_{l}/W, layer_{l}/R, layer_{l}/B",
-    refusal=refusal,
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
+FACTS = FormatFacts(
+    "onnx", "ONNX LSTM/GRU/RNN node inputs: layer_{l}/W, layer_{l}/R, layer_{l}/B",
     omitted_biases=OmittedBiases(("B",), "layer {layer} has no B: zero biases are used, the same function",
                                  per_layer=True),
     reading=ShapeReading(

@@ -15,6 +15,7 @@ from ..config import RNNConfig
 from . import _canonical, _gru_block_cell, _keras, _mygrad, _onnx, _tf_cell, _torch
 from ._core import (
     Converted,
+    FormatModule,
     FormatSpec,
     Notes,
     cells_from_params,
@@ -31,10 +32,11 @@ __all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "
            "convert_between"]
 
 
+#: the formats' modules, in the order formats are listed
+FORMAT_MODULES: tuple[FormatModule, ...] = (_canonical, _torch, _keras, _tf_cell, _onnx, _gru_block_cell, _mygrad)
+
 #: format name -> its spec (names, shapes, both directions), in the order formats are listed
-FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in (
-    _canonical.FORMAT, _torch.FORMAT, _keras.FORMAT, _tf_cell.FORMAT, _onnx.FORMAT,
-    _gru_block_cell.FORMAT, _mygrad.FORMAT)}
+FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in map(FormatSpec.of, FORMAT_MODULES)}
 
 #: the format names, in the order formats are listed
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)

@@ -43,6 +43,7 @@ from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
     ConfigRead,
+    FormatFacts,
     FormatSpec,
     Notes,
     TensorShapes,
@@ -281,13 +282,11 @@ def read_config(spec: FormatSpec, tensors: TensorShapes) -> ConfigRead:
     return ConfigRead(fields, f"a {cell}'s variables do not say its activation")
 
 
-FORMAT = FormatSpec(
-    name="tf_cell",
-    summary="TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...",
-    refusal=no_refusal,
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    reading=read_config,
-    signature=RECOGNISED,
-)
+refusal = no_refusal
+
+#: the names depend on the cell scopes: RECOGNISED tells a file, read_config reads it
+TENSOR_NAMES = None
+
+FACTS = FormatFacts(
+    "tf_cell", "TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...",
+    reading=read_config, signature=RECOGNISED)

@@ -22,7 +22,7 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatSpec,
+    FormatFacts,
     Notes,
     OmittedBiases,
     ShapeReading,
@@ -79,14 +79,10 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
         for _, layer, direction in pseudo_layers(config))
 
 
-FORMAT = FormatSpec(
-    name="torch",
-    summary="nn.LSTM/GRU/RNN state_dict: weight_ih_l{k}[_reverse], bias_hh_l{k}, ...",
-    refusal=no_refusal,
-    shapes=shapes,
-    encode=encode,
-    decode=decode,
-    names=TENSOR_NAMES,
+refusal = no_refusal
+
+FACTS = FormatFacts(
+    "torch", "nn.LSTM/GRU/RNN state_dict: weight_ih_l{k}[_reverse], bias_hh_l{k}, ...",
     omitted_biases=OmittedBiases(
         ("input_bias", "recurrent_bias"),
         "the state_dict has no biases (bias=False): zero biases are used, the same function"),
