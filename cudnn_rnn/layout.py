@@ -49,15 +49,14 @@ __all__ = [
 PROJECTION_ID = 8
 
 
-# ==== Layout facts NOT yet confirmed by cuDNN =================================================
-# Everything the public sources leave open is in this one record. tests/gpu/test_layout_cudnn.py
-# asks cudnnGetRNNWeightParams on a GPU and fails, naming the field, where cuDNN disagrees:
-# settle it by changing the values here, never the code that walks the table.
 @dataclass(frozen=True)
 class LayoutAssumptions:
     """Open questions about cuDNN's weight space, answered as data.
 
-    Each argument is kept as the attribute of the same name.
+    Everything the public sources leave open is in this one record. tests/gpu/test_layout_cudnn.py asks
+    cudnnGetRNNWeightParams on a GPU and fails, naming the field, where cuDNN disagrees: settle it by
+    changing the values of :data:`UNCONFIRMED`, never the code that walks the table. Each argument is
+    kept as the attribute of the same name.
 
     Args:
         projection_position: where the LSTM projection matrix of pseudo-layer k sits:
@@ -75,7 +74,6 @@ class LayoutAssumptions:
 
 #: The layout facts in use, the defaults of :class:`LayoutAssumptions` until a GPU run confirms or corrects them.
 UNCONFIRMED = LayoutAssumptions()
-# ==============================================================================================
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,9 @@ class ParamEntry:
 class ParamsLayout:
     """Every entry of one configuration's params buffer.
 
-    Each argument is kept as the attribute of the same name.
+    Each argument is kept as the attribute of the same name. The methods take ``params``, a [size]
+    params buffer of this layout (NumPy or CuPy) or its gradient, and ``pseudo_layer``, k = layer * D
+    + dir, and return views into ``params`` (writes go through).
 
     Args:
         config: the configuration (only its ``layout_key`` fields matter).
@@ -147,7 +147,7 @@ class ParamsLayout:
         """Look an entry up by its cuDNN coordinates.
 
         Args:
-            pseudo_layer: k = layer * D + dir.
+            pseudo_layer: k.
             lin_layer_id: cuDNN's linLayerID (0..2G-1, or :data:`PROJECTION_ID`).
             kind: ``"matrix"`` or ``"bias"``.
 
@@ -162,10 +162,10 @@ class ParamsLayout:
         return {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in self.weights + self.biases}
 
     def view(self, params: Array, entry: ParamEntry) -> Array:
-        """A view of one entry inside a params buffer (writes go through).
+        """A view of one entry inside a params buffer.
 
         Args:
-            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
+            params: the buffer.
             entry: one of this layout's ``weights`` or ``biases``.
 
         Returns:
@@ -179,46 +179,39 @@ class ParamsLayout:
         Gates of one side are contiguous in the buffer, so this is a view, not a copy.
 
         Args:
-            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
-            pseudo_layer: k = layer * D + dir.
+            params, pseudo_layer: the buffer and k.
             side: ``"input"`` or ``"recurrent"``.
 
         Returns:
             The [G*N, width] view (width = the layer's input width, or P for the recurrent
             side); None for layer 0's input side under skip_input.
         """
-        g = self.config.num_gates
-        first = 0 if side == "input" else g
-        head = self.entry(pseudo_layer, first, "matrix")
-        if head is None:
-            return None
-        rows = g * head.shape[0]
-        return params[head.offset:head.offset + rows * head.shape[1]].reshape(rows, head.shape[1])
+        return self._block(params, pseudo_layer, side, "matrix")
 
     def bias_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
         """The G stacked input or recurrent biases of one pseudo-layer as one view.
 
         Args:
-            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
-            pseudo_layer: k = layer * D + dir.
+            params, pseudo_layer: the buffer and k.
             side: ``"input"`` or ``"recurrent"``.
 
         Returns:
             The [G*N] view, or None where the layout has no such biases.
         """
+        return self._block(params, pseudo_layer, side, "bias")
+
+    def _block(self, params: Array, pseudo_layer: int, side: str, kind: str) -> Array:
         g = self.config.num_gates
-        first = 0 if side == "input" else g
-        head = self.entry(pseudo_layer, first, "bias")
+        head = self.entry(pseudo_layer, 0 if side == "input" else g, kind)
         if head is None:
             return None
-        return params[head.offset:head.offset + g * head.shape[0]]
+        return params[head.offset:head.offset + g * head.size].reshape(g * head.shape[0], *head.shape[1:])
 
     def projection(self, params: Array, pseudo_layer: int) -> Array:
         """The projection matrix of one pseudo-layer as a view.
 
         Args:
-            params: [size]: a params buffer of this layout (NumPy or CuPy), or its gradient.
-            pseudo_layer: k = layer * D + dir.
+            params, pseudo_layer: the buffer and k.
 
         Returns:
             The [P, N] view, or None without projection.
@@ -292,10 +285,8 @@ def _cached_layout(key: LayoutKey, facts: LayoutAssumptions) -> ParamsLayout:
 def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> int:
     """The number of elements of ``config``'s params buffer, without walking it (``params_layout(config).size``).
 
-    Per pseudo-layer: G*N*width input matrices (none for layer 0 under skip_input), G*N*P recurrent
-    matrices, the P*N projection, 2*G*N biases (layer 0's input biases under skip_input as
-    ``facts`` say); see :func:`cudnn_rnn.config.params_element_count`. Checking a size against
-    this costs nothing however many layers a configuration (from a file, say) claims.
+    The closed form of :func:`cudnn_rnn.config.params_element_count` with ``facts``' biases: checking a
+    size against this costs nothing however many layers a configuration (from a file, say) claims.
 
     Args:
         config: the configuration.
@@ -358,15 +349,10 @@ def cudnn_rnn_params_size(num_layers: int, num_units: int, input_size: int, *, r
     Equivalent of TF's ``CudnnRNNParamsSize``.
 
     Args:
-        num_layers: L >= 1.
-        num_units: N >= 1.
-        input_size: I >= 1.
-        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        direction: ``"unidirectional"`` or ``"bidirectional"``.
-        num_proj: P < N for an LSTM with projection; 0 for none.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype);
-            checked, but the count does not depend on it.
+        num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj: the
+            configuration, as the :class:`~cudnn_rnn.config.RNNConfig` fields of those names.
+        dtype: one of :data:`cudnn_rnn.config.DTYPES` (or that NumPy dtype); checked, but the count
+            does not depend on it.
 
     Returns:
         The element count, a Python int.
@@ -387,15 +373,9 @@ def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: i
     """Split a params buffer into canonical matrices and biases (TF's CudnnRNNParamsToCanonical).
 
     Args:
-        num_layers: L >= 1.
-        num_units: N >= 1.
-        input_size: I >= 1.
-        params: [params_size]: the buffer, ``cudnn_rnn_params_size(...)`` elements (NumPy or CuPy,
-            float16, float32, float64 or bfloat16).
-        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        direction: ``"unidirectional"`` or ``"bidirectional"``.
-        num_proj: P < N for an LSTM with projection; 0 for none.
+        num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj: the
+            configuration, as the :class:`~cudnn_rnn.config.RNNConfig` fields of those names.
+        params: [params_size]: the buffer (NumPy or CuPy, of a :data:`~cudnn_rnn.config.DTYPES` dtype).
 
     Returns:
         ``(weights, biases)``: per pseudo-layer k, the matrices in linLayerID order ([N, width]
@@ -431,17 +411,10 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
     All arrays must be of one kind and one floating dtype; the result has that dtype.
 
     Args:
-        num_layers: L >= 1.
-        num_units: N >= 1.
-        input_size: I >= 1.
-        weights: a list of matrices ordered as :func:`cudnn_rnn_params_to_canonical` returns them:
-            per pseudo-layer, [N, width] input and [N, P] recurrent matrices, then the [P, N]
-            projection.
-        biases: a list of the 2G biases [N] per pseudo-layer, in that order too.
-        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        direction: ``"unidirectional"`` or ``"bidirectional"``.
-        num_proj: P < N for an LSTM with projection; 0 for none.
+        num_layers, num_units, input_size, rnn_mode, input_mode, direction, num_proj: the
+            configuration, as the :class:`~cudnn_rnn.config.RNNConfig` fields of those names.
+        weights, biases: lists of the matrices and biases in the order and shapes
+            :func:`cudnn_rnn_params_to_canonical` returns them.
 
     Returns:
         [params_size]: a new params buffer of the arrays' kind and dtype.
