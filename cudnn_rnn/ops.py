@@ -8,31 +8,14 @@ by array kind (NumPy -> the reference backend, CuPy -> cuDNN). CuPy arrays must 
 GPU; every op runs with that GPU current, so each copy it makes lands beside its inputs whatever
 device the caller has current.
 
-Host synchronisation: none with NumPy ``sequence_lengths`` (or None). CuPy
-``sequence_lengths`` are read back to the host (the one unavoidable wait: cuDNN's data
-descriptors take the lengths from host memory); pass NumPy lengths in a hot loop. A step recorded
-as a CUDA graph (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays
-tells the recording which lengths and shapes its graph freezes (``_graph_watch``).
+Host synchronisation: none with NumPy ``sequence_lengths`` (or None); CuPy lengths are read back
+(cuDNN's data descriptors take them from host memory). A step recorded as a CUDA graph
+(``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays tells the
+recording which lengths and shapes its graph freezes (``_graph_watch``).
 
 The layer classes call :func:`forward_with_rng`: :func:`cudnn_rnn_v3` whose dropout masks, on
 cuDNN, come from the layer's own advancing RNG state (``_dropout_rng``) instead of the seeds.
-
-Shapes (L layers, D directions, B batch, T max length, I input size, N num_units,
-P = num_proj or N):
-
-=====================================  ================  ================
-tensor                                 time_major=True   time_major=False
-=====================================  ================  ================
-input / input_backprop                 [T, B, I]         [B, T, I]
-output / output_backprop               [T, B, D*P]       [B, T, D*P]
-input_h, output_h and their backprops  [L*D, B, P]       [B, L*D, P]
-input_c, output_c and their backprops  [L*D, B, N]       [B, L*D, N]
-params, params_backprop                [params_size]     [params_size]
-=====================================  ================  ================
-
-With time_major=False the states are truly batch-major (``h[b, k]`` is pseudo-layer k of
-sequence b); TF instead reinterprets that memory as [L*D, B, P]. Both agree when L*D == 1
-or B == 1.
+Shapes: the table of :func:`cudnn_rnn_v3`.
 """
 
 from __future__ import annotations
@@ -55,16 +38,13 @@ __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"
 
 
 class RNNOutputs(NamedTuple):
-    """Outputs of :func:`cudnn_rnn_v3`, arrays of the input's kind and dtype (``host_reserved`` aside).
+    """Outputs of :func:`cudnn_rnn_v3`, of the input's kind and dtype (``host_reserved`` aside), shaped as it says."""
 
-    Shapes as for time_major=True; with time_major=False the first two axes are swapped.
-    """
-
-    #: The last layer's output sequence, [T, B, D*P]; rows past a sequence's length are 0.
+    #: The last layer's output sequence; rows past a sequence's length are 0.
     output: Array
-    #: Each sequence's hidden state after its own last step, [L*D, B, P] (the initial state for length 0).
+    #: Each sequence's hidden state after its own last step (the initial state for length 0).
     output_h: Array
-    #: Likewise the cell state, [L*D, B, N] (LSTM); shape (0,) for the other modes.
+    #: Likewise the cell state (LSTM); shape (0,) for the other modes.
     output_c: Array
     #: What backprop needs from this forward, 1-D of the input's dtype; empty when not training.
     reserve_space: Array
@@ -73,18 +53,15 @@ class RNNOutputs(NamedTuple):
 
 
 class RNNGradients(NamedTuple):
-    """Outputs of :func:`cudnn_rnn_backprop_v3`: gradients shaped like the forward's inputs.
+    """Outputs of :func:`cudnn_rnn_backprop_v3`: gradients shaped like the forward's inputs."""
 
-    Shapes as for time_major=True; with time_major=False the first two axes are swapped.
-    """
-
-    #: The gradient d loss / d input, [T, B, I]; 0 at rows past a sequence's length.
+    #: The gradient d loss / d input; 0 at rows past a sequence's length.
     input_backprop: Array
-    #: The gradient d loss / d input_h, [L*D, B, P].
+    #: The gradient d loss / d input_h.
     input_h_backprop: Array
-    #: The gradient d loss / d input_c, [L*D, B, N] (LSTM); shape (0,) for the other modes.
+    #: The gradient d loss / d input_c (LSTM); shape (0,) for the other modes.
     input_c_backprop: Array
-    #: The gradient d loss / d params, [params_size], a fresh array in the params layout.
+    #: The gradient d loss / d params, a fresh array in the params layout.
     params_backprop: Array
 
 
@@ -247,44 +224,42 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
                  algo: str = "standard") -> RNNOutputs:
     """Run a multi-layer RNN: TensorFlow's ``CudnnRNNV3`` on NumPy (reference) or CuPy (cuDNN) arrays.
 
-    The sizes L, D, N, I and P are read from the shapes of ``input``, ``input_h`` and ``input_c``
-    (see the module docstring); every array must be of one kind, on one GPU for CuPy.
+    The sizes L, D, N, I and P are read from the shapes of ``input``, ``input_h`` and ``input_c``;
+    every array must be of one kind, on one GPU for CuPy. The shapes (B batch, T max length):
+
+    =====================================  ================  ================
+    tensor                                 time_major=True   time_major=False
+    =====================================  ================  ================
+    input / input_backprop                 [T, B, I]         [B, T, I]
+    output / output_backprop               [T, B, D*P]       [B, T, D*P]
+    input_h, output_h and their backprops  [L*D, B, P]       [B, L*D, P]
+    input_c, output_c and their backprops  [L*D, B, N]       [B, L*D, N]
+    params, params_backprop                [params_size]     [params_size]
+    =====================================  ================  ================
+
+    With time_major=False the states are truly batch-major (``h[b, k]`` is pseudo-layer k of
+    sequence b); TF instead reinterprets that memory as [L*D, B, P]. Both agree when L*D == 1
+    or B == 1.
 
     Args:
-        input: [T, B, I] (time_major) or [B, T, I], float16, float32, float64 or bfloat16
-            (``ml_dtypes.bfloat16``). float16 and bfloat16 compute in float32; bfloat16 CuPy arrays
-            need cuDNN >= 9.13 and a GPU of compute capability >= 8.0.
-        input_h: [L*D, B, P] or [B, L*D, P]: initial hidden states, input's dtype.
-        input_c: [L*D, B, N] or [B, L*D, N]: initial cell states for LSTM; ignored (None accepted)
-            otherwise.
-        params: [params_size]: the params buffer (:func:`cudnn_rnn.cudnn_rnn_params_size` elements,
-            input's dtype).
+        input: the input sequence, of a :data:`~cudnn_rnn.config.DTYPES` dtype (what each needs and
+            computes in: :class:`~cudnn_rnn.RNNConfig`'s ``dtype``).
+        input_h: initial hidden states, input's dtype.
+        input_c: initial cell states for LSTM; ignored (None accepted) otherwise.
+        params: the params buffer (:func:`cudnn_rnn.cudnn_rnn_params_size` elements, input's dtype).
         sequence_lengths: None (all T) or int32/int64 [B] with values in [0, T], any order. NumPy
             lengths cost no synchronisation; CuPy lengths are read back to the host (one wait).
-        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        direction: ``"unidirectional"`` (D = 1) or ``"bidirectional"`` (D = 2).
-        dropout: probability in [0, 1) of dropping each output of every layer but the last,
-            applied only with ``is_training``.
-        seed: TF's op-level dropout seed (a C ``int``).
-        seed2: TF's second dropout seed (a C ``int``).
-        num_proj: P < N for an LSTM with projection; 0 for none.
+        rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj: as the
+            :class:`~cudnn_rnn.RNNConfig` fields of those names; dropout acts only with ``is_training``.
         is_training: keep a reserve space for backprop and apply dropout.
         time_major: the layout of input, output and the states.
-        algo: cuDNN's algorithm: ``"standard"``, ``"persist_static"``, ``"persist_dynamic"``,
-            ``"persist_static_small_h"`` or ``"auto"`` (see :data:`cudnn_rnn.config.ALGOS`). The
-            persistent ones need ``num_proj == 0`` and one length, at least 1, for every sequence of
-            the batch; on cuDNN a batch-major call that names one runs time-major (x and y
-            transposed around it), and ``"auto"`` runs the standard algorithm where a persistent
-            one cannot run the call. The result is the same math whichever runs; the reference
-            backend checks the call and computes as always.
+        algo: cuDNN's algorithm, as :class:`~cudnn_rnn.RNNConfig`'s ``algo``. A persistent one runs
+            only the calls :data:`cudnn_rnn.config.PERSISTENT_ALGOS` describes; ``"auto"`` runs the
+            standard algorithm where a persistent one cannot run the call. The result is the same
+            math whichever runs; the reference backend checks the call and computes as always.
 
     Returns:
-        :class:`cudnn_rnn.RNNOutputs` ``(output [T, B, D*P], output_h [L*D, B, P], output_c
-        [L*D, B, N] (LSTM; else shape (0,)), reserve_space (1-D, input's dtype; empty when not
-        training), host_reserved (int8 [8]))``, in the layout ``time_major`` names. Output rows
-        past a sequence's length are 0; output_h/output_c hold each sequence's state after its
-        own last step (the initial state for length 0).
+        :class:`cudnn_rnn.RNNOutputs`, in the layout ``time_major`` names.
 
     Raises:
         TypeError: an argument that is not an array (or None where allowed), arrays of mixed
@@ -348,40 +323,24 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     """Gradients of :func:`cudnn_rnn_v3`: TensorFlow's ``CudnnRNNBackpropV3``.
 
     Takes the forward's inputs, outputs and reserve_space (from a call with is_training=True and
-    the same attributes) plus the upstream gradients (None means zeros). Upstream gradients at
-    output rows past a sequence's length are ignored and input_backprop there is 0; for a
-    length-0 sequence the h/c gradients pass straight through to input_h/input_c_backprop.
-    Shapes as for :func:`cudnn_rnn_v3` with time_major=True; with time_major=False the first two
-    axes of every sequence and state are swapped.
+    the same attributes) plus the upstream gradients (None means zeros), shaped as the table of
+    :func:`cudnn_rnn_v3` says. Upstream gradients at output rows past a sequence's length are
+    ignored and input_backprop there is 0; for a length-0 sequence the h/c gradients pass straight
+    through to input_h/input_c_backprop.
 
     Args:
-        input: [T, B, I]: the forward's input.
-        input_h: [L*D, B, P]: the forward's input_h.
-        input_c: [L*D, B, N]: the forward's input_c (LSTM); ignored (None accepted) otherwise.
-        params: [params_size]: the forward's params.
-        sequence_lengths: the forward's sequence_lengths (None, or int32/int64 [B]).
-        output: [T, B, D*P]: the forward's output.
-        output_h: [L*D, B, P]: the forward's output_h.
-        output_c: [L*D, B, N]: the forward's output_c (LSTM); ignored otherwise.
-        output_backprop: [T, B, D*P]: d loss / d output, or None for zeros.
-        output_h_backprop: [L*D, B, P]: d loss / d output_h, or None for zeros.
-        output_c_backprop: [L*D, B, N]: d loss / d output_c (LSTM), or None for zeros.
+        input, input_h, input_c, params, sequence_lengths: the forward's (input_c: LSTM; ignored,
+            None accepted, otherwise).
+        output, output_h, output_c: the forward's outputs (output_c: LSTM; ignored otherwise).
+        output_backprop, output_h_backprop, output_c_backprop: d loss / d output, output_h and
+            (LSTM) output_c, or None for zeros.
         reserve_space: the forward's reserve_space (1-D, input's dtype).
         host_reserved: the forward's host_reserved (int8 [8]), or None to skip that check.
-        rnn_mode: the forward's rnn_mode.
-        input_mode: the forward's input_mode.
-        direction: the forward's direction.
-        dropout: the forward's dropout.
-        seed: the forward's seed.
-        seed2: the forward's seed2.
-        num_proj: the forward's num_proj.
-        time_major: the forward's time_major.
-        algo: the forward's algo (the reserve of one algorithm is refused by another).
+        rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo: the
+            forward's (the reserve of one algorithm is refused by another).
 
     Returns:
-        :class:`cudnn_rnn.RNNGradients` ``(input_backprop [T, B, I], input_h_backprop [L*D, B, P],
-        input_c_backprop [L*D, B, N] (LSTM; else shape (0,)), params_backprop [params_size]
-        (a fresh gradient in the params layout))``.
+        :class:`cudnn_rnn.RNNGradients`, in the layout ``time_major`` names.
 
     Raises:
         TypeError: as for :func:`cudnn_rnn_v3`, and for a missing output, output_h or (LSTM)
