@@ -137,11 +137,9 @@ def _mode_for(target: str) -> int:
         return 0o666 & ~_umask()
 
 
-def _fsync_folder(folder: str) -> None:
-    """Make a rename in ``folder`` durable (POSIX; where folders cannot be opened, nothing to do)."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync(path: str, flags: int = 0) -> None:
+    """fsync ``path``, opened read-only with ``flags``."""
+    descriptor = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(descriptor)
     finally:
@@ -203,12 +201,8 @@ def _abandoned(found: re.Match[str], modified: float, machine: str) -> bool:
 def remove_leftovers(path: PathLike) -> list[str]:
     """Remove the partial files that killed writes of ``path`` left beside it (every write does this first).
 
-    A partial file of ``path`` is removed when its writer is known to be gone: a process of this
-    machine that no longer exists, or, where the writer cannot be looked up (another machine, or
-    the earlier name form without a process id), when the file has not been modified for
-    :data:`UNCHECKED_AFTER` seconds. A live writer's file is never removed, nor the partial files of
-    any other target (see the module docstring). It never raises: a folder that cannot be listed,
-    or a file that cannot be examined or removed, is left as it is.
+    Only those whose writer is known to be gone, as the module docstring's Leftovers say. It never
+    raises: a folder that cannot be listed, or a file that cannot be examined or removed, is left as it is.
 
     Args:
         path: the target file (it need not exist).
@@ -264,7 +258,8 @@ def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tupl
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
-    _fsync_folder(folder)
+    if hasattr(os, "O_DIRECTORY"):  # the rename made durable (where folders cannot be opened, nothing to do)
+        _fsync(folder, os.O_DIRECTORY)
 
 
 @contextlib.contextmanager
@@ -295,16 +290,11 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
 
 
 def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[Any]) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`).
+    """Write ``data`` to ``path`` atomically, with the errors of :func:`atomic_write`.
 
     Args:
         path: the file to write (replaced if it exists).
         data: bytes, or an iterable of buffers (bytes, memoryviews, arrays) written back to back.
-
-    Raises:
-        IsADirectoryError: ``path`` is a folder.
-        OSError: the file cannot be written (its folder does not exist, permission denied, no
-            space left); the target is untouched and no partial file is left.
     """
     chunks: Iterable[Any] = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     with atomic_write(path) as handle:
@@ -316,25 +306,17 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
     """Let ``write(temporary_path)`` write the file (a library that opens paths itself), then move it into place.
 
     The temporary path lies beside ``path`` and ends in its extension, for writers that look at it.
+    Errors as :func:`atomic_write`'s.
 
     Args:
         path: the file to write (replaced if it exists).
         write: called once with the temporary path; it must write the whole file there.
-
-    Raises:
-        IsADirectoryError: ``path`` is a folder.
-        OSError: the file cannot be written (its folder does not exist, permission denied, no
-            space left); the target is untouched and no partial file is left.
     """
     ending = extension(os.path.basename(os.path.abspath(os.fspath(path))))
     with _partial_file(path, PARTIAL_SUFFIX + ending) as (descriptor, partial):
         os.close(descriptor)
         write(partial)
-        descriptor = os.open(partial, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        _fsync(partial)
 
 
 def read_bytes(path: PathLike, what: str = "file") -> bytes:
