@@ -104,25 +104,16 @@ def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: 
                         u: Array, c: Array, d_h: Array) -> tuple[Array, Array, Array, Array]:
     """TF's ``GRUBlockCellGrad``: the input gradients of one :func:`gru_block_cell` step.
 
+    Arrays, and the errors for them, as :func:`gru_block_cell`'s.
+
     Args:
-        x: [B, I]: the forward's input.
-        h_prev: [B, H]: the forward's previous hidden state.
-        w_ru: [I+H, 2H]: the forward's reset and update gates' kernel.
-        w_c: [I+H, H]: the forward's candidate kernel.
-        b_ru: [2H]: the forward's reset and update gates' bias.
-        b_c: [H]: the forward's candidate bias.
-        r: [B, H]: the forward's reset gate.
-        u: [B, H]: the forward's update gate.
-        c: [B, H]: the forward's candidate.
+        x, h_prev, w_ru, w_c, b_ru, b_c: the forward's arguments.
+        r, u, c: the forward's reset gate, update gate and candidate.
         d_h: [B, H]: the gradient of the forward's h.
 
     Returns:
         (d_x [B, I], d_h_prev [B, H], d_c_bar [B, H], d_r_bar_u_bar [B, 2H]): the gradients of
         x and h_prev, and of the candidate's and the gates' pre-activations.
-
-    Raises:
-        TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
-        ValueError: a shape that does not fit x's and h_prev's.
     """
     def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
         return {**_cell_shapes(b, i, h), "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h)}
@@ -145,19 +136,14 @@ def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_r_bar_u_bar
                                 ) -> tuple[Array, Array, Array, Array]:
     """The weight and bias gradients TF's python gradient of GRUBlockCell computes.
 
+    Arrays, and the errors for them, as :func:`gru_block_cell`'s.
+
     Args:
-        x: [B, I]: the forward's input.
-        h_prev: [B, H]: the forward's previous hidden state.
-        r: [B, H]: the forward's reset gate.
-        d_r_bar_u_bar: [B, 2H]: from :func:`gru_block_cell_grad`.
-        d_c_bar: [B, H]: from :func:`gru_block_cell_grad`.
+        x, h_prev, r: the forward's input, previous hidden state and reset gate.
+        d_r_bar_u_bar, d_c_bar: from :func:`gru_block_cell_grad`.
 
     Returns:
         (d_w_ru [I+H, 2H], d_w_c [I+H, H], d_b_ru [2H], d_b_c [H]).
-
-    Raises:
-        TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
-        ValueError: a shape that does not fit x's and h_prev's.
     """
     def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
         return {"x": (b, i), "h_prev": (b, h), "r": (b, h), "d_r_bar_u_bar": (b, 2 * h), "d_c_bar": (b, h)}
