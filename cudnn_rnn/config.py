@@ -14,6 +14,7 @@ Notation used across the package::
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from typing import Mapping, TypeAlias, cast
@@ -285,13 +286,10 @@ class RNNConfig:
             while training.
         seed: TF's op-level dropout seed (a C ``int``).
         seed2: TF's second dropout seed (a C ``int``).
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"``, or a NumPy dtype or
-            scalar type of one of them (``ml_dtypes.bfloat16``); stored as its name. float16 and
-            bfloat16 compute in float32; bfloat16 arrays need ml_dtypes, and on the cuDNN backend
-            cuDNN >= 9.13 and a GPU of compute capability >= 8.0.
-        algo: the cuDNN algorithm, one of :data:`cudnn_rnn.config.ALGOS` (``"standard"`` by default; the persistent
-            ones need ``num_proj == 0``; ``"auto"`` lets the cuDNN backend choose per call). It
-            changes how cuDNN computes, not the result or the params layout.
+        dtype: one of :data:`cudnn_rnn.config.DTYPES` (which says what each computes in and needs), or a
+            NumPy dtype or scalar type of one of them (``ml_dtypes.bfloat16``); stored as its name.
+        algo: the cuDNN algorithm, one of :data:`cudnn_rnn.config.ALGOS` (``"standard"`` by default), which
+            says what each does. It changes how cuDNN computes, not the result or the params layout.
 
     Attributes:
         mode: the :data:`cudnn_rnn.config.MODES` entry of ``rnn_mode`` (gate names, cell state, cuDNN's number).
@@ -454,8 +452,6 @@ class RNNConfig:
             TypeError: an unknown field name, or a value of the wrong type.
             ValueError: a value the constructor refuses.
         """
-        fields = {name: getattr(self, name) for name in (
-            "rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction",
-            "num_proj", "dropout", "seed", "seed2", "dtype", "algo")}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         fields.update(changes)
         return RNNConfig(**fields)

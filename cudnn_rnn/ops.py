@@ -242,8 +242,8 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
     or B == 1.
 
     Args:
-        input: the input sequence, of a :data:`~cudnn_rnn.config.DTYPES` dtype (what each needs and
-            computes in: :class:`~cudnn_rnn.RNNConfig`'s ``dtype``).
+        input: the input sequence, of a :data:`~cudnn_rnn.config.DTYPES` dtype (which says what each
+            computes in and needs).
         input_h: initial hidden states, input's dtype.
         input_c: initial cell states for LSTM; ignored (None accepted) otherwise.
         params: the params buffer (:func:`cudnn_rnn.cudnn_rnn_params_size` elements, input's dtype).
