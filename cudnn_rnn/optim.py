@@ -5,16 +5,8 @@ A recurrent layer keeps all its weights in one 1-D ``params`` buffer with a same
 here may mix that buffer with any other arrays (a dense readout's matrix and bias, say):
 every array is updated in place, NumPy or CuPy alike.
 
-Update rules (``g`` the gradient, ``p`` the parameter, ``t`` the 1-based step count)::
-
-    SGD:       v <- momentum * v + g                          (v starts at 0)
-               p <- p - lr * (g + momentum * v)   if nesterov
-               p <- p - lr * v                    otherwise
-    Adam:      m <- b1 * m + (1 - b1) * g
-               s <- b2 * s + (1 - b2) * g**2
-               p <- p - lr * (m / (1 - b1**t)) / (sqrt(s / (1 - b2**t)) + eps)
-
-These are PyTorch's ``torch.optim.SGD`` (dampening 0, no weight decay) and
+Each class's docstring gives its update rule (``g`` the gradient, ``p`` the parameter, ``t`` the
+1-based step count): PyTorch's ``torch.optim.SGD`` (dampening 0, no weight decay) and
 ``torch.optim.Adam`` (no weight decay, no amsgrad). Optimiser state is kept in at least
 float32, so float16 and bfloat16 parameters are updated from float32 moments (each step computes
 in float32 and rounds the parameters once).
@@ -218,10 +210,9 @@ class _Optimizer:
             The checked hyperparameters by name.
 
         Raises:
-            ValueError: the first thing that is wrong, named (kind, keys, a step count that is not
-                an integer in [0, 2**63), a hyperparameter's value out of range, NaN, infinite or too
-                large for a float, a state list that is not a list or should be empty).
-            TypeError: a hyperparameter of the wrong type, or a state list entry that is not an array.
+            ValueError: the first thing that is wrong, named: what ``load_state_dict`` refuses that needs
+                no parameters, and a state list that is not a list or should be empty.
+            TypeError: as ``load_state_dict``, or a state list entry that is not an array.
         """
         kind = cls.__name__
         expected = {"kind", "steps", *cls.hyperparameters, *cls.state_lists}
@@ -345,19 +336,13 @@ class Adam(_Optimizer):
         m <- b1 * m + (1 - b1) * g;   s <- b2 * s + (1 - b2) * g**2
         p <- p - lr * (m / (1 - b1**t)) / (sqrt(s / (1 - b2**t)) + eps)
 
-    Methods: as :class:`SGD`'s.
+    Methods, and the errors of the arguments (nesterov aside), as :class:`SGD`'s.
 
     Args:
         params_list: arrays updated in place.
         lr: learning rate, > 0.
         betas: (b1, b2), each in [0, 1): decay rates of the first and second moments.
         eps: > 0, added to the square root of the bias-corrected second moment.
-
-    Raises:
-        TypeError: ``params_list`` is not a list of floating NumPy or CuPy arrays, or a
-            hyperparameter has the wrong type (a number that is not real, or a bool, where a float goes).
-        ValueError: an empty or read-only ``params_list``, or a hyperparameter out of range (NaN,
-            infinite or too large for a float included).
     """
 
     hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
