@@ -1,107 +1,84 @@
-"""The safetensors layout: named arrays behind a JSON header, written and read without the safetensors package.
+"""The safetensors layout, written and checked by the ``safetensors`` package (imported when a file is).
 
 Layout (every integer little-endian)::
 
-    [0, 8)        n: u64, the length of the header (at most MAX_HEADER_BYTES)
-    [8, 8 + n)    the header: UTF-8 JSON, padded with spaces so the data starts at a multiple of 8
+    [0, 8)        n: u64, the header's length, at most MAX_HEADER_BYTES (4 MiB)
+    [8, 8 + n)    the header, UTF-8 JSON (padded with spaces so the data starts at a multiple of 8):
                     {"__metadata__": {"<key>": "<text>", ...},                  (optional, str -> str)
-                     "<array name>": {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]},
-                     ...}
-    [8 + n, end)  the arrays' bytes back to back, C order, little-endian, no holes; each array's
-                  data_offsets count from 8 + n
+                     "<array name>": {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]}, ...}
+    [8 + n, end)  the arrays' bytes back to back, C order, little-endian; data_offsets count from 8 + n
 
-The dtype codes read and written (nothing else is: an unknown code is refused, naming the known ones):
+    blob = serialize({"w": array}, {"format": "pt"})   # the package writes it (encode: as chunks, per array)
+    layout = read_layout(path)                         # Layout: data_start, entries (absolute offsets), metadata
+    read_array(handle, layout.entries["w"])            # one array's bytes, as its dtype
+    layout, arrays = decode(blob)                      # a file in memory: every array
 
-==========  ==============  ===========  ==========================================
-code        NumPy dtype     item bytes   table
-==========  ==============  ===========  ==========================================
-``BOOL``    ``bool``        1            :data:`DTYPES`
-``U8``      ``uint8``       1            :data:`DTYPES`
-``I8``      ``int8``        1            :data:`DTYPES`
-``U16``     ``uint16``      2            :data:`DTYPES`
-``I16``     ``int16``       2            :data:`DTYPES`
-``U32``     ``uint32``      4            :data:`DTYPES`
-``I32``     ``int32``       4            :data:`DTYPES`
-``U64``     ``uint64``      8            :data:`DTYPES`
-``I64``     ``int64``       8            :data:`DTYPES`
-``F16``     ``float16``     2            :data:`DTYPES`
-``F32``     ``float32``     4            :data:`DTYPES`
-``F64``     ``float64``     8            :data:`DTYPES`
-``BF16``    ``bfloat16``    2            :data:`EXTENSION_DTYPES` (ml_dtypes, imported only when
-                                         such an array is written or read as bfloat16)
-==========  ==============  ===========  ==========================================
+A file is checked in three steps before any array is used:
 
-:func:`read_layout` checks the whole header before any array's data is read, and never trusts a
-size it has not checked:
-
-=====================================  ======================================================
-what                                   refused unless
-=====================================  ======================================================
-the header length                      at most :data:`MAX_HEADER_BYTES`, and within the file
-the header                             UTF-8 JSON, an object, its arrays and objects nested
-                                       at most :data:`MAX_NESTING` deep (a nesting too deep
-                                       to parse is refused too, never raised)
-``__metadata__``                       absent, null, or an object of str values
-each array's entry                     exactly ``dtype``, ``shape``, ``data_offsets``
-``dtype``                              a code of the table above
-``shape``                              a list of at most :data:`MAX_DIMENSIONS` non-negative
-                                       ints (bools are not ints); under :data:`MAX_ARRAY_BYTES`
-``data_offsets``                       ``[begin, end]``, ints, 0 <= begin <= end
-the byte count                         ``end - begin == prod(shape) * item bytes`` (Python ints)
-the arrays together                    back to back from 0, no overlap, no hole, ending exactly
-                                       where the file ends
-=====================================  ======================================================
+=========================  ==================================================================
+who                        what is refused
+=========================  ==================================================================
+this module, from the      fewer than 8 bytes; a header longer than :data:`MAX_HEADER_BYTES`
+first 8 bytes              (whatever follows) or than the file
+the safetensors package    anything that is not a safetensors file: the header not UTF-8 JSON,
+                           ``__metadata__`` not str -> str, a dtype code it does not know,
+                           shapes or offsets not non-negative integers, a byte count that is
+                           not the shape's, arrays that overlap, leave holes or do not end
+                           where the file does
+this module, then          an entry that is not exactly {dtype, shape, data_offsets}; a dtype
+                           that is not one of :mod:`cudnn_rnn._dtypes` (``_dtypes.names(
+                           "safetensors")``); more than :data:`MAX_DIMENSIONS` dimensions;
+                           dimensions no array can have (:data:`MAX_ARRAY_BYTES`)
+=========================  ==================================================================
 
 Every refusal is a :class:`SafetensorsError` with a one-line reason that does not name the file
-(the caller adds it). Nothing recurses into the header's values once it has parsed (its nesting is
-counted over its bytes), and a value quoted in a message is shortened first, so a hostile header
-costs time and memory in proportion to its own size.
+(the caller adds it): the package's own words, except for a file whose size is not the one its
+header declares, said as ``the file is truncated: ...`` or ``... longer than its header says``.
+Writing refuses a header over :data:`MAX_HEADER_BYTES` (ValueError), so every file written reads.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
-import reprlib
 import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Mapping
 
 import numpy as np
 
-from .config import numpy_dtype
+from . import _dtypes
 
-__all__ = ["DTYPES", "EXTENSION_DTYPES", "MAX_HEADER_BYTES", "MAX_DIMENSIONS", "MAX_ARRAY_BYTES", "MAX_NESTING",
-           "METADATA_KEY", "HEADER_LENGTH", "SafetensorsError", "Entry", "Layout", "encode", "parse_header",
-           "check_metadata", "check_entries", "read_layout", "read_array"]
+__all__ = ["DTYPES", "EXTENSION_DTYPES", "MAX_HEADER_BYTES", "MAX_DIMENSIONS", "MAX_ARRAY_BYTES", "METADATA_KEY",
+           "HEADER_LENGTH", "SafetensorsError", "Entry", "Layout", "serialize", "encode", "header_length",
+           "read_layout", "read_array", "decode"]
 
-#: safetensors dtype code -> NumPy dtype (little-endian)
-DTYPES: dict[str, np.dtype] = {code: np.dtype(name).newbyteorder("<") for code, name in (
-    ("BOOL", "bool"), ("U8", "uint8"), ("I8", "int8"), ("U16", "uint16"), ("I16", "int16"), ("U32", "uint32"),
-    ("I32", "int32"), ("U64", "uint64"), ("I64", "int64"), ("F16", "float16"), ("F32", "float32"),
-    ("F64", "float64"))}
+#: safetensors dtype code -> NumPy dtype name, from the dtype table (``{"F32": "float32", "BF16": "bfloat16", ...}``)
+_NAMES: dict[str, str] = _dtypes.names("safetensors")
 
-#: safetensors dtype code -> (dtype name, item size) of the dtypes NumPy has no type for without an extension
-#: (bfloat16: ml_dtypes, imported only when such an array is written or read as bfloat16)
-EXTENSION_DTYPES: dict[str, tuple[str, int]] = {"BF16": ("bfloat16", 2)}
+#: safetensors dtype code -> little-endian NumPy dtype, for the types NumPy has built in
+DTYPES: dict[str, np.dtype] = {code: np.dtype(name).newbyteorder("<") for code, name in _NAMES.items()
+                               if name not in _dtypes.PACKAGES}
 
-#: NumPy dtype name -> safetensors code
-_CODES: dict[str, str] = {**{dtype.name: code for code, dtype in DTYPES.items()},
-                          **{name: code for code, (name, _) in EXTENSION_DTYPES.items()}}
+#: safetensors dtype code -> (dtype name, item size) of the types a package registers (bfloat16: ml_dtypes)
+EXTENSION_DTYPES: dict[str, tuple[str, int]] = {code: (name, _dtypes.BY_NAME[name].itemsize)
+                                                for code, name in _NAMES.items() if name in _dtypes.PACKAGES}
 
-#: the largest header read (the safetensors library's own bound is 100 MB)
-MAX_HEADER_BYTES = 64 * 2**20
+#: the longest header read or written: 4 MiB, far above any RNN file's (kilobytes; a parent module of 10,000
+#: tensors has about 1 MB), and low enough that the worst header under it (70,000 empty arrays, a checkpoint's
+#: checksum forged) is checked and refused in about a second and 200 MB
+MAX_HEADER_BYTES = 4 * 2**20
 
-#: the most dimensions an array may have
+#: the bound in messages
+_BOUND = f"{MAX_HEADER_BYTES} ({MAX_HEADER_BYTES // 2**20} MiB)"
+
+#: the most dimensions an array may have (NumPy 1's bound)
 MAX_DIMENSIONS = 32
 
-#: no array (not even an empty one: each dimension counts) may span this many bytes (NumPy's own bound)
+#: no array (not even an empty one: each dimension counts) may span this many bytes
 MAX_ARRAY_BYTES = 2**62
-
-#: the deepest nesting of JSON arrays and objects a header may have (the layout itself nests 3: the header, an
-#: entry, its shape)
-MAX_NESTING = 16
 
 #: the header's key that holds the str -> str metadata instead of an array
 METADATA_KEY = "__metadata__"
@@ -109,18 +86,13 @@ METADATA_KEY = "__metadata__"
 #: the 8-byte little-endian length in front of the header
 HEADER_LENGTH = struct.Struct("<Q")
 
-#: a JSON string (of a header that parsed: every string is closed)
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-#: byte -> how it changes the nesting of JSON outside strings
-_NESTING_STEPS = np.zeros(256, np.int8)
-_NESTING_STEPS[[ord("["), ord("{")]], _NESTING_STEPS[[ord("]"), ord("}")]] = 1, -1
-_SCAN_CHUNK = 2**20
-
-#: how values quoted in messages are shortened: bounded depth and length whatever the header holds (a list of
-#: up to 40 items, as any shape within MAX_DIMENSIONS, is shown whole)
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 40, 8
-_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 40
+#: the package's words for a file whose size is not the one its header declares (its last check)
+_INCOMPLETE = re.compile(r"^Error while deserializing( header)?: (incomplete metadata|MetadataIncompleteBuffer)")
+#: what the package puts in front of every reason
+_PACKAGE_PREFIX = re.compile(r"^Error while deserializing( header)?: ")
+#: the fewest bytes an array's entry takes in a header besides its name:
+#: ``"":{"dtype":"U8","shape":[],"data_offsets":[0,0]},``
+_ENTRY_BYTES = 50
 
 
 class SafetensorsError(ValueError):
@@ -138,22 +110,13 @@ class SafetensorsError(ValueError):
         return (type(self), (self.reason,))
 
 
-def _dtype(code: str) -> np.dtype:
-    """The NumPy dtype of a code of :data:`DTYPES` or :data:`EXTENSION_DTYPES` (little-endian)."""
-    return DTYPES[code] if code in DTYPES else numpy_dtype(EXTENSION_DTYPES[code][0]).newbyteorder("<")
-
-
-def _itemsize(code: str) -> int:
-    return DTYPES[code].itemsize if code in DTYPES else EXTENSION_DTYPES[code][1]
-
-
 @dataclass(frozen=True)
 class Entry:
-    """One array of a safetensors file, as its header declares it (checked by :func:`check_entries`).
+    """One array of a safetensors file, as its header declares it (checked).
 
     Attributes:
         name: the array's name (its key in the header).
-        code: its dtype code (``"F32"``; a key of :data:`DTYPES` or :data:`EXTENSION_DTYPES`).
+        code: its dtype code (``"F32"``; a key of ``_dtypes.names("safetensors")``).
         shape: its shape, C order.
         begin: the ABSOLUTE offset in the file of its first byte.
         end: the absolute offset just past its last byte (``end - begin == nbytes``).
@@ -171,17 +134,18 @@ class Entry:
     @property
     def dtype(self) -> np.dtype:
         """The little-endian NumPy dtype (``bfloat16`` needs ml_dtypes, imported here)."""
-        return _dtype(self.code)
+        dtype: np.dtype = _dtypes.numpy_dtype(_NAMES[self.code]).newbyteorder("<")
+        return dtype
 
     @property
     def dtype_name(self) -> str:
         """The dtype's name (``"float32"``, ``"bfloat16"``), without importing ml_dtypes."""
-        return EXTENSION_DTYPES[self.code][0] if self.code in EXTENSION_DTYPES else DTYPES[self.code].name
+        return _NAMES[self.code]
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return _itemsize(self.code)
+        return _dtypes.BY_NAME[_NAMES[self.code]].itemsize
 
     @property
     def count(self) -> int:
@@ -196,7 +160,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class Layout:
-    """What a safetensors file's header declares, every part checked (:func:`read_layout`).
+    """What a safetensors file's header declares, every part checked.
 
     Attributes:
         data_start: the absolute offset of the data (8 + the header length).
@@ -210,207 +174,190 @@ class Layout:
 
 
 # ---- writing --------------------------------------------------------------------------------------------
-def encode(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> list[bytes | memoryview]:
-    """A safetensors file as chunks to write back to back: the length and header, then each array's bytes.
+def serialize(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
+    """A safetensors file's bytes, written by the safetensors package.
 
     Args:
-        arrays: name -> host NumPy array of a dtype in :data:`DTYPES` or :data:`EXTENSION_DTYPES`
-            (any byte order and memory order: written little-endian, C order), in the order the
-            header lists them and the data holds them.
+        arrays: name -> host NumPy array of a dtype of ``_dtypes.names("safetensors")`` (any byte
+            order and memory order: written little-endian, C order). The package lays the data
+            out by dtype, then name; the header lists the arrays in that order.
         metadata: the ``__metadata__`` texts, str -> str; None writes no ``__metadata__``.
-
-    Returns:
-        ``[length + header, array bytes, ...]``: the header is ASCII JSON padded with spaces so
-        the data starts at a multiple of 8.
 
     Raises:
         TypeError: a name or metadata key/value that is not a str, a value that is not a NumPy
             array, or an array of another dtype (naming it).
-        ValueError: an array named ``"__metadata__"``.
+        ValueError: an array named ``"__metadata__"``, or a header that would be longer than
+            :data:`MAX_HEADER_BYTES` (naming what fills it).
     """
     if metadata is not None:
         if not isinstance(metadata, Mapping):
             raise TypeError(f"metadata must be a mapping of str to str or None; got {type(metadata).__name__}")
         for key, value in metadata.items():
             if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(f"metadata must map str to str; got {_SHORT.repr(key)}: {type(value).__name__}")
-    entries: dict[str, Any] = {}
-    buffers: list[memoryview] = []
-    offset = 0
+                raise TypeError(f"metadata must map str to str; got {str(key)[:40]!r}: {type(value).__name__}")
+    codes = {name: code for code, name in _NAMES.items()}
+    tensors: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
         if not isinstance(name, str):
-            raise TypeError(f"array names must be str; got {type(name).__name__} {_SHORT.repr(name)}")
+            raise TypeError(f"array names must be str; got {type(name).__name__} {str(name)[:40]!r}")
         if name == METADATA_KEY:
             raise ValueError(f"an array cannot be named {METADATA_KEY!r} (the header's metadata key)")
         if not isinstance(array, np.ndarray):
             raise TypeError(f"array {name!r} must be a NumPy array; got {type(array).__name__}")
-        code = _CODES.get(array.dtype.name)
-        if code is None:
-            raise TypeError(f"array {name!r} has dtype {array.dtype}; a safetensors file holds {sorted(_CODES)}")
-        data = np.asarray(array, dtype=_dtype(code), order="C")  # (not ascontiguousarray: it makes 0-d 1-d)
-        buffers.append(data.reshape(-1).view(np.uint8).data)  # (as bytes: a memoryview cannot hold bfloat16)
-        entries[name] = {"dtype": code, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
-        offset += data.nbytes
-    header = {METADATA_KEY: dict(metadata), **entries} if metadata is not None else entries
-    text = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    text += b" " * (-(len(text) + HEADER_LENGTH.size) % 8)
-    return [HEADER_LENGTH.pack(len(text)) + text, *buffers]
+        if array.dtype.name not in codes:
+            raise TypeError(f"array {name!r} has dtype {array.dtype}; a safetensors file holds {sorted(codes)}")
+        # (asarray, not ascontiguousarray: that makes a 0-d array 1-d; the package takes each buffer as it lies)
+        tensors[name] = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
+    texts = dict(metadata) if metadata is not None else None
+    least = sum(len(key.encode()) + len(value.encode()) for key, value in (texts or {}).items()) + sum(
+        len(name.encode()) + _ENTRY_BYTES for name in tensors)
+    if least > MAX_HEADER_BYTES:
+        raise ValueError(_too_large(f"at least {least}", tensors, texts))
+    from safetensors.numpy import save
+
+    blob = save(tensors, metadata=texts)
+    (length,) = HEADER_LENGTH.unpack_from(blob)
+    if length > MAX_HEADER_BYTES:
+        raise ValueError(_too_large(str(length), tensors, texts))
+    return blob
 
 
-# ---- checking a header -----------------------------------------------------------------------------------
-def parse_header(header: bytes) -> dict[str, Any]:
-    """The header's JSON object.
-
-    Args:
-        header: the header's bytes (UTF-8 JSON, trailing spaces allowed).
-
-    Returns:
-        The object, ``__metadata__`` included.
-
-    Raises:
-        SafetensorsError: not UTF-8, not JSON (a nesting too deep to parse included), nested
-            deeper than :data:`MAX_NESTING`, or not an object.
-    """
-    try:
-        value = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as error:
-        raise SafetensorsError(f"the header is not valid JSON ({type(error).__name__}: {error})"[:300]) from None
-    depth = _nesting(header)
-    if depth > MAX_NESTING:
-        raise SafetensorsError(f"the header nests JSON arrays and objects {depth} deep; a safetensors header nests "
-                               f"3 (at most {MAX_NESTING} are read)")
-    if not isinstance(value, dict):
-        raise SafetensorsError(f"the header must be a JSON object; got {type(value).__name__}")
-    return value
+def encode(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> list[bytes | memoryview]:
+    """:func:`serialize`'s file as chunks to write back to back: ``[length + header, array bytes, ...]``, the
+    arrays in the file's order (views of the one buffer)."""
+    view = memoryview(serialize(arrays, metadata))
+    data_start = HEADER_LENGTH.size + HEADER_LENGTH.unpack_from(view)[0]
+    header = json.loads(bytes(view[HEADER_LENGTH.size:data_start]))
+    header.pop(METADATA_KEY, None)
+    spans = sorted(entry["data_offsets"] for entry in header.values())
+    return [view[:data_start], *(view[data_start + begin:data_start + end] for begin, end in spans)]
 
 
-def _nesting(header: bytes) -> int:
-    """How deep the arrays and objects of a header that parsed nest, counted over its bytes outside strings
-    (in C-speed passes, never recursing, whatever the header holds)."""
-    codes = np.frombuffer(_STRING.sub(b"", header), np.uint8)
-    depth = deepest = 0
-    for start in range(0, len(codes), _SCAN_CHUNK):
-        levels = np.cumsum(_NESTING_STEPS[codes[start:start + _SCAN_CHUNK]], dtype=np.int64) + depth
-        deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
-    return deepest
+def _too_large(length: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None) -> str:
+    """Why a header cannot be written: its size, the bound, and what fills it."""
+    names = sum(len(name.encode()) for name in tensors)
+    parts = [f"{len(tensors)} array entries (names of {names} bytes)"]
+    parts += [f"metadata {key[:40]!r} of {len(value.encode())} bytes" for key, value in sorted(
+        (metadata or {}).items(), key=lambda item: -len(item[1]))[:2]]
+    return (f"the safetensors header would be {length} bytes, more than the {_BOUND} a header may "
+            f"have to be read back (cudnn_rnn._safetensors.MAX_HEADER_BYTES); it holds {', '.join(parts)}")
 
 
-def check_metadata(value: Any) -> dict[str, str]:
-    """The ``__metadata__`` value as a dict of texts (``{}`` for None: absent or null).
+# ---- reading -----------------------------------------------------------------------------------------------
+def header_length(head: bytes, file_size: int) -> int:
+    """The header length n given by a file's first 8 bytes, checked before anything else is read.
 
     Raises:
-        SafetensorsError: not an object, or a value in it that is not a str.
+        SafetensorsError: fewer than 8 bytes, n over :data:`MAX_HEADER_BYTES`, or 8 + n past
+            the file's end (``file_size`` bytes).
     """
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise SafetensorsError(f"{METADATA_KEY} must be an object of str values; got {type(value).__name__} "
-                               f"{_SHORT.repr(value)}")
-    for key, text in value.items():
-        if not isinstance(text, str):
-            raise SafetensorsError(f"{METADATA_KEY} must be an object of str values; {_SHORT.repr(key)} is a "
-                                   f"{type(text).__name__} {_SHORT.repr(text)}")
-    return dict(value)
-
-
-def check_entries(header: Mapping[str, Any], data_start: int, data_bytes: int) -> dict[str, Entry]:
-    """Every array entry of a header (``__metadata__`` taken out), checked against the data.
-
-    Args:
-        header: array name -> its entry, as parsed.
-        data_start: the absolute offset of the data (the entries' offsets count from here).
-        data_bytes: the bytes the file holds from ``data_start`` on.
-
-    Returns:
-        name -> :class:`Entry` with absolute offsets, in header order.
-
-    Raises:
-        SafetensorsError: an entry that is not exactly {dtype, shape, data_offsets}, an unknown
-            dtype code, a bad shape or offsets, a byte count that is not the shape's, or arrays
-            that do not tile the data exactly (overlapping, holes, data too short or too long).
-    """
-    entries: dict[str, Entry] = {}
-    spans: list[tuple[int, int, str]] = []
-    for name, entry in header.items():
-        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise SafetensorsError(f"array {name[:80]!r}: its entry must hold exactly dtype, shape and data_offsets")
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str) or (dtype not in DTYPES and dtype not in EXTENSION_DTYPES):
-            shown = dtype if isinstance(dtype, str) else _SHORT.repr(dtype)
-            raise SafetensorsError(f"array {name[:80]!r}: dtype {shown[:20]!r} is not one of "
-                                   f"{sorted([*DTYPES, *EXTENSION_DTYPES])}")
-        if not _integers(shape, MAX_DIMENSIONS):
-            raise SafetensorsError(f"array {name[:80]!r}: shape must be a list of at most {MAX_DIMENSIONS} "
-                                   f"non-negative integers; got {_SHORT.repr(shape)[:80]}")
-        if not _integers(offsets, 2) or len(offsets) != 2 or offsets[0] > offsets[1]:
-            raise SafetensorsError(f"array {name[:80]!r}: data_offsets must be [begin, end] with 0 <= begin <= end; "
-                                   f"got {_SHORT.repr(offsets)[:80]}")
-        if math.prod(max(size, 1) for size in shape) * _itemsize(dtype) >= MAX_ARRAY_BYTES:
-            raise SafetensorsError(f"array {name[:80]!r}: shape {_SHORT.repr(shape)[:80]} is larger than any array "
-                                   "can be")
-        nbytes = math.prod(shape) * _itemsize(dtype)
-        if offsets[1] - offsets[0] != nbytes:
-            raise SafetensorsError(f"array {name[:80]!r}: {dtype} {shape} needs {nbytes} bytes; its offsets span "
-                                   f"{offsets[1] - offsets[0]}")
-        entries[name] = Entry(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
-        spans.append((offsets[0], offsets[1], name))
-    position = 0
-    for begin, end, name in sorted(spans):
-        if begin != position:
-            raise SafetensorsError(f"array {name[:80]!r} starts at byte {begin} of the data; the arrays must lie "
-                                   f"back to back, so it should start at {position}")
-        position = end
-    if position != data_bytes:
-        state = "truncated" if position > data_bytes else "longer than its header says"
-        raise SafetensorsError(f"the file is {state}: its arrays take {position} bytes after the header, and "
-                               f"{data_bytes} are there")
-    return entries
-
-
-def _integers(values: Any, most: int) -> bool:
-    """Whether ``values`` is a list of at most ``most`` non-negative ints (bools excluded), looking at no more."""
-    return (isinstance(values, list) and len(values) <= most
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values))
-
-
-# ---- reading a file --------------------------------------------------------------------------------------
-def read_layout(handle: BinaryIO, file_size: int) -> Layout:
-    """The checked layout of an open safetensors file, reading only its length and header.
-
-    Args:
-        handle: the file, open for binary reading and seekable (its position is moved).
-        file_size: its size in bytes.
-
-    Returns:
-        The :class:`Layout`: every entry checked and tiling the data exactly, offsets absolute.
-
-    Raises:
-        SafetensorsError: the file is too short, its header length is over
-            :data:`MAX_HEADER_BYTES` or past the file's end, or anything :func:`parse_header`,
-            :func:`check_metadata` or :func:`check_entries` refuses.
-    """
-    size = HEADER_LENGTH.size
-    if file_size < size:
+    if len(head) < HEADER_LENGTH.size:
         raise SafetensorsError(f"the file is too short ({file_size} bytes) to hold a safetensors header")
-    handle.seek(0)
-    head = handle.read(size)
-    if len(head) != size:
-        raise SafetensorsError(f"the file is truncated: it ends after {len(head)} bytes")
-    (length,) = HEADER_LENGTH.unpack(head)
+    (length,) = HEADER_LENGTH.unpack_from(head)
     if length > MAX_HEADER_BYTES:
         raise SafetensorsError(f"its first 8 bytes give a header of {length} bytes, more than the {MAX_HEADER_BYTES} "
-                               "a safetensors header may have (not a safetensors file, or a damaged one)")
-    if size + length > file_size:
+                               f"a safetensors header may have here ({MAX_HEADER_BYTES // 2**20} MiB: not a "
+                               "safetensors file, or a damaged or hostile one)")
+    if HEADER_LENGTH.size + length > file_size:
         raise SafetensorsError(f"the file is truncated: its header says {length} bytes, and only "
-                               f"{file_size - size} follow its length")
-    text = handle.read(length)
-    if len(text) != length:
-        raise SafetensorsError(f"the file is truncated: its header says {length} bytes, and only {len(text)} "
-                               "could be read")
-    header = parse_header(text)
-    metadata = check_metadata(header.pop(METADATA_KEY, None))
-    entries = check_entries(header, size + length, file_size - size - length)
-    return Layout(size + length, entries, metadata)
+                               f"{file_size - HEADER_LENGTH.size} follow its length")
+    return int(length)
+
+
+def read_layout(path: str | os.PathLike[str]) -> Layout:
+    """The checked layout of a safetensors file, from its length and header (the package maps the file,
+    reading none of its data).
+
+    Raises:
+        SafetensorsError: anything :func:`header_length`, the package or this module's checks
+            refuse (see the module docstring).
+        OSError: the file cannot be read.
+    """
+    import safetensors
+
+    with open(path, "rb") as handle:
+        file_size = os.fstat(handle.fileno()).st_size
+        length = header_length(handle.read(HEADER_LENGTH.size), file_size)
+        header = handle.read(length)
+    failure = None
+    try:
+        with safetensors.safe_open(os.fspath(path), framework="numpy"):
+            pass
+    except safetensors.SafetensorError as error:
+        failure = str(error)
+    return _layout(header, file_size, failure)
+
+
+def decode(blob: bytes | bytearray) -> tuple[Layout, dict[str, np.ndarray]]:
+    """The checked layout and every array of a safetensors file's bytes (read by the package).
+
+    Returns:
+        ``(layout, arrays)``: each array writable, of its entry's little-endian dtype and shape,
+        in header order (bfloat16 needs ml_dtypes).
+
+    Raises:
+        SafetensorsError: as :func:`read_layout`.
+    """
+    import safetensors
+
+    length = header_length(bytes(blob[:HEADER_LENGTH.size]), len(blob))
+    failure = None
+    tensors: list[tuple[str, dict[str, Any]]] = []
+    deserialize: Any = safetensors.deserialize  # (its stub leaves it untyped)
+    try:
+        tensors = deserialize(blob if isinstance(blob, bytes) else bytes(blob))
+    except safetensors.SafetensorError as error:
+        failure = str(error)
+    layout = _layout(bytes(blob[HEADER_LENGTH.size:HEADER_LENGTH.size + length]), len(blob), failure)
+    found: dict[str, np.ndarray] = {}
+    dtypes = {code: Entry("", code, (), 0, 0).dtype for code in {entry.code for entry in layout.entries.values()}}
+    while tensors:  # (each buffer becomes its array: nothing is copied again)
+        name, tensor = tensors.pop()
+        entry = layout.entries.get(name)
+        if entry is None:  # pragma: no cover - the package and json read the same header
+            raise SafetensorsError(f"array {name[:80]!r} is not in the header as it reads here")
+        array = np.frombuffer(tensor["data"], dtypes[entry.code]).reshape(entry.shape)
+        found[name] = array if array.flags.writeable else array.copy()
+    return layout, {name: found[name] for name in layout.entries}
+
+
+def _layout(header: bytes, file_size: int, failure: str | None) -> Layout:
+    """The layout of a file whose header is ``header``, given what the package said of it (``failure``: its
+    refusal, None when it took the file)."""
+    if failure is not None and not _INCOMPLETE.match(failure):
+        raise SafetensorsError(" ".join(_PACKAGE_PREFIX.sub("", failure).split())[:300])
+    try:  # (the package read the header already: bounded, nested at most 128 deep)
+        value = json.loads(header)
+    except (ValueError, RecursionError) as error:  # pragma: no cover - the package refuses it first
+        raise SafetensorsError(f"the header is not valid JSON ({type(error).__name__})") from None
+    if not isinstance(value, dict):  # pragma: no cover - the package refuses it first
+        raise SafetensorsError(f"the header must be a JSON object; got {type(value).__name__}")
+    data_start = HEADER_LENGTH.size + len(header)
+    metadata = value.pop(METADATA_KEY, None) or {}
+    entries = {name: _entry(name, entry, data_start) for name, entry in value.items()}
+    end = max((entry.end for entry in entries.values()), default=data_start)
+    if end != file_size:
+        state = "truncated" if end > file_size else "longer than its header says"
+        raise SafetensorsError(f"the file is {state}: its arrays take {end - data_start} bytes after the header, and "
+                               f"{file_size - data_start} are there")
+    if failure is not None:  # (the package's words for the size, and the sizes agree: say what it said)
+        raise SafetensorsError(" ".join(_PACKAGE_PREFIX.sub("", failure).split())[:300])
+    return Layout(data_start, entries, metadata)
+
+
+def _entry(name: str, entry: Any, data_start: int) -> Entry:
+    """One array's entry, after the package's checks, checked against what this module reads."""
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise SafetensorsError(f"array {name[:80]!r}: its entry must hold exactly dtype, shape and data_offsets")
+    code, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if code not in _NAMES:
+        raise SafetensorsError(f"array {name[:80]!r}: dtype {str(code)[:20]!r} is not one of {sorted(_NAMES)}")
+    if len(shape) > MAX_DIMENSIONS:
+        raise SafetensorsError(f"array {name[:80]!r}: shape must be a list of at most {MAX_DIMENSIONS} non-negative "
+                               f"integers; got {len(shape)} of them")
+    if math.prod(max(size, 1) for size in shape) * _dtypes.BY_NAME[_NAMES[code]].itemsize >= MAX_ARRAY_BYTES:
+        raise SafetensorsError(f"array {name[:80]!r}: shape {str(shape)[:80]} is larger than any array can be")
+    return Entry(name, code, tuple(shape), data_start + begin, data_start + end)
 
 
 def read_array(handle: BinaryIO, entry: Entry, dtype: np.dtype | None = None) -> np.ndarray:

@@ -90,16 +90,25 @@ def build(header: dict[str, Any] | bytes, data: bytes = b"", *, length: int | No
     return blob.replace(placeholder, f'"sha256:{digest}"'.encode(), 1)
 
 
-def metadata(text: str, /, **changes: Any) -> dict[str, Any]:
-    """A checkpoint's __metadata__ (with the placeholder checksum) holding ``contents``; ``changes`` override keys."""
+def metadata(text: str, /, order: list[str] | None = None, **changes: Any) -> dict[str, Any]:
+    """A checkpoint's __metadata__ (with the placeholder checksum) holding ``contents``; ``changes`` override keys,
+    ``order`` lists the keys in the order to write them (the safetensors package writes them in an order of its
+    own, which differs from file to file)."""
     fields: dict[str, Any] = {"format": "cudnn_rnn.checkpoint", "version": "1", "checksum": ZERO_CHECKSUM,
                               "contents": text}
     fields.update(changes)
+    fields = {key: fields[key] for key in order or fields}
     return {key: value for key, value in fields.items() if value is not ...}
 
 
-def encode(contents: Any, arrays: dict[str, np.ndarray]) -> bytes:
-    """A checksummed checkpoint file holding ``contents`` (a tree, or a JSON text) and ``arrays``, in order."""
+def metadata_order(blob: bytes) -> list[str]:
+    """The keys of a checkpoint file's __metadata__, in the order the file has them."""
+    return list(json.loads(blob[8:8 + header_length(blob)])["__metadata__"])
+
+
+def encode(contents: Any, arrays: dict[str, np.ndarray], order: list[str] | None = None) -> bytes:
+    """A checksummed checkpoint file holding ``contents`` (a tree, or a JSON text) and ``arrays``, in order; the
+    metadata's keys in ``order`` (see :func:`metadata`)."""
     entries: dict[str, Any] = {}
     data = bytearray()
     for name, array in arrays.items():
@@ -108,7 +117,7 @@ def encode(contents: Any, arrays: dict[str, np.ndarray]) -> bytes:
                          "data_offsets": [len(data), len(data) + array.nbytes]}
         data += array.tobytes()
     text = contents if isinstance(contents, str) else json.dumps(contents, separators=(",", ":"))
-    return build({"__metadata__": metadata(text), **entries}, bytes(data))
+    return build({"__metadata__": metadata(text, order), **entries}, bytes(data))
 
 
 def decode(blob: bytes) -> tuple[Any, dict[str, np.ndarray]]:
@@ -169,7 +178,7 @@ def test_the_real_checkpoint_loads_and_the_builder_reproduces_it(real: bytes, tm
     assert found.layers["lstm"]["params"].tobytes() == lstm.params.tobytes() and found.layers["lstm"]["step"] == 1
     assert found.optimizers["adam"]["steps"] == 1 and found.arrays["readout"].tolist() == readout.tolist()
     contents, arrays = decode(real)
-    assert encode(contents, arrays) == real
+    assert encode(contents, arrays, metadata_order(real)) == real
     assert issubclass(CheckpointError, ValueError) and CheckpointError is ErrorsCheckpointError
 
 
@@ -337,54 +346,55 @@ STRUCTURAL: dict[str, tuple[bytes, str]] = {
     "length 2**40": (build(b'{"__metadata__":{}}', length=2**40), "first 8 bytes"),
     "length 2**64-1": (build(b'{"__metadata__":{}}', length=2**64 - 1), "first 8 bytes"),
     "length past the end": (build(minimal()[8:], length=len(minimal())), "truncated"),
-    "length 0": (build(minimal()[8:], length=0), "not valid JSON"),
-    "nested 100000 deep": (build(nested(100_000)), "not valid JSON"),
+    "length 0": (build(minimal()[8:], length=0), "invalid JSON in header"),
+    "nested 100000 deep": (build(nested(100_000)), "invalid JSON in header: recursion limit exceeded"),
     "header a list": (build(b'[{"__metadata__":{}}]    '), "not a cudnn_rnn checkpoint"),
-    "header not utf-8": (build(b'{"__metadata__":"\xff\xfe"}'), "not valid JSON"),
-    "header a 5000-digit number": (build(b'{"x":' + b"9" * 5000 + b"}"), "not valid JSON"),
+    "header not utf-8": (build(b'{"__metadata__":"\xff\xfe"}'), "invalid UTF-8 in header"),
+    "header a 5000-digit number": (build(b'{"x":' + b"9" * 5000 + b"}"), "invalid JSON in header: number out of range"),
     "no __metadata__": (build({"x": tensor()}, bytes(8)), "no __metadata__"),
     "__metadata__ a string": (build({"__metadata__": "cudnn_rnn.checkpoint", "x": tensor()}, bytes(8)),
-                              "no __metadata__"),
+                              "invalid type: string \"cudnn_rnn.checkpoint\", expected a map"),
     "format of another library": (minimal(format="pt"), "not a cudnn_rnn checkpoint"),
     "no format": (minimal(format=...), "not a cudnn_rnn checkpoint"),
     "version 2": (minimal(version="2"), "version '2'"),
-    "version 1 as a number": (minimal(version=1), "version"),
+    "version 1 as a number": (minimal(version=1), "invalid type: integer `1`, expected a string"),
     "no checksum": (minimal(checksum=...), "no 'checksum' text"),
-    "contents a number": (minimal(contents=5), "no 'contents' text"),
+    "contents a number": (minimal(contents=5), "invalid type: integer `5`, expected a string"),
     "md5 checksum": (minimal(checksum="md5:" + "0" * 32), "checksum must be"),
     "uppercase checksum": (minimal(checksum="sha256:" + "A" * 64), "checksum must be"),
     "short checksum": (minimal(checksum="sha256:" + "0" * 63), "checksum must be"),
     "wrong checksum": (minimal(checksum="sha256:" + "1" * 64), "SHA-256 checksum does not match"),
     "checksum twice": (build({"__metadata__": metadata(MINIMAL, checksum="sha256:" + "a" * 64), "x": tensor(),
                               "sha256:" + "a" * 64: tensor(offsets=(8, 16))}, bytes(16)), "exactly once"),
-    "dtype O": (minimal(tensor(dtype="O")), "dtype 'O' is not one of"),
-    "dtype F128": (minimal(tensor(dtype="F128", shape=(1,), offsets=(0, 16)), bytes(16)), "dtype 'F128'"),
+    "dtype O": (minimal(tensor(dtype="O")), "unknown variant `O`"),
+    "dtype F128": (minimal(tensor(dtype="F128", shape=(1,), offsets=(0, 16)), bytes(16)), "unknown variant `F128`"),
     "dtype F8_E4M3": (minimal(tensor(dtype="F8_E4M3", shape=(8,))), "dtype 'F8_E4M3'"),
-    "dtype BF16, wrong size": (minimal(tensor(dtype="BF16", shape=(5,))), r"BF16 \[5\] needs 10 bytes"),
-    "dtype a number": (minimal(tensor(dtype=4)), "dtype '4'"),
-    "negative shape": (minimal(tensor(shape=(-2,))), "shape must be"),
-    "negative shape entries": (minimal(tensor(shape=(-2, -1), offsets=(0, 8))), "shape must be"),
-    "float shape": (minimal(tensor(shape=(2.0,))), "shape must be"),
-    "bool shape": (minimal(tensor(shape=(True, True))), "shape must be"),
-    "shape a number": (minimal(tensor(shape=2)), "shape must be"),
+    "dtype BF16, wrong size": (minimal(tensor(dtype="BF16", shape=(5,))),
+                               "invalid shape, data type, or offset for tensor"),
+    "dtype a number": (minimal(tensor(dtype=4)), "invalid type: integer `4`"),
+    "negative shape": (minimal(tensor(shape=(-2,))), "invalid value: integer `-2`"),
+    "negative shape entries": (minimal(tensor(shape=(-2, -1), offsets=(0, 8))), "invalid value: integer `-2`"),
+    "float shape": (minimal(tensor(shape=(2.0,))), "invalid type: floating point `2.0`"),
+    "bool shape": (minimal(tensor(shape=(True, True))), "invalid type: boolean `true`"),
+    "shape a number": (minimal(tensor(shape=2)), "invalid type: integer `2`, expected a sequence"),
     "33 dimensions": (minimal(tensor(shape=(1,) * 32 + (2,))), "at most 32"),
-    "32 dimensions of 2": (minimal(tensor(shape=(2,) * 32)), "needs 17179869184 bytes"),
-    "shape 2**62 x 2**62": (minimal(tensor(shape=(2**62, 2**62))), "larger than any array can be"),
+    "32 dimensions of 2": (minimal(tensor(shape=(2,) * 32)), "invalid shape, data type, or offset for tensor"),
+    "shape 2**62 x 2**62": (minimal(tensor(shape=(2**62, 2**62))), "overflow computing buffer size"),
     "shape 2**62 x 2**62, offsets to match": (minimal(tensor(shape=(2**62, 2**62), offsets=(0, 2**126))),
-                                              "larger than any array can be"),
+                                              "invalid type: floating point"),
     "overlapping offsets": (build({"__metadata__": metadata(MINIMAL), "x": tensor(offsets=(0, 8)),
-                                   "y": tensor(offsets=(4, 12))}, bytes(12)), "should start at 8"),
+                                   "y": tensor(offsets=(4, 12))}, bytes(12)), "invalid offset for tensor `y`"),
     "gapped offsets": (build({"__metadata__": metadata(MINIMAL), "x": tensor(offsets=(0, 8)),
-                              "y": tensor(offsets=(16, 24))}, bytes(24)), "should start at 8"),
-    "gap at the start": (minimal(tensor(offsets=(8, 16)), bytes(16)), "should start at 0"),
+                              "y": tensor(offsets=(16, 24))}, bytes(24)), "invalid offset for tensor `y`"),
+    "gap at the start": (minimal(tensor(offsets=(8, 16)), bytes(16)), "invalid offset for tensor `x`"),
     "offsets beyond the data": (minimal(tensor(shape=(4,), offsets=(0, 16))), "truncated"),
     "data beyond the offsets": (minimal(data=bytes(12)), "longer than its header says"),
-    "reversed offsets": (minimal(tensor(shape=(0,), offsets=(8, 0))), "data_offsets must be"),
-    "negative offsets": (minimal(tensor(offsets=(-8, 0))), "data_offsets must be"),
-    "three offsets": (minimal(tensor(offsets=(0, 8, 8))), "data_offsets must be"),
-    "offsets too small for the shape": (minimal(tensor(shape=(3,))), "needs 12 bytes; its offsets span 8"),
+    "reversed offsets": (minimal(tensor(shape=(0,), offsets=(8, 0))), "invalid offset for tensor `x`"),
+    "negative offsets": (minimal(tensor(offsets=(-8, 0))), "invalid value: integer `-8`"),
+    "three offsets": (minimal(tensor(offsets=(0, 8, 8))), "invalid length 3, expected 2 elements"),
+    "offsets too small for the shape": (minimal(tensor(shape=(3,))), "invalid shape, data type, or offset for tensor"),
     "extra key in a tensor": (minimal({**tensor(), "parameters": 1}), "exactly dtype, shape and data_offsets"),
-    "missing key in a tensor": (minimal({"dtype": "F32", "shape": [2]}), "exactly dtype, shape and data_offsets"),
+    "missing key in a tensor": (minimal({"dtype": "F32", "shape": [2]}), "missing field `data_offsets`"),
     "tensor entry a list": (minimal(["F32", [2], [0, 8]]), "exactly dtype, shape and data_offsets"),
 }
 

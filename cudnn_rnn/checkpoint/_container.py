@@ -1,47 +1,49 @@
-"""The checkpoint file: named arrays and a JSON text, in the safetensors layout, with a SHA-256 checksum.
+"""The checkpoint file: named arrays and a JSON text in a safetensors file, with a SHA-256 checksum.
 
-Layout (every integer little-endian; any safetensors reader opens the file)::
+The header (any safetensors reader opens the file; :mod:`cudnn_rnn._safetensors` reads and writes it)::
 
-    [0, 8)        n: u64, the length of the header
-    [8, 8 + n)    the header: UTF-8 JSON, padded with spaces so the data starts at a multiple of 8
-                    {"__metadata__": {"format": "cudnn_rnn.checkpoint", "version": "1",
-                                      "checksum": "sha256:<64 hex digits>", "contents": "<JSON text>"},
-                     "<array name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}
-    [8 + n, end)  the arrays' bytes back to back, C order, in the order of their offsets
+    {"__metadata__": {"format": "cudnn_rnn.checkpoint", "version": "1",
+                      "checksum": "sha256:<64 hex digits>", "contents": "<JSON text>"},
+     "<array name>": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}
 
-The checksum is the SHA-256 of the whole file with its 64 hex digits written as zeros, so any
-changed, missing or added byte (a bit flip, a truncation, a torn write) is caught before a
-single value is used. Reading never unpickles and never trusts a size it has not checked:
-the header is bounded, every array's dtype comes from :data:`DTYPES` (or :data:`EXTENSION_DTYPES`:
-bfloat16, read with ml_dtypes), its byte count is its shape's product times its item size (in
-Python integers, no overflow), and the arrays tile the data exactly.
+Writing: the safetensors package writes the file with the 64 digits all zeros; the SHA-256 of those
+bytes then takes their place (same length). Reading: the first 8 bytes are checked, then the
+package checks the layout and :mod:`cudnn_rnn._safetensors` each entry; then the metadata, then
+the checksum (the file with its digits zeroed again), so any changed, missing or added byte (a bit
+flip, a truncation, a torn write) is caught before a single value is used. Nothing is unpickled.
 
-The layout itself (header, dtype codes, the checks of each entry) is :mod:`cudnn_rnn._safetensors`,
-shared with the model files read and written elsewhere; this module adds what makes a file a
-checkpoint: the ``__metadata__`` keys above, the checksum, and :class:`CheckpointError` naming the file.
+=====================================  ==============================================================
+refused                                how
+=====================================  ==============================================================
+another kind of file (zip, HDF5, ...)  :class:`CheckpointError` saying what it is
+a header over MAX_HEADER_BYTES         :class:`CheckpointError` naming the bound (from 8 bytes)
+a broken safetensors layout            :class:`CheckpointError` with the reason (see ``_safetensors``)
+no checkpoint ``__metadata__``,        :class:`CheckpointError` naming what is missing or wrong
+another version, a bad checksum
+writing a header over the bound        ValueError naming the bound and the contents text's size
+=====================================  ==============================================================
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import numpy as np
 
 from .. import _safetensors
-from .._safetensors import (DTYPES, EXTENSION_DTYPES, HEADER_LENGTH as _LENGTH, MAX_ARRAY_BYTES, MAX_DIMENSIONS,
-                            MAX_HEADER_BYTES, SafetensorsError)
+from .._dtypes import names
+from .._safetensors import HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
 from ..errors import CheckpointError
 
-__all__ = ["FORMAT", "VERSION", "DTYPES", "EXTENSION_DTYPES", "MAX_HEADER_BYTES", "MAX_DIMENSIONS", "MAX_ARRAY_BYTES",
-           "encode", "decode"]
+__all__ = ["FORMAT", "VERSION", "MAX_HEADER_BYTES", "encode", "decode"]
 
 FORMAT = "cudnn_rnn.checkpoint"
 VERSION = "1"
 
-#: NumPy dtype name -> safetensors code: what a checkpoint holds
-_CODES: frozenset[str] = frozenset([*(dtype.name for dtype in DTYPES.values()),
-                                    *(name for name, _ in EXTENSION_DTYPES.values())])
+#: the NumPy dtype names a checkpoint holds: those safetensors has a code for
+_CODES: frozenset[str] = frozenset(names("safetensors").values())
 
 _CHECKSUM_PREFIX = "sha256:"
 _ZERO_DIGEST = "0" * 64
@@ -61,22 +63,32 @@ _MAGICS: dict[bytes, str] = {
 
 
 def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryview]:
-    """The file's bytes as a list of chunks to write back to back: the header, then each array's buffer.
+    """The file's bytes as a list of chunks to write back to back: the header, then each array's bytes.
 
-    ``arrays`` are host NumPy arrays of a dtype in :data:`DTYPES` or :data:`EXTENSION_DTYPES`; ``contents`` is a
-    JSON text.
+    ``arrays`` are host NumPy arrays of a dtype safetensors has a code for; ``contents`` is a JSON text.
+
+    Raises:
+        TypeError: an array of another dtype (naming it).
+        ValueError: a header that would be over :data:`MAX_HEADER_BYTES` (naming the contents
+            text's size when that is what fills it), which no reader would take.
     """
     for name, array in arrays.items():
         if array.dtype.name not in _CODES:
             raise TypeError(f"array {name!r} has dtype {array.dtype}; a checkpoint holds {sorted(_CODES)}")
+    text_bytes = len(json.dumps(contents, ensure_ascii=False).encode())  # (as the header holds it: quoted, escaped)
+    if text_bytes > MAX_HEADER_BYTES:
+        raise ValueError(f"the checkpoint's contents text (the layers' and optimisers' settings and state=, as JSON) "
+                         f"takes {text_bytes} bytes of the header, more than the {MAX_HEADER_BYTES} "
+                         f"({MAX_HEADER_BYTES // 2**20} MiB) a "
+                         "checkpoint's header may have to be read back: store large values as NumPy arrays (in "
+                         "state= or arrays=), which lie beside the header")
     metadata = {"format": FORMAT, "version": VERSION, "checksum": _CHECKSUM_PREFIX + _ZERO_DIGEST,
                 "contents": contents}
     head, *buffers = _safetensors.encode(arrays, metadata)
     digest = hashlib.sha256(head)
     for buffer in buffers:
         digest.update(buffer)
-    head = bytes(head).replace(_quoted(_ZERO_DIGEST), _quoted(digest.hexdigest()), 1)
-    return [head, *buffers]
+    return [bytes(head).replace(_quoted(_ZERO_DIGEST), _quoted(digest.hexdigest()), 1), *buffers]
 
 
 def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], str]:
@@ -89,7 +101,8 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
     if len(view) == 0:
         raise CheckpointError(where, "the file is empty (0 bytes): a write that never finished, or not a checkpoint")
     length = _LENGTH.unpack_from(view)[0] if len(view) >= _LENGTH.size + 2 else None
-    if length is None or length > MAX_HEADER_BYTES or view[_LENGTH.size] != ord("{"):
+    if (length is None or view[_LENGTH.size] != ord("{")
+            or (length > MAX_HEADER_BYTES and _LENGTH.size + length > len(view))):
         for magic, kind in _MAGICS.items():  # only once it is clear the file is not one of ours
             if bytes(view[:len(magic)]) == magic:
                 raise CheckpointError(where, f"this is {kind}, not a cudnn_rnn checkpoint")
@@ -97,20 +110,12 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
             raise CheckpointError(where, f"the file is too short ({len(view)} bytes) to be a checkpoint")
         raise CheckpointError(where, "not a cudnn_rnn checkpoint (its first 8 bytes are not the length of a JSON "
                                      f"header of at most {MAX_HEADER_BYTES} bytes)")
-    data_start = _LENGTH.size + length
-    if data_start > len(view):
-        raise CheckpointError(where, f"the file is truncated: its header says {length} bytes, and only "
-                                     f"{len(view) - _LENGTH.size} follow its length")
-    header_bytes = bytes(view[_LENGTH.size:data_start])
     try:
-        header = _safetensors.parse_header(header_bytes)
-        metadata = _metadata(header.pop("__metadata__", None), where)
-        entries = _safetensors.check_entries(header, data_start, len(view) - data_start)
+        layout, arrays = _safetensors.decode(blob)
     except SafetensorsError as error:
         raise CheckpointError(where, error.reason) from None
-    _check_digest(view, header_bytes, metadata["checksum"], where)
-    arrays = {name: np.frombuffer(view, entry.dtype, entry.count, entry.begin).reshape(entry.shape).copy()
-              for name, entry in entries.items()}
+    metadata = _metadata(layout.metadata, where)
+    _check_digest(view, bytes(view[_LENGTH.size:layout.data_start]), metadata["checksum"], where)
     return arrays, metadata["contents"]
 
 
@@ -118,8 +123,8 @@ def _quoted(digest: str) -> bytes:
     return f'"{_CHECKSUM_PREFIX}{digest}"'.encode("ascii")
 
 
-def _metadata(metadata: Any, where: str) -> dict[str, str]:
-    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+def _metadata(metadata: dict[str, Any], where: str) -> dict[str, str]:
+    if metadata.get("format") != FORMAT:
         raise CheckpointError(where, f"a safetensors file, but not a cudnn_rnn checkpoint (no __metadata__ with "
                                      f"format {FORMAT!r})")
     if metadata.get("version") != VERSION:

@@ -294,11 +294,11 @@ def _check_written(path: str, writes: Mapping[str, tuple[StoredTensor, np.ndarra
 
 
 def safetensors_places(path: str) -> dict[str, StoredTensor]:
-    """Where a safetensors file keeps each tensor (its header checked first)."""
+    """Where a safetensors file keeps each tensor: the absolute offsets its header gives, once the safetensors
+    package has checked the file (:func:`cudnn_rnn._safetensors.read_layout`)."""
     try:
-        with open(path, "rb") as handle:
-            layout = read_layout(handle, os.fstat(handle.fileno()).st_size)
+        layout = read_layout(path)
     except SafetensorsError as error:
-        raise FileReadError(path, str(error)) from None
+        raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
     return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype_name, itemsize=entry.itemsize)
             for name, entry in layout.entries.items()}

@@ -19,9 +19,9 @@ kind               recognised by                                             rea
 ``hdf5``           the HDF5 signature (``.weights.h5``, Keras 2 ``.h5``)     ``_keras_file``
 ``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``        key, prefix,
                                                                                                     trust_pickle
-``safetensors``    a u64 header length n (2 <= n <= 64 MiB, 8 + n within     ``_safetensors_file``  prefix
-                   the file), then ``{`` (checked before the pickle and
-                   ONNX bytes: n's low byte may be theirs)
+``safetensors``    a u64 header length n (n >= 2, 8 + n within the file),    ``_safetensors_file``  prefix
+                   then ``{`` (checked before the pickle and ONNX bytes:
+                   n's low byte may be theirs); n over 4 MiB is refused
 ``onnx``           ``.onnx``, or a protobuf starting with ir_version         ``_onnx_file``
 ``tf_checkpoint``  ``PREFIX.index`` beside the path, or a checkpoint folder  ``_tf_checkpoint``
 =================  ========================================================  =====================  ================
@@ -158,12 +158,12 @@ def file_kind(path: str) -> FileKind:
     # before the one-byte pickle and ONNX checks: a safetensors header length's low byte may be 0x80 or 0x08
     header_length = _safetensors_header_length(head)
     if header_length is not None and HEADER_LENGTH.size + header_length <= file_size:
-        return FILE_KINDS["safetensors"]
+        return FILE_KINDS["safetensors"]  # (its reader refuses a header over MAX_HEADER_BYTES, naming the bound)
     if head[0] == PICKLE_PROTOCOL_OPCODE:
         return FILE_KINDS["torch"]
     if path.lower().endswith(ONNX) or head[0] == ONNX_IR_VERSION_TAG:
         return FILE_KINDS["onnx"]
-    if header_length is not None:
+    if header_length is not None and header_length <= MAX_HEADER_BYTES:
         raise FileReadError(path, f"a truncated safetensors file: its header is {header_length} bytes, and only "
                                   f"{file_size - HEADER_LENGTH.size} follow its length")
     known = ", ".join(kind.description for kind in FILE_KINDS.values())
@@ -172,11 +172,11 @@ def file_kind(path: str) -> FileKind:
 
 def _safetensors_header_length(head: bytes) -> int | None:
     """The header length n of a file starting with ``head`` when it starts as a safetensors file does (a
-    u64 n with 2 <= n <= MAX_HEADER_BYTES, then ``{``), else None; it is one when 8 + n fits in the file."""
+    u64 n >= 2, then ``{``), else None; it is one when 8 + n fits in the file."""
     if len(head) <= HEADER_LENGTH.size or head[HEADER_LENGTH.size] != SAFETENSORS_OPENING:
         return None
     (length,) = HEADER_LENGTH.unpack_from(head)
-    return int(length) if 2 <= length <= MAX_HEADER_BYTES else None
+    return int(length) if length >= 2 else None
 
 
 def _zip_kind(path: str) -> FileKind:

@@ -1,29 +1,22 @@
-"""safetensors files: a (parent module's) PyTorch state_dict as named arrays behind a JSON header, read without torch.
+"""safetensors files: the RNNs of a (parent module's) PyTorch state_dict, read without torch.
 
-===========================================  ============================================================
-the file holds                               what is found
-===========================================  ============================================================
-a state_dict (``weight_ih_l0``, ...)         one RNN, named after the file
-a parent module's state_dict                 every RNN inside, by key prefix (``encoder.rnn.`` ->
-                                             ``encoder.rnn``); ``prefix`` picks one
-a cudnn_rnn checkpoint                       refused, naming ``cudnn_rnn.checkpoint.load``
-===========================================  ============================================================
+The RNNs are found as in a ``torch.save`` state_dict (:mod:`._state_dict`: one RNN named after the
+file, or each RNN of a parent module named by its key prefix, ``prefix`` choosing one); a
+cudnn_rnn checkpoint is refused, naming ``cudnn_rnn.checkpoint.load``.
 
 ::
 
-    read_layout(file, size)          the length, header and every entry checked (cudnn_rnn._safetensors)
-    select_rnns(path, names, prefix) the RNNs' keys (:mod:`._state_dict`), from the header's names alone
+    read_layout(path)                the header checked by the safetensors package, then each entry
+                                     (cudnn_rnn._safetensors); no array read yet
+    select_rnns(path, names, prefix) the RNNs' keys, from the header's names alone
     read_array(file, entry)          only those tensors' bytes, each a new host array
 
-Nothing is read before the whole header has been checked (dtype codes, shapes, offsets tiling
-the data exactly, the file as long as the header says), and only the RNNs' tensors are read:
-float16/32/64 as they are, bfloat16 as float32 (exact; its bits shifted, so no ml_dtypes is
-needed), any other dtype refused by name, as the PyTorch reader does.
+float16/32/64 are read as they are, bfloat16 as float32 (exact: its bits shifted, so no ml_dtypes
+is needed), any other dtype refused by name, as the PyTorch reader does.
 """
 
 from __future__ import annotations
 
-import os
 from typing import BinaryIO
 
 import numpy as np
@@ -52,22 +45,21 @@ def _tensor(handle: BinaryIO, entry: Entry) -> np.ndarray:
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN in a safetensors file (see the module docstring)."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        try:
-            layout = read_layout(handle, size)
-        except SafetensorsError as error:
-            raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
-        if layout.metadata.get("format") == _CHECKPOINT_FORMAT:
-            raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
-                                      "cudnn_rnn.checkpoint.load(path)")
-        groups = select_rnns(path, list(layout.entries), options.prefix)
-        for names in groups.values():
-            check_one_dtype(path, {key: layout.entries[key].dtype_name for key in names.values()}, READ_DTYPES)
-        try:
+    try:
+        layout = read_layout(path)
+    except SafetensorsError as error:
+        raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+    if layout.metadata.get("format") == _CHECKPOINT_FORMAT:
+        raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
+                                  "cudnn_rnn.checkpoint.load(path)")
+    groups = select_rnns(path, list(layout.entries), options.prefix)
+    for names in groups.values():
+        check_one_dtype(path, {key: layout.entries[key].dtype_name for key in names.values()}, READ_DTYPES)
+    try:
+        with open(path, "rb") as handle:
             arrays = {key: _tensor(handle, layout.entries[key]) for names in groups.values() for key in names.values()}
-        except SafetensorsError as error:
-            raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+    except SafetensorsError as error:
+        raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
     found = rnns_in_state_dict(path, arrays, options, SOURCE)
     bfloat16 = {prefix for prefix, names in groups.items()
                 if layout.entries[names["weight_ih_l0"]].dtype_name == "bfloat16"}
