@@ -90,7 +90,7 @@ def install_abort_hook(mpi: types.ModuleType, rank: int, size: int) -> None:
 
 
 class MpiTransport:
-    """Sum-reduces and broadcasts flat buffers with MPI.
+    """The :class:`~cudnn_rnn.distributed.Transport` that sum-reduces and broadcasts flat buffers with MPI.
 
     NumPy buffers go to MPI as they are. CuPy buffers (anything else) are staged through one host buffer
     (pinned when CuPy can pin), which works with any MPI, CUDA-aware or not.
@@ -104,7 +104,6 @@ class MpiTransport:
         self._host: np.ndarray | None = None
 
     def allreduce_sum(self, flat: Array) -> None:
-        """``flat`` <- the element-wise sum of every rank's ``flat`` (1-D, contiguous, in place)."""
         if isinstance(flat, np.ndarray):
             self._comm.Allreduce(self._mpi.IN_PLACE, flat, op=self._mpi.SUM)
             return
@@ -114,7 +113,6 @@ class MpiTransport:
         flat.set(host)
 
     def broadcast(self, flat_bytes: Array, root: int) -> None:
-        """``flat_bytes`` (uint8, 1-D, contiguous) <- root's, in place."""
         if isinstance(flat_bytes, np.ndarray):
             self._comm.Bcast(flat_bytes, root=root)
             return

@@ -52,7 +52,7 @@ def probe_gpu(local_rank: int, local_size: int) -> tuple[int | None, str | None,
 
 
 class NcclTransport:
-    """Sum-reduces and broadcasts CuPy buffers on this process's GPU with NCCL."""
+    """The :class:`~cudnn_rnn.distributed.Transport` of CuPy buffers on this process's GPU, with NCCL."""
 
     name = "nccl"
 
@@ -73,7 +73,6 @@ class NcclTransport:
         return self._comm
 
     def allreduce_sum(self, flat: Array) -> None:
-        """``flat`` <- the element-wise sum of every rank's ``flat`` (1-D, contiguous, in place)."""
         import cupy
         from cupy.cuda import nccl
 
@@ -82,7 +81,6 @@ class NcclTransport:
                        cupy.cuda.get_current_stream().ptr)
 
     def broadcast(self, flat_bytes: Array, root: int) -> None:
-        """``flat_bytes`` (uint8, 1-D, contiguous) <- root's, in place."""
         import cupy
         from cupy.cuda import nccl
 

@@ -128,26 +128,21 @@ class Communicator:
     their arguments (what :func:`init` returns without ``mpiexec``); :func:`init` passes the rest.
     The communicator owns the MPI communicators it is given: :meth:`close` frees them.
 
+    ``rank``, ``size``, ``local_rank``, ``local_size``, ``backend`` and ``device`` are kept as the
+    attributes of those names.
+
     Args:
         rank: this process's rank in ``[0, size)``.
-        size: the number of processes.
-        local_rank: its rank among the processes on its node.
-        local_size: the number of processes on its node.
-        backend: ``"nccl"``, ``"mpi"`` or ``"single"`` (see the attribute below).
-        device: the GPU this process took under NCCL, else None.
-        mpi_comm: the job's ``mpi4py`` communicator (a duplicate of ``COMM_WORLD``); None for one process.
-        node_comm: the ``mpi4py`` communicator of this node's processes; None for one process.
-        host_transport: what carries NumPy arrays (MPI); None for one process.
-        device_transport: what carries CuPy arrays (NCCL, or MPI through host memory); None for one process.
-
-    Attributes:
-        rank: this process's rank in [0, size).
         size: the number of processes.
         local_rank: its rank among the processes on its node (from MPI's shared-memory split).
         local_size: the number of processes on its node.
         backend: what carries CuPy arrays: ``"nccl"``, ``"mpi"`` (through host memory), or
             ``"single"`` for one process that communicates nothing. NumPy arrays always go over MPI.
         device: the GPU this process took under NCCL, else None.
+        mpi_comm: the job's ``mpi4py`` communicator (a duplicate of ``COMM_WORLD``); None for one process.
+        node_comm: the ``mpi4py`` communicator of this node's processes; None for one process.
+        host_transport: what carries NumPy arrays (MPI); None for one process.
+        device_transport: what carries CuPy arrays (NCCL, or MPI through host memory); None for one process.
     """
 
     def __init__(self, *, rank: int = 0, size: int = 1, local_rank: int = 0, local_size: int = 1,
