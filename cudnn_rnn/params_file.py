@@ -22,6 +22,7 @@ The same three things, as a dict, are a layer's state (``layer.state_dict()``, w
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -55,9 +56,8 @@ STORED_BITS: dict[str, str] = {name: f"uint{8 * BY_NAME[name].itemsize}" for nam
 #: the arrays of a params file
 KEYS: tuple[str, ...] = ("params", "config", "step", "format")
 
-#: the RNNConfig fields stored in ``config``
-CONFIG_FIELDS: tuple[str, ...] = ("rnn_mode", "num_layers", "num_units", "input_size", "input_mode", "direction",
-                                  "num_proj", "dropout", "seed", "seed2", "dtype", "algo")
+#: the RNNConfig fields stored in ``config``: all that its constructor takes, in its order
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RNNConfig) if f.init)
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,7 @@ def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, c
 
     Args:
         file: a path (written atomically, see :mod:`cudnn_rnn.files`) or a binary file object.
-        params: [params_size]: the buffer (NumPy or CuPy) in ``config``'s dtype.
-        config: the configuration the buffer belongs to.
-        step: the layer's training-step counter.
+        params, config, step: as :class:`ParamsFile`'s (params NumPy or CuPy).
 
     Raises:
         ValueError: params does not have the size and dtype of ``config``.
