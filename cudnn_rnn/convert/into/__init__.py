@@ -43,11 +43,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..._checks import flag
-from ..._safetensors import SafetensorsError, read_layout
 from ...files import extension, write_through_path
 from ...formats import InexactConversionError
 from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
 from ..readers._keras_file import WEIGHTS_MEMBER, locate
+from ..readers._safetensors_file import checked_layout
 from ..saving import Written, as_found, converted
 from ..readers._zip import member_data_offset
 from ._stored import StoredTensor, check_members, fix_zip_checksums, patch
@@ -296,9 +296,6 @@ def _check_written(path: str, writes: Mapping[str, tuple[StoredTensor, np.ndarra
 def safetensors_places(path: str) -> dict[str, StoredTensor]:
     """Where a safetensors file keeps each tensor: the absolute offsets its header gives, once the safetensors
     package has checked the file (:func:`cudnn_rnn._safetensors.read_layout`)."""
-    try:
-        layout = read_layout(path)
-    except SafetensorsError as error:
-        raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+    layout = checked_layout(path)
     return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype_name, itemsize=entry.itemsize)
             for name, entry in layout.entries.items()}

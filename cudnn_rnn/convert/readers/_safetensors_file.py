@@ -6,8 +6,8 @@ cudnn_rnn checkpoint is refused, naming ``cudnn_rnn.checkpoint.load``.
 
 ::
 
-    read_layout(path)                the header checked by the safetensors package, then each entry
-                                     (cudnn_rnn._safetensors); no array read yet
+    checked_layout(path)             the header checked by the safetensors package, then each entry
+                                     (cudnn_rnn._safetensors.read_layout); no array read yet
     select_rnns(path, names, prefix) the RNNs' keys, from the header's names alone
     read_array(file, entry)          only those tensors' bytes, each a new host array
 
@@ -21,11 +21,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..._safetensors import Entry, SafetensorsError, read_array, read_layout
+from ..._safetensors import Entry, Layout, SafetensorsError, read_array, read_layout
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, widen_bfloat16
 from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns
 
-__all__ = ["read", "SOURCE"]
+__all__ = ["read", "checked_layout", "SOURCE"]
 
 #: what holds each RNN's state_dict, in its source ("PyTorch nn.LSTM state_dict in a safetensors file")
 SOURCE = "state_dict in a safetensors file"
@@ -43,12 +43,17 @@ def _tensor(handle: BinaryIO, entry: Entry) -> np.ndarray:
     return widen_bfloat16(read_array(handle, entry, _BFLOAT16_BITS))
 
 
-def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
-    """Every RNN in a safetensors file (see the module docstring)."""
+def checked_layout(path: str) -> Layout:
+    """The checked layout of the safetensors file ``path``; FileReadError naming it for anything refused."""
     try:
-        layout = read_layout(path)
+        return read_layout(path)
     except SafetensorsError as error:
         raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
+
+
+def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
+    """Every RNN in a safetensors file (see the module docstring)."""
+    layout = checked_layout(path)
     if layout.metadata.get("format") == _CHECKPOINT_FORMAT:
         raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
                                   "cudnn_rnn.checkpoint.load(path)")
