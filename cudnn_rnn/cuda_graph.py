@@ -20,9 +20,11 @@ each op call on CuPy arrays was given: the ``sequence_lengths`` object as passed
 or the list given to a layer) and the ``input`` array. Every :meth:`CapturedStep.replay` first
 checks on the host, with no device work and no wait, that they still hold the recorded lengths
 and shapes. If not, it raises ValueError (``on_new_lengths="raise"``, the default), or
-(``"recapture"``) runs the step eagerly, which is this replay's work, and records one more graph
-for the new lengths; a later replay with any lengths recorded before launches that graph, and
-the ``max_graphs`` most recently used graphs are kept. The watch sees changes made in place
+(``"recapture"``) runs the step eagerly, which is this replay's work (with a new cuDNN plan's upload
+if the lengths are new to the backend too), and records one more graph for the new lengths, which
+this replay does not launch; a later replay with any lengths recorded before launches that graph,
+and the ``max_graphs`` most recently used graphs are kept (one dropped goes with its memory pool).
+The watch sees changes made in place
 (``lengths[...] = ...``); a step that builds its lengths array anew on every call, or a name
 rebound to another array, is not seen: the graph replays what it recorded. CuPy
 ``sequence_lengths`` are refused while recording (they are read back to the host).
@@ -121,13 +123,8 @@ class CapturedStep:
     def replay(self) -> None:
         """Enqueue the recorded step on :attr:`stream` (returns at once; the work runs on the GPU).
 
-        First checks on the host (no device work, no wait) that the watched ``sequence_lengths``
-        and input shapes hold what the graph was recorded with. With ``on_new_lengths=
-        "recapture"``, lengths that a kept graph was recorded with launch that graph; other
-        lengths run the step eagerly on :attr:`stream` (this replay's work, done once, with a
-        new cuDNN plan's upload if the lengths are new to the backend too) and then record a
-        graph for them, which this replay does not launch; beyond ``max_graphs`` graphs, the
-        least recently used one is dropped with its memory pool.
+        First checks the watched lengths and shapes, and acts on new ones, as the module
+        docstring's "Lengths and shapes" says.
 
         Raises:
             ValueError: (``"raise"``) ``sequence_lengths`` or an input shape differ from the
@@ -179,9 +176,7 @@ def capture(step: Callable[[], Any], *, stream: Any = None, warmup: int = 1,
             by default). Work on other streams is not ordered with it: synchronise as usual.
         warmup: eager runs before recording (>= 1): they build the backend's cached objects.
         on_new_lengths: what a replay does when the step's ``sequence_lengths`` (or input
-            shapes) no longer hold what a graph was recorded with: ``"raise"`` ValueError, or
-            ``"recapture"``: run the step eagerly and record a graph for them
-            (:data:`ON_NEW_LENGTHS`).
+            shapes) no longer hold what a graph was recorded with: a key of :data:`ON_NEW_LENGTHS`.
         max_graphs: with ``"recapture"``, the most graphs kept (each with its own memory pool),
             the least recently used dropped first.
 
