@@ -92,9 +92,14 @@ def _pointer(array: Any) -> int:
     return 0 if array is None or array.size == 0 else array.data.ptr
 
 
-def _rows(rows: Any, time_major: bool) -> tuple[Any, ...]:
-    """Index of batch rows ``rows`` at every step of a [T, B, F] (time-major) or [B, T, F] array."""
-    return (slice(None), rows) if time_major else (rows,)
+def _length_zero_rows(rows: Any, time_major: bool, sequence: Any, h_out: Any, h_in: Any, c_out: Any, c_in: Any
+                      ) -> None:
+    """Batch rows ``rows`` (length 0): zero in ``sequence`` (y or dx) at every step, states passed straight through."""
+    if rows is not None:
+        sequence[(slice(None), rows) if time_major else (rows,)] = 0
+        h_out[:, rows] = h_in[:, rows]
+        if c_out is not None:
+            c_out[:, rows] = c_in[:, rows]
 
 
 def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: Any, lengths: np.ndarray,
@@ -189,12 +194,7 @@ def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: n
             workspace.nbytes, _pointer(workspace), reserve_size, reserve_pointer)
         if is_training and dropout_rng is not None:
             network.dropout.keep(stream, dropout_rng)
-        if plan.zero_rows is not None:
-            rows = plan.zero_rows
-            y[_rows(rows, time_major)] = 0
-            hy[:, rows] = h0[:, rows]
-            if cy is not None:
-                cy[:, rows] = c0[:, rows]
+        _length_zero_rows(plan.zero_rows, time_major, y, hy, h0, cy, c0)
     return y, hy, cy, reserve
 
 
@@ -237,9 +237,5 @@ def backward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: 
             handle, rnn, WgradMode.ADD, lengths_pointer, plan.x_desc.pointer, x_run.data.ptr,
             plan.h_desc.pointer, h0.data.ptr, plan.y_desc.pointer, y.data.ptr, dparams.nbytes, dparams.data.ptr,
             workspace.nbytes, _pointer(workspace), plan.reserve_size, _pointer(payload))
-        if rows is not None:
-            dx[_rows(rows, time_major)] = 0
-            dh0[:, rows] = dhy[:, rows]
-            if dc0 is not None:
-                dc0[:, rows] = dcy[:, rows]
+        _length_zero_rows(rows, time_major, dx, dh0, dhy, dc0, dcy)
     return dx, dh0, dc0, dparams

@@ -1,10 +1,6 @@
 """The reference backend: cuDNN's RNN math written out, on NumPy (or CuPy) arrays.
 
-Same interface as the cuDNN backend (see ``ops.py``)::
-
-    forward(config, x, h0, c0, params, lengths, *, is_training, time_major) -> (y, hy, cy, reserve)
-    backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major)
-        -> (dx, dh0, dc0, dparams)
+The interface, and the shapes, of the cuDNN backend (``_cudnn``'s module docstring gives them).
 
 Per pseudo-layer, with W the input matrices, R the recurrent ones and bW, bR the two biases, the
 gates stacked in cuDNN's linLayerID order: ``a_t = W x_t + bW + R h_{t-1} + bR`` [G*N], then the
@@ -21,9 +17,7 @@ masks drawn from TF's 64-bit seed, so a call is a deterministic function of its 
 float16 and bfloat16 data compute in float32: inputs are widened, outputs, gradients and the reserve
 space are rounded back to the data's dtype.
 
-The reserve space holds, per pseudo-layer, the gate activations (in ``_cells.FORWARD_ORDER``),
-the carried c (LSTM), R_n h + bR_n (GRU) and the carried h, plus each non-final layer's output
-(dropout applied); backward walks the same tables in reverse.
+The reserve space holds what :class:`ReserveLayout` lists; backward walks the same tables in reverse.
 """
 
 from __future__ import annotations
@@ -53,15 +47,14 @@ def _compute_dtype(dtype: DTypeLike) -> np.dtype:
     return given if wider is None else np.dtype(wider)
 
 
-# ---- reserve-space layout -------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReserveLayout:
     """Shapes and offsets of the reference backend's saved tensors.
 
-    Slots per pseudo-layer k (in processing order, i.e. reversed within each span for
-    reverse directions): ``gates`` [T, B, G*N] (activations), ``cell`` [T, B, N] (LSTM carried
-    c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; GRU, and LSTM with a
-    projection: an LSTM's h = o*tanh(c) is recomputed from ``gates`` and ``cell`` instead).
+    Slots per pseudo-layer k (in processing order, i.e. reversed within each span for reverse
+    directions): ``gates`` [T, B, G*N] (activations, in ``_cells.FORWARD_ORDER``), ``cell`` [T, B, N]
+    (LSTM carried c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; GRU, and
+    LSTM with a projection: an LSTM's h = o*tanh(c) is recomputed from ``gates`` and ``cell`` instead).
     Per layer l < L-1: ``output`` [T, B, D*P] (that layer's output, dropout applied: the next layer's input).
     """
 
@@ -94,7 +87,6 @@ class ReserveLayout:
         return {key: flat[off:off + int(np.prod(shape))].reshape(shape) for key, shape, off in self.slots}
 
 
-# ---- helpers ----------------------------------------------------------------------------------
 def _span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:
     """Index [T, B] that reverses each sequence within its span: t -> len-1-t for t < len, else t.
 
@@ -208,7 +200,6 @@ class _Track:
             self.slot[start:stop] = self.buffer[:stop - start]
 
 
-# ---- forward ----------------------------------------------------------------------------------
 def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Array, c: Array | None,
                    weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
                    out: Array, run: _Run, xp: Any) -> tuple[Array, Array | None]:
@@ -339,7 +330,7 @@ def _running(x: Array) -> Iterator[_Run]:
 
 def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
             *, is_training: bool, time_major: bool) -> tuple[Array, Array, Array | None, Array]:
-    """Run the network. Shapes: see module docstring and ``ops.cudnn_rnn_v3``."""
+    """Run the network (the backend interface: ``_cudnn``'s module docstring)."""
     with _running(x) as run:
         return _forward(config, x, h0, c0, params, lengths, is_training, time_major, run)
 
@@ -393,7 +384,6 @@ def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int) -> dict[s
     return {name: view for (name, kk), view in saved_all.items() if kk == k and name != "output"}
 
 
-# ---- backward ---------------------------------------------------------------------------------
 def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
              y: Array, dy: Array, dhy: Array, dcy: Array | None, reserve: Array, *, time_major: bool
              ) -> tuple[Array, Array, Array | None, Array]:
