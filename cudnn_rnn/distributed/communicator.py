@@ -419,7 +419,6 @@ def _divide_into(xp: types.ModuleType, total: Array, size: int, out: Array) -> N
         xp.divide(total, size, out=out)
 
 
-# ---- init --------------------------------------------------------------------------------------
 def init(backend: str = "auto") -> Communicator:
     """Join the job this process was started in, and return its :class:`Communicator`.
 

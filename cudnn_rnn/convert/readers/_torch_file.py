@@ -444,7 +444,6 @@ def _from_module(path: str, module: Any, found: list[FoundRNN], prefixes: list[s
     return result
 
 
-# ---- the reader -----------------------------------------------------------------------------------------
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN in a PyTorch file (see the module docstring)."""
     import torch
