@@ -113,7 +113,6 @@ def _gate(a: Array, j: int, n: int) -> Array:
     return a[..., j * n:(j + 1) * n]
 
 
-# ---- forward ----------------------------------------------------------------------------------
 def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_prev: Array | None,
                  h_out: Array, c_out: Array | None, rec_n_out: Array | None, ws: Workspace, xp: Any,
                  invalid: Array | None = None) -> None:
@@ -199,7 +198,6 @@ def tanh(x: Array, out: Array, xp: Any) -> Array:
     return out
 
 
-# ---- backward ---------------------------------------------------------------------------------
 @dataclass
 class Factors:
     """What ``factors`` fills for a block of steps and ``step_backward`` consumes per step.

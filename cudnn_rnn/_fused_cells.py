@@ -1,20 +1,15 @@
 """The reference backend's cells as compiled passes (numba): the same equations as ``_cells``, fused.
 
-Same interface and arguments as ``_cells`` (which stays the reference and the fallback)::
-
-    step_forward(mode, fw, gates, h_prev, c_prev, h_out, c_out, rec_n_out, ws, xp, invalid)
-    factors(mode, n, gates, cell, cell_prev, rec_n, h_prev, out, invalid, xp)
-    step_backward(mode, n, j, f, R, Proj, dh, dy, dc, d_projected, invalid, ws, xp)
-
-Per step the matrix products stay NumPy's (BLAS); everything between them, a dozen NumPy calls in
-``_cells``, is one pass over the rows here: forward, ``R h`` then one kernel; backward, one kernel
-then ``dg @ R``. Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a))
-from the pre-scaled gates, tanh(a) = 2 sig(2a) - 1), with an exponential written out below so that
-the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in float32 and ``exp`` (rational Pade
-form) in float64, after reduction by ln 2, each within 2 units in the last place of the exact
-value. So the two paths agree to float rounding. Compiled functions are cached on disk
-(``cache=True``: next to this file, or numba's user cache where that is read-only): a second
-process compiles nothing.
+``step_forward``, ``factors`` and ``step_backward`` take the arguments of ``_cells``'s (which stays
+the reference and the fallback). Per step the matrix products stay NumPy's (BLAS); everything
+between them, a dozen NumPy calls in ``_cells``, is one pass over the rows here: forward, ``R h``
+then one kernel; backward, one kernel then ``dg @ R``. Each value is computed by the same formula as
+``_cells`` (sig(a) = 1/(1 + exp(-a)) from the pre-scaled gates, tanh(a) = 2 sig(2a) - 1), with an
+exponential written out below so that the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in
+float32 and ``exp`` (rational Pade form) in float64, after reduction by ln 2, each within 2 units in
+the last place of the exact value. So the two paths agree to float rounding. Compiled functions are
+cached on disk (``cache=True``: next to this file, or numba's user cache where that is read-only): a
+second process compiles nothing.
 """
 
 from __future__ import annotations
@@ -107,7 +102,6 @@ def _carry_rows(invalid: Any, target: Any, source: Any) -> None:
             target[row, :] = source[row, :]
 
 
-# ---- forward ----------------------------------------------------------------------------------
 @_jit
 def _lstm_forward(gates: Any, rec: Any, c_prev: Any, h_out: Any, c_out: Any) -> None:
     """gates [B, 4N] (i, f, o, g pre-activations, scaled) <- activations; c_out <- f c_{t-1} + i g;
@@ -181,7 +175,6 @@ def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_p
         _carry_rows(invalid, h_out, h_prev)
 
 
-# ---- backward ---------------------------------------------------------------------------------
 @_jit
 def _lstm_factors(gates: Any, cell: Any, cell_prev: Any, invalid: Any, dg: Any, k: Any, carry: Any,
                   unprojected: Any, has_unprojected: bool) -> None:
