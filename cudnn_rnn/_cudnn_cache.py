@@ -18,22 +18,10 @@ Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context,
 :data:`PLAN_CACHE_SIZE` plans per network) that owns and closes what it evicts;
 :func:`clear_caches` closes everything of the calling thread. Every cuDNN object is destroyed
 with its own GPU current, also when the garbage collector frees it. A new network checks the
-params layout against cuDNN once (``_cudnn_weight_space``). A new plan uploads its block
-without waiting (CuPy stages it in pinned memory), so that a call whose plan is cached and whose
-dropout seed is unchanged enqueues device work only.
-
-Dropout: each network keeps a pristine copy of its RNG state as cudnnSetDropoutDescriptor
-initialised it from TF's 64-bit seed, and copies it back before every training forward of an op
-call, so the same (seed, seed2) gives the same masks on every call. A call with another seed
-re-initialises the same state buffer from that seed (and keeps a new pristine copy), so a loop
-whose seed changes reuses its descriptors and plans; a repeated seed costs a copy instead of
-cuRAND's state set-up. A layer's call brings its own RNG (``_dropout_rng``): its advanced state
-is copied in before the forward and out after it, with no set-up but the first.
-
-Algorithms: a network runs the algorithm ``_cudnn_settings.choose_algo`` gives the call. Where
-cuDNN refuses a persistent algorithm that ``algo="auto"`` chose (building the network or a
-plan), the context remembers the refusal and runs the standard algorithm for that key from then
-on; a persistent algorithm asked for by name is not replaced: its refusal is raised, naming it.
+params layout against cuDNN once (``_cudnn_weight_space``); a new plan uploads its block without
+waiting (``_cudnn``'s module docstring: no host synchronisation). How a network's dropout state is
+set before a training forward: :class:`_DropoutState`; which algorithm a call's network runs, and
+what a refusal does: :meth:`_Context.network_and_plan`.
 """
 
 from __future__ import annotations
@@ -106,9 +94,11 @@ class _DropoutState:
     cuDNN draws masks from ``working`` (device memory) and advances it. With p > 0, before each
     training forward, either
 
-    * :meth:`rewind` (an op call: its masks are a function of its seeds) puts a seed's initial
-      state back: a copy of ``pristine`` when the seed is the one set up last, else the descriptor
-      is re-seeded (cudnnSetDropoutDescriptor: cuRAND's state set-up) and a new pristine copy kept;
+    * :meth:`rewind` (an op call: its masks are a function of its seeds, the same on every call)
+      puts a seed's initial state back: a copy of ``pristine`` when the seed is the one set up last,
+      else the descriptor is re-seeded (cudnnSetDropoutDescriptor: cuRAND's state set-up, from TF's
+      64-bit seed) and a new pristine copy kept, so a loop whose seed changes reuses its
+      descriptors and plans;
     * or :meth:`restore` (a layer's call) copies the layer's own advanced state in, and
       :meth:`keep` copies it back out after the forward (``_dropout_rng``): no set-up but the
       first on each GPU.
@@ -301,7 +291,6 @@ class NetworkKey:
 
     @classmethod
     def of(cls, config: RNNConfig, training: bool, algo: str, batch: int) -> "NetworkKey":
-        # Dropout acts between layers in training only, so other calls share one dropout-free network.
         # The seed is not part of the key: _DropoutState.rewind applies it to the network's state.
         dropout = config.inter_layer_dropout if training else 0.0
         return cls(config.layout_key, config.dtype, current_math_type(config.dtype), dropout, config.algo, algo,
