@@ -1,23 +1,11 @@
-"""What the cuDNN backend asks of cuDNN: the precision per dtype (TF32 opt-in) and the RNN descriptor's fields::
-
-    PRECISIONS[dtype]           data type, math precision, math type (by default / with TF32 allowed)
-    allow_tf32(True)            or CUDNN_RNN_ALLOW_TF32=1 in the environment; tf32_allowed()
-    current_math_type(dtype)    the math type a call uses now
-    check_dtype_supported(dtype, device_id)   TypeError where this cuDNN or GPU cannot run the dtype
-                                (bfloat16: cuDNN >= 9.13 and compute capability >= 8.0), asked once per GPU
-    rnn_fields(config, algo, math_type, dropout_desc) -> _lib.RNNDescriptorFields
-    DATA_LAYOUTS[time_major]    the RNN data layout of x and y
-    CUDNN_ALGOS[algo]           cudnnRNNAlgo_t of each algorithm name but "auto"
-    choose_algo(config, batch, uniform_lengths, time_major)   the algorithm a call runs: config.algo,
-                                or what "auto" picks from AUTO_RULES (the GPU benchmark's measurements)
+"""What the cuDNN backend asks of cuDNN: the precision per dtype (:data:`PRECISIONS`; TF32 opt-in,
+:func:`allow_tf32`), the algorithm a call runs (:func:`choose_algo`) and the RNN descriptor's fields
+(:func:`rnn_fields`).
 
 cuDNN settings: the call's algorithm (standard by default), DOUBLE_BIAS, PADDED_IO_ENABLED with SEQ_MAJOR_UNPACKED or
-BATCH_MAJOR_UNPACKED data and a zero paddingFill, projSize = hiddenSize without projection.
-float16 and bfloat16 compute in float32: float16 with tensor-op math, bfloat16 as PyTorch runs it
-(CUDNN_FMA_MATH, or CUDNN_DEFAULT_MATH while TF32 is allowed); float32 uses true float32
-(CUDNN_FMA_MATH) unless TF32 is allowed (:func:`allow_tf32`, or ``CUDNN_RNN_ALLOW_TF32=1`` in the
-environment); float64 uses double. cuDNN runs bfloat16 RNNs from 9.13 on GPUs of compute capability 8.0 and newer
-(PyTorch gates them the same way); elsewhere a call is refused before any cuDNN object is made.
+BATCH_MAJOR_UNPACKED data (:data:`DATA_LAYOUTS`) and a zero paddingFill, projSize = hiddenSize without projection.
+A dtype this cuDNN or GPU cannot run is refused before any cuDNN object is made (:func:`check_dtype_supported`;
+PyTorch gates bfloat16 the same way).
 """
 
 from __future__ import annotations
@@ -63,6 +51,8 @@ def _cudnn_type(dtype: str) -> DataType:
     return DataType(code)
 
 
+#: dtype -> how cuDNN computes it: float16 and bfloat16 in float32 (float16 with tensor-op math), float32 in true
+#: float32 (CUDNN_FMA_MATH) unless TF32 is allowed, float64 in double
 PRECISIONS: dict[str, _Precision] = {precision.dtype: precision for precision in (
     _Precision("float16", MathType.TENSOR_OP_MATH, MathType.TENSOR_OP_MATH),
     _Precision("float32", MathType.FMA_MATH, MathType.DEFAULT_MATH),
