@@ -438,11 +438,17 @@ def common_dtype(tensors: Mapping[str, Any], what: str) -> str:
     """The one float dtype (name) of ``tensors``; TypeError naming the tensor whose dtype differs."""
     if not tensors:
         raise ValueError(f"{what}: no tensors")
-    names = list(tensors)
-    dtypes = [str(tensors[name].dtype) for name in names]
-    majority = max(dtypes, key=dtypes.count)
-    odd = next((name for name, dtype in zip(names, dtypes) if dtype != majority), None)
-    if odd is not None:
-        raise TypeError(f"{what}: tensors must share one dtype; tensor {odd!r} is {tensors[odd].dtype} "
-                        f"while the others are {majority}")
+    majority = shared_dtype({name: str(tensor.dtype) for name, tensor in tensors.items()}, f"{what}: ")
     return dtype_name(majority, f"{what}: the tensors' dtype")
+
+
+def shared_dtype(dtypes: Mapping[str, str], opening: str) -> str:
+    """The dtype most of ``dtypes`` (tensor -> dtype name) have; TypeError, the message after ``opening``,
+    naming a tensor whose dtype differs."""
+    values = list(dtypes.values())
+    majority = max(values, key=values.count)
+    odd = next((name for name, dtype in dtypes.items() if dtype != majority), None)
+    if odd is not None:
+        raise TypeError(f"{opening}tensors must share one dtype; tensor {odd!r} is {dtypes[odd]} "
+                        f"while the others are {majority}")
+    return majority

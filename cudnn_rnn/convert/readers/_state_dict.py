@@ -18,7 +18,7 @@ from typing import Any, Collection, Mapping
 import numpy as np
 
 from ..._dtypes import BUILTIN_PARAMS, COMPUTE, PACKAGES, PARAMS
-from ._found import FileReadError, FoundRNN, ReadOptions, one_line
+from ._found import FileReadError, FoundRNN, ReadOptions, one_line, shared_dtype
 from ._infer import infer
 
 __all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "RNN_CLASSES", "ARRAY_DTYPES",
@@ -125,13 +125,7 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options:
 
 def check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
     """TypeError naming the tensor whose dtype differs from the others', or that cannot be read."""
-    names = list(dtypes)
-    values = [dtypes[name] for name in names]
-    majority = max(values, key=values.count)
-    odd = next((name for name, dtype in zip(names, values) if dtype != majority), None)
-    if odd is not None:
-        raise TypeError(f"cannot read {path!r}: an RNN's tensors must share one dtype; tensor {odd!r} is "
-                        f"{dtypes[odd]} while the others are {majority}")
+    majority = shared_dtype(dtypes, f"cannot read {path!r}: an RNN's ")
     if majority not in readable:
-        raise TypeError(f"cannot read {path!r}: tensor {names[0]!r} is {majority}; an RNN's weights must be "
+        raise TypeError(f"cannot read {path!r}: tensor {next(iter(dtypes))!r} is {majority}; an RNN's weights must be "
                         f"{', '.join(readable)}")
