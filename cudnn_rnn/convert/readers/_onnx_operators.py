@@ -38,6 +38,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..._dtypes import names as dtype_names
 from ._onnx_values import DIRECTIONS, Dim, Dims, MalformedGraph, NotFolded, Sequence, Value
 
 __all__ = ["OPERATORS", "OperatorCall", "Folding", "OPEN_END", "MAX_SHAPE_VECTOR"]
@@ -155,7 +156,8 @@ def _constant(call: OperatorCall) -> Value:
 
 
 #: ONNX element type (TensorProto.DataType) -> NumPy dtype, for Cast
-_CAST_TYPES: dict[int, type] = {1: np.float32, 11: np.float64, 10: np.float16, 6: np.int32, 7: np.int64}
+_CAST_TYPES: dict[int, type] = {code: np.dtype(name).type for code, name in dtype_names("onnx").items()
+                                if name in ("float16", "float32", "float64", "int32", "int64")}
 
 
 def _cast(call: OperatorCall) -> Value:
