@@ -302,10 +302,8 @@ def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> in
 def entry_counts(config: RNNConfig, facts: LayoutAssumptions | None = None) -> tuple[int, int]:
     """The numbers of canonical weights and biases, without walking the layout.
 
-    ``(len(params_layout(config).weights), len(params_layout(config).biases))``: per pseudo-layer
-    2G matrices (G fewer in layer 0's D pseudo-layers under skip_input) and the projection
-    (num_proj > 0), and 2G biases (layer 0's G input biases per direction dropped under skip_input
-    unless ``facts`` keep them).
+    ``(len(params_layout(config).weights), len(params_layout(config).biases))``: the entries of the
+    module docstring's layout, counted in closed form.
 
     Args:
         config: the configuration.
@@ -378,10 +376,8 @@ def cudnn_rnn_params_to_canonical(num_layers: int, num_units: int, input_size: i
         params: [params_size]: the buffer (NumPy or CuPy, of a :data:`~cudnn_rnn.config.DTYPES` dtype).
 
     Returns:
-        ``(weights, biases)``: per pseudo-layer k, the matrices in linLayerID order ([N, width]
-        input, [N, P] recurrent) then the [P, N] projection; and the 2G biases [N]. Each is a
-        fresh copy of ``params``' kind and dtype. Under skip_input, layer 0's input matrices are
-        not listed.
+        ``(weights, biases)`` in the canonical form, shaped as the layout of :mod:`cudnn_rnn.layout`
+        says; each a fresh copy of ``params``' kind and dtype.
 
     Raises:
         TypeError: ``params`` is not a NumPy or CuPy array or has an unsupported dtype, or an
