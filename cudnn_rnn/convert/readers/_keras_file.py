@@ -363,7 +363,6 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN layer of a Keras file (see the module docstring), in the model's order."""
     import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
 
-    # what the child runs is pickled; the member limit in force here goes with it
     return [_to_found_rnn(item) for item in run_isolated(path, _walk(path, kind, _read_weights))]
 
 
