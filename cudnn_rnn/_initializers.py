@@ -1,8 +1,5 @@
-"""Keras' initialisation of an RNN's params buffer (the layers' default), in cuDNN's layout::
-
-    keras_init_params(config, seed=0, unit_forget_bias=True) -> params [S]   host NumPy, config.dtype
-    glorot_uniform(rng, fan_in, fan_out) -> [fan_in, fan_out]                Keras' GlorotUniform
-    orthogonal(rng, rows, cols) -> [rows, cols]                              Keras' Orthogonal (gain 1)
+"""Keras' initialisation of an RNN's params buffer (the layers' default), in cuDNN's layout:
+:func:`keras_init_params`, from Keras' :func:`glorot_uniform` and :func:`orthogonal`.
 
 Re-exported by :mod:`cudnn_rnn.layers`, where they are documented.
 """
@@ -60,14 +57,13 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
     G gates, N units, P = num_proj or N and ``width`` = the layer's input width:
 
     - input matrices: Keras' stacked kernel ``K_in [width, G*N]`` ~ GlorotUniform with
-      fan_in = width, fan_out = G*N, i.e. U(-a, a), a = sqrt(6 / (width + G*N));
-      the G cuDNN matrices [N, width] are the column blocks of K_in, transposed.
-      Absent for layer 0 under skip_input.
+      fan_in = width, fan_out = G*N; the G cuDNN matrices [N, width] are the column blocks
+      of K_in, transposed. Absent for layer 0 under skip_input.
     - recurrent matrices: Keras' stacked ``K_rec [P, G*N]`` ~ Orthogonal, so the stacked
       cuDNN block ``R = K_rec^T [G*N, P]`` has orthonormal columns (R^T R = I_P; for
       relu/tanh, where G*N == P, R is square orthogonal).
-    - projection (LSTM with num_proj): TF's kernel ``[N, P]`` ~ GlorotUniform
-      (a = sqrt(6 / (N + P))), stored transposed as [P, N].
+    - projection (LSTM with num_proj): TF's kernel ``[N, P]`` ~ GlorotUniform, stored
+      transposed as [P, N].
     - biases: zero. With ``unit_forget_bias`` (LSTM only) the forget gate's *recurrent*
       bias bR_f is 1.0 and its input bias bW_f stays 0, as Keras' single LSTM bias maps to
       cuDNN's recurrent bias (input biases zero).
