@@ -5,8 +5,7 @@
                                            layer's (a device copy) before the forward and kept after it; the
                                            first forward on a GPU seeds it from (seed, step) instead
     rng.state() -> {"device": str, "states": uint8 [S]} | None    for the layer's state dict and checkpoints
-    rng.load(saved)                        the state of another run: used as it is on the same GPU model and
-                                           cuDNN (exact resume); elsewhere the next forward seeds anew
+    rng.load(saved)                        the state of another run (where it is used: below)
 
 Why: cudnnSetDropoutDescriptor sets up cuRAND's state over the whole buffer (S is a few MB), which
 PyTorch calls very expensive and does once per device; TensorFlow seeds once per kernel and lets
@@ -15,9 +14,10 @@ step recorded as a CUDA graph replayed the recorded seed, so every replay drew t
 an RNG per layer, a step costs two device copies of S bytes and a replayed graph draws new masks on
 every replay, as eager steps do. The reference backend keeps its masks per (seed, step).
 
-The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and S), and a
-state saved elsewhere is not used: the masks then start anew from (seed, step), deterministic but
-not those of the uninterrupted run (a warning says so).
+The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and S). A
+loaded state is used as it is on the same GPU model and cuDNN (an exact resume); a state saved
+elsewhere is not used: the masks then start anew from (seed, step), deterministic but not those of
+the uninterrupted run (a warning says so).
 """
 
 from __future__ import annotations
@@ -102,11 +102,8 @@ class DropoutRNG:
         return None if self._saved is None else dict(self._saved)
 
     def load(self, saved: dict[str, Any] | None) -> None:
-        """Take a saved :meth:`state` (checked by :func:`checked_state`); None forgets the current one.
-
-        The next training forward on a GPU uses it where it was saved on the same GPU model and
-        cuDNN, and seeds anew from (seed, step) elsewhere.
-        """
+        """Take a saved :meth:`state` (checked by :func:`checked_state`; used as the module docstring says); None
+        forgets the current one."""
         # a copy of its own (the source layer's advances): on the host, or on a GPU without passing the host;
         # made first, since the state may be this layer's own
         copied = None if saved is None else {"device": saved["device"], "states": saved["states"].copy()}

@@ -4,12 +4,11 @@
         step()                        # each op call on CuPy arrays reports saw_call(sequence_lengths, input)
     frozen.change()                   # None while the watched objects hold what was recorded, else what changed
 
-cuDNN's RNN data descriptors take the sequence lengths from host memory when a call is enqueued,
-and every launch's sizes come from the shapes, so a graph replays the lengths and shapes it was
-recorded with, whatever the caller's arrays hold by then. A :class:`Frozen` keeps the objects the
-recorded calls were given (the caller's own ``sequence_lengths`` object and ``input`` array) with a
-copy of the lengths' values and the input's shape, and compares them on the host when asked: a
-few comparisons of [B] integers, no device work and no synchronisation.
+A graph replays the lengths and shapes it was recorded with, whatever the caller's arrays hold by
+then (why: :mod:`cudnn_rnn.cuda_graph`). A :class:`Frozen` keeps the objects the recorded calls were
+given (the caller's own ``sequence_lengths`` object and ``input`` array) with a copy of the lengths'
+values and the input's shape, and compares them on the host when asked: a few comparisons of [B]
+integers, no device work and no synchronisation.
 
 The ops and layers report here; ``cuda_graph`` records and checks. This module imports no CuPy
 and nothing of the backends, so the ops stay above them.
