@@ -8,12 +8,8 @@
     use(buffers, stream[, exclusive])   order a use of them on ``stream`` (and keep them for a graph)
     keeping_buffers_alive()             collects every array ``use`` sees while a CUDA graph is recorded
 
-A plan's block and a dropout state may be used from several streams of the thread; a
-:class:`DeviceBuffers` orders those streams lazily (a wait only when the stream changes) and,
-before the arrays return to CuPy's pool, makes the stream that allocated them wait for every
-other stream that used them. One stream alone records no event at all. While a CUDA graph is
-recorded on this thread (``cudnn_rnn.cuda_graph``), the device arrays of every plan and dropout
-state used are kept for the graph (:func:`keeping_buffers_alive`).
+A plan's block and a dropout state may be used from several streams of the thread: how they are
+ordered is :class:`DeviceBuffers`'s docstring.
 """
 
 from __future__ import annotations
