@@ -2,9 +2,7 @@
 
     check_layout_against_cudnn(config) -> the differences in words ([] when the table is right)
     layout_check_configs()             -> the grid: every mode, 1-3 layers, both directions, ...
-    check_layout_grid(configs)         -> one GridResult per configuration: agrees, differs, skipped
-                                          (a dtype this cuDNN or GPU cannot run) or failed (the error),
-                                          so that one failure hides nothing else; grid_summary(results)
+    check_layout_grid(configs)         -> one GridResult per configuration; grid_summary(results)
     cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
 
 Each check builds an uncached RNN descriptor on the calling thread's cached handle

@@ -4,10 +4,8 @@
                                           {(pseudo-layer, linLayerID, kind): cuDNN's status where it refused}
     layout_differences(handle, rnn, config) -> the differences in words ([] when the table is right)
 
-Asks cudnnGetRNNWeightSpaceSize and, for every pseudo-layer and linLayerID (0..2G-1, and 8 for
-the LSTM projection), cudnnGetRNNWeightParams for the matrix and the bias; compares presence,
-offset, shape and data type with ``layout.params_layout``. cuDNN answers an absent entry with a
-NULL address; where it refuses a query instead, its status is kept and named wherever the table
+What it asks and compares: :func:`cudnn_rnn.check_layout_against_cudnn`. cuDNN answers an absent
+entry with a NULL address; where it refuses a query instead, its status is kept and named wherever the table
 has that entry, so a systematic refusal (every query, say) shows as itself rather than as missing
 weights. Every new network of the backend runs this once (``_cudnn_cache``), so that a params
 layout that disagrees with cuDNN fails loudly instead of computing garbage; ``_cudnn_layout_check``
