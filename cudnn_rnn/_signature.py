@@ -6,9 +6,8 @@ A pure function of shapes, dtypes and attributes, the op's first check, that the
     sig = signature((T, B, I), (L*D, B, P), (L*D, B, N) or None, (params_size,), "float32",
                     lengths_shape=(B,), lengths_dtype="int32", rnn_mode="lstm", ..., time_major=True)
     sig.config, sig.max_time, sig.batch                     the RNNConfig the shapes make, T and B
-    sig.output_shape      [T, B, D*P]   ([B, T, D*P] batch-major)
-    sig.output_h_shape    [L*D, B, P]   ([B, L*D, P])
-    sig.output_c_shape    [L*D, B, N]   ([B, L*D, N]); (0,) for the modes without a cell
+    sig.output_shape, sig.output_h_shape, sig.output_c_shape   as cudnn_rnn_v3's table says; output_c (0,)
+                                                            for the modes without a cell
     sig.reserve_elements("cpu" | "cuda")                    a training forward's reserve_space length
 
 Every refusal is the op's own (TypeError/ValueError naming the argument, expected and actual), in
