@@ -1,13 +1,7 @@
-"""Which GPU each process takes under NCCL: pure rules, no CUDA calls.
+"""Which GPU each process takes under NCCL, which wants one GPU per process: pure rules, no CUDA calls.
 
-NCCL wants one GPU per process. On a node with ``local_size`` processes::
-
-    device_count >= local_size   process with local rank r takes device r
-    device_count == 1            the launcher gave each process its own GPU (CUDA_VISIBLE_DEVICES):
-                                 device 0, and the PCI bus ids must then differ across the node
-    otherwise                    ValueError: more processes on this node than GPUs
-
-:func:`check_one_gpu_per_process` checks the PCI bus ids the node's processes chose.
+:func:`device_for_local_rank` picks a process's GPU; :func:`check_one_gpu_per_process` checks the
+PCI bus ids the node's processes chose.
 """
 
 from __future__ import annotations
@@ -27,7 +21,8 @@ def device_for_local_rank(local_rank: int, local_size: int, device_count: int) -
 
     Returns:
         ``local_rank`` when the node has a GPU for every process; 0 when the process sees one
-        GPU (the launcher gave each process its own).
+        GPU (the launcher gave each process its own, with CUDA_VISIBLE_DEVICES: the PCI bus ids
+        must then differ across the node).
 
     Raises:
         TypeError: an argument that is not an int.
