@@ -39,15 +39,25 @@ class Inferred:
     notes: list[str] = field(default_factory=list)
 
 
-def infer(fmt: str, tensors: Mapping[str, np.ndarray]) -> Inferred:
+def infer(fmt: str, tensors: Mapping[str, np.ndarray], where: str | None = None) -> Inferred:
     """The configuration the names and shapes of ``fmt``'s ``tensors`` say, checked against them.
 
-    A format without a reading gets a question for every field but dtype.
+    A format without a reading gets a question for every field but dtype. ``where`` (the RNN, in
+    the file's terms) opens a ValueError's message: ``"{where}: ..."``.
 
     Raises:
         ValueError: the names or shapes do not form one RNN of ``fmt`` (naming the tensor).
         TypeError: mixed dtypes (naming the tensor whose dtype differs).
     """
+    try:
+        return _infer(fmt, tensors)
+    except ValueError as error:
+        if where is None:
+            raise
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _infer(fmt: str, tensors: Mapping[str, np.ndarray]) -> Inferred:
     dtype = common_dtype(tensors, f"format {fmt!r}")
     spec = FORMAT_SPECS.get(fmt)
     if spec is None or spec.reading is None:

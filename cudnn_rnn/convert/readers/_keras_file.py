@@ -251,10 +251,7 @@ def _to_found_rnn(loaded: _ReadLayer) -> FoundRNN:
                            "in the 'torch' format")
     if any("bias" not in weights for weights in arrays):
         layer.notes.append("use_bias=False: zero biases are used, the same function")
-    try:
-        inferred = infer(fmt, tensors)
-    except ValueError as error:
-        raise ValueError(f"layer {layer.name!r} ({source}): {error}") from None
+    inferred = infer(fmt, tensors, f"layer {layer.name!r} ({source})")
     fields, questions = inferred.fields, inferred.questions
     if layer.kind.rnn_mode is None and not layer.weights_only:
         fields["rnn_mode"] = SIMPLE_RNN_MODES[activation_name(config.get("activation", "tanh"))]

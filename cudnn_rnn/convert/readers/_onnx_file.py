@@ -352,10 +352,7 @@ class _Reader:
         weights, notes = self._weights(where, node.op_type, inputs, directions, attributes.get("hidden_size"))
         units = weights["R"].shape[-1]
         tensors = {f"layer_0/{role}": value for role, value in weights.items()}
-        try:
-            inferred = infer("onnx", tensors)
-        except ValueError as error:
-            raise ValueError(f"{where}: {error}") from None
+        inferred = infer("onnx", tensors, where)
         fields, questions = dict(inferred.fields), dict(inferred.questions)
         refusals = [f"attribute {key}={attributes[key]!r} {why}" for key, (refused, why) in REFUSED_ATTRIBUTES.items()
                     if key in attributes and refused(attributes[key])]

@@ -428,10 +428,7 @@ class _Checkpoint:
             special = _reset_before_gru(candidate, tensors)
             if special is not None:
                 return special
-        try:
-            inferred = infer(candidate.fmt, tensors)
-        except ValueError as error:
-            raise ValueError(f"{candidate.name} ({candidate.source}): {error}") from None
+        inferred = infer(candidate.fmt, tensors, f"{candidate.name} ({candidate.source})")
         notes = list(candidate.notes)
         if candidate.fmt == "keras" and inferred.fields.get("rnn_mode") == "gru" and not any(
                 name.endswith("/bias") for name in candidate.keys):
@@ -475,10 +472,8 @@ def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> 
                             "Bidirectional(GRU(reset_after=False)) is a reset-before GRU in both directions, which "
                             "cuDNN cannot run and the 'gru_block_cell' format holds one direction only: rebuild it "
                             "with reset_after=True, or run each direction with cudnn_rnn.gru_block_cell"))
-    try:
-        inferred = infer("gru_block_cell", keras_reset_before_to_gru_block_cell(kernel, recurrent, bias, np))
-    except ValueError as error:
-        raise ValueError(f"{candidate.name} ({candidate.source}): {error}") from None
+    inferred = infer("gru_block_cell", keras_reset_before_to_gru_block_cell(kernel, recurrent, bias, np),
+                     f"{candidate.name} ({candidate.source})")
     return FoundRNN(candidate.name, source, "gru_block_cell",
                     inferred.tensors, inferred.fields, inferred.questions,
                     tuple(candidate.notes) + (RESET_BEFORE_NOTE,))
