@@ -205,7 +205,7 @@ def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
     """Resolve ``auto_select`` as TF's params ops do: skip_input iff input_size == num_units.
 
     Args:
-        input_mode: ``"linear_input"``, ``"skip_input"`` or ``"auto_select"``.
+        input_mode: one of :data:`INPUT_MODES`.
         input_size: I.
         num_units: N.
 
@@ -268,10 +268,9 @@ def params_element_count(config: "RNNConfig", *, skip_input_keeps_input_biases: 
 class RNNConfig:
     """One validated RNN configuration.
 
-    Construct it with the TF attribute strings; ``input_mode="auto_select"`` is
-    resolved on construction (skip_input iff ``input_size == num_units``), so the
-    stored ``input_mode`` is always ``"linear_input"`` or ``"skip_input"``. Every field
-    keeps the name and meaning of the argument it was built from.
+    Construct it with the TF attribute strings; ``input_mode="auto_select"`` is resolved on
+    construction (:func:`resolve_input_mode`). Every field keeps the name and meaning of the
+    argument it was built from.
 
     Args:
         rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
@@ -372,12 +371,12 @@ class RNNConfig:
     # -- derived facts -------------------------------------------------------------------
     @property
     def num_gates(self) -> int:
-        """The number of gates per cell, G (4 for LSTM, 3 for GRU, 1 for the plain RNNs)."""
+        """The number of gates per cell, G."""
         return self.mode.num_gates
 
     @property
     def has_cell(self) -> bool:
-        """Whether the cell carries a ``c`` state (LSTM is the only mode that does)."""
+        """Whether the cell carries a ``c`` state (LSTM only)."""
         return self.mode.has_cell
 
     @property
