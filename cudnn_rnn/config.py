@@ -269,7 +269,7 @@ class RNNConfig:
     """One validated RNN configuration.
 
     Construct it with the TF attribute strings; ``input_mode="auto_select"`` is resolved on
-    construction (:func:`resolve_input_mode`). Every field keeps the name and meaning of the
+    construction (:func:`cudnn_rnn.config.resolve_input_mode`). Every field keeps the name and meaning of the
     argument it was built from.
 
     Args:
