@@ -25,12 +25,10 @@ __all__ = ["MERGE_MODES", "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", 
 #: Bidirectional merge_mode -> what Keras returns, against cuDNN's [forward | backward] output
 MERGE_MODES: dict[str | None, str] = {
     "concat": "",
-    "sum": "Keras adds the two directions' outputs; cuDNN returns them side by side [forward | backward], "
-           "so add the two halves of cuDNN's output",
-    "mul": "Keras multiplies the two directions' outputs; cuDNN returns them side by side [forward | backward], "
-           "so multiply the two halves of cuDNN's output",
-    "ave": "Keras averages the two directions' outputs; cuDNN returns them side by side [forward | backward], "
-           "so average the two halves of cuDNN's output",
+    **{mode: f"Keras {does} the two directions' outputs; cuDNN returns them side by side [forward | backward], "
+             f"so {do} the two halves of cuDNN's output"
+       for mode, does, do in (("sum", "adds", "add"), ("mul", "multiplies", "multiply"),
+                              ("ave", "averages", "average"))},
     None: "Keras returns the two directions as separate outputs; cuDNN returns them side by side "
           "[forward | backward], so split cuDNN's output in half",
 }
