@@ -18,15 +18,9 @@ are a ValueError) and on CuPy's current stream of that GPU. The call finds the c
 handle, network and plan for its device in ``_cudnn_cache`` (building what is missing), binds the
 handle to the stream, and makes three short cuDNN calls at most: cudnnRNNForward, then in
 backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into a zeroed buffer). The
-backend's modules, each importing only modules listed below it::
-
-    _cudnn               forward and backward (this module)
-    _cudnn_layout_check  check_layout_against_cudnn, its grid and the layout facts, on the cache's handle
-    _cudnn_cache         handles, networks and plans per (device, thread); clear_caches, cache_info
-    _cudnn_weight_space  where cuDNN puts each weight, against the layout table (every new network asks)
-    _cudnn_settings      precision per dtype, allow_tf32, the algorithm a call runs, the RNN descriptor's fields
-    _dropout_rng         a layer's own dropout RNG state, seeded once per GPU and advancing between steps
-    _cudnn_streams       CuPy, devices, and the ordering of streams that share cached device arrays
+backend's modules (each docstring says its part), each importing only those after it: ``_cudnn``,
+``_cudnn_layout_check``, ``_cudnn_cache``, ``_cudnn_weight_space``, ``_cudnn_settings``,
+``_dropout_rng``, ``_cudnn_streams``.
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
 without waiting (CuPy stages it in pinned memory), the reserve header is a device-to-device copy

@@ -41,17 +41,10 @@ so it reads in a child process (:mod:`._hdf5_child`: spawned, not forked, so tha
 in a process with threads or a CUDA context) with a time limit, after the global heaps it would
 loop on are refused (:mod:`._hdf5_heaps`).
 
-=============================  =================================================================
-module                         its part
-=============================  =================================================================
-:mod:`._keras_config`          what a model config says about each RNN layer; which feeds which
-:mod:`._keras_layout`          where each layer's weights are in the file
-:mod:`._keras_weights_only`    layers from the weights' names and shapes, where there is no config
-:mod:`._hdf5`                  the HDF5 file, every attribute and dataset checked before it is read
-:mod:`._hdf5_child`            libhdf5 in a child process, with a time limit
-this module                    each kind of file read; each layer's tensors in the format that
-                               holds them exactly (:func:`_to_found_rnn`)
-=============================  =================================================================
+The reader's parts (each module's docstring says its part): :mod:`._keras_config`,
+:mod:`._keras_layout`, :mod:`._keras_weights_only`, :mod:`._hdf5`, :mod:`._hdf5_child`, and this
+module, which reads each kind of file and gives each layer's tensors in the format that holds them
+exactly (:func:`_to_found_rnn`).
 """
 
 from __future__ import annotations
