@@ -1,14 +1,8 @@
 """The cuDNN backend's cached objects, per (device, thread), so no cuDNN object is ever shared between threads::
 
     _Context   (device, thread)        the cuDNN handle, bound to the current stream at every call
-    Network    NetworkKey: layout,     RNN descriptor, dropout descriptor and its RNG state
-               dtype, math type,       (the dropout probability that acts is part of the key, the
-               dropout, algorithm      seeds are not); persist_dynamic networks are built for
-                                       one batch size (cudnnBuildRNNDynamic)
-    BatchPlan  (T, B, layout, lengths) RNN data descriptors for x and y, tensor descriptors for h and c,
-                                       workspace and reserve sizes, and one device block holding the
-                                       lengths, the rows of length 0, the reserve header and the
-                                       padding mask (uploaded with one asynchronous copy)
+    Network    a NetworkKey            RNN descriptor, dropout descriptor and its RNG state
+    BatchPlan  (T, B, layout, lengths) descriptors, sizes and one device block (its docstring says which)
 
     context = thread_context(device_id)                    (with device_id current)
     network, plan = context.network_and_plan(config, training, stream, max_time, batch, time_major, lengths)
