@@ -157,8 +157,7 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
     TypeError for a reserve_space that is not an array of the input's dtype or a host_reserved
     that is not an array; ValueError for one that is not 1-D, is empty (an inference forward's),
     is shorter than a header, or belongs to another call. ``host_reserved`` None or empty is not
-    checked. Reads the header (a wait on CuPy) only when ``reserve`` is not an array a forward
-    returned.
+    checked; when the header is read: the module docstring.
     """
     check_array(reserve, key)
     if host_reserved is not None:
