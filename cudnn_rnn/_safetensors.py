@@ -224,13 +224,24 @@ def serialize(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | No
 
 def encode(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> list[bytes | memoryview]:
     """:func:`serialize`'s file as chunks to write back to back: ``[length + header, array bytes, ...]``, the
-    arrays in the file's order (views of the one buffer)."""
+    arrays in the file's order (views of the one buffer).
+
+    The package writes ``__metadata__`` from a hash map, in an order that changes from process to process;
+    here it is in the order given, so that the same arrays and metadata always make the same bytes (the
+    header keeps its length: the same JSON, reordered)."""
     view = memoryview(serialize(arrays, metadata))
-    data_start = HEADER_LENGTH.size + HEADER_LENGTH.unpack_from(view)[0]
+    length = HEADER_LENGTH.unpack_from(view)[0]
+    data_start = HEADER_LENGTH.size + length
     header = json.loads(bytes(view[HEADER_LENGTH.size:data_start]))
+    head: bytes | memoryview = view[:data_start]
+    if metadata is not None:
+        header[METADATA_KEY] = {key: header[METADATA_KEY][key] for key in metadata}
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) <= length:  # (always: the same JSON; else the package's order stands)
+            head = HEADER_LENGTH.pack(length) + text.ljust(length)
     header.pop(METADATA_KEY, None)
     spans = sorted(entry["data_offsets"] for entry in header.values())
-    return [view[:data_start], *(view[data_start + begin:data_start + end] for begin, end in spans)]
+    return [head, *(view[data_start + begin:data_start + end] for begin, end in spans)]
 
 
 def _too_large(length: str, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None) -> str:
