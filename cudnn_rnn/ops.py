@@ -142,13 +142,11 @@ class _ValidatedCall:
         ld, b = self.config.num_pseudo_layers, self.batch
         return (ld, b, width) if self.time_major else (b, ld, width)
 
-    def states_in(self, state: Array) -> Array:
-        """Caller layout -> [L*D, B, X], contiguous."""
+    def states_out(self, state: Array) -> Array:
+        """[L*D, B, X] -> caller layout, contiguous (the swap is its own inverse: ``states_in`` is this too)."""
         return self.xp.ascontiguousarray(state if self.time_major else state.transpose(1, 0, 2))
 
-    def states_out(self, state: Array) -> Array:
-        """[L*D, B, X] -> caller layout, contiguous."""
-        return self.xp.ascontiguousarray(state if self.time_major else state.transpose(1, 0, 2))
+    states_in = states_out  # caller layout -> [L*D, B, X]
 
     def empty(self) -> Array:
         """The (0,)-shaped array returned for c of non-LSTM modes."""
