@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._dtypes import PACKAGES
 
 __all__ = ["NPZ", "PT", "PTH", "SAFETENSORS", "KERAS", "KERAS_WEIGHTS", "ONNX", "ENDINGS", "COMPOUND_ENDINGS",
-           "KERAS_VERSION", "KERAS_DTYPE_ATTRIBUTE", "KERAS_MARKED_DTYPES"]
+           "KERAS_VERSION", "KERAS_DTYPE_ATTRIBUTE", "KERAS_MARKED_DTYPES", "CHECKPOINT_FORMAT"]
 
 NPZ = ".npz"                    # a params file, or named tensors (np.load)
 PT, PTH = ".pt", ".pth"         # torch.save of a state_dict
@@ -25,6 +25,9 @@ ENDINGS: tuple[str, ...] = (NPZ, PT, PTH, SAFETENSORS, KERAS, KERAS_WEIGHTS, ONN
 
 #: the endings of two parts, which a writer looking at its path must see whole (``m.weights.h5``)
 COMPOUND_ENDINGS: tuple[str, ...] = tuple(ending for ending in ENDINGS if ending.count(".") > 1)
+
+#: the ``__metadata__`` ``format`` of a checkpoint (cudnn_rnn.checkpoint), a safetensors file of its own kind
+CHECKPOINT_FORMAT = "cudnn_rnn.checkpoint"
 
 #: the Keras version whose files the Keras writer writes, byte for byte (written into a ``.keras``
 #: archive's metadata.json); ``tests/oracle/test_export_keras_live.py`` checks the files against it

@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 
 from .. import _safetensors
+from .._containers import CHECKPOINT_FORMAT
 from .._dtypes import names
 from .._safetensors import HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
 from ..errors import CheckpointError
 
 __all__ = ["FORMAT", "VERSION", "MAX_HEADER_BYTES", "encode", "decode"]
 
-FORMAT = "cudnn_rnn.checkpoint"
+FORMAT = CHECKPOINT_FORMAT
 VERSION = "1"
 
 #: the NumPy dtype names a checkpoint holds: those safetensors has a code for

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import checked_count
+from .._containers import SAFETENSORS
 from ..config import is_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
@@ -30,7 +31,7 @@ from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, sh
 __all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]
 
 #: the extension of a checkpoint file (the file is a safetensors file)
-EXTENSION = ".safetensors"
+EXTENSION = SAFETENSORS
 
 _PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 

@@ -29,7 +29,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..._dtypes import widen_bfloat16 as widen_bfloat16  # (where the readers took it from)
 from ...config import RNNConfig, dtype_name
 from ...files import MAX_COMPRESSION_RATIO
 from ..._recurrent_layer import RecurrentLayer

@@ -22,16 +22,15 @@ from typing import BinaryIO
 import numpy as np
 
 from ..._safetensors import Entry, Layout, SafetensorsError, read_array, read_layout
-from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, widen_bfloat16
+from ..._containers import CHECKPOINT_FORMAT
+from ..._dtypes import widen_bfloat16
+from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions
 from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns
 
 __all__ = ["read", "checked_layout", "SOURCE"]
 
 #: what holds each RNN's state_dict, in its source ("PyTorch nn.LSTM state_dict in a safetensors file")
 SOURCE = "state_dict in a safetensors file"
-
-#: the ``__metadata__`` format of a cudnn_rnn checkpoint (a safetensors file of another purpose)
-_CHECKPOINT_FORMAT = "cudnn_rnn.checkpoint"
 
 _BFLOAT16_BITS = np.dtype("<u2")
 
@@ -54,7 +53,7 @@ def checked_layout(path: str) -> Layout:
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN in a safetensors file (see the module docstring)."""
     layout = checked_layout(path)
-    if layout.metadata.get("format") == _CHECKPOINT_FORMAT:
+    if layout.metadata.get("format") == CHECKPOINT_FORMAT:
         raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
                                   "cudnn_rnn.checkpoint.load(path)")
     groups = select_rnns(path, list(layout.entries), options.prefix)
