@@ -34,12 +34,6 @@ def shown(value: object) -> str:
 
     Integers of more than 30 digits read as their leading digits and digit count, e.g.
     ``1.00e+400 (401 digits)``; other values as their ``repr``, cut at 80 characters.
-
-    Args:
-        value: anything.
-
-    Returns:
-        The text.
     """
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         number = int(value)
@@ -67,9 +61,6 @@ def flag(name: str, value: object) -> bool:
     Args:
         name: the argument, as the caller wrote it.
         value: what the caller passed.
-
-    Returns:
-        The bool.
 
     Raises:
         TypeError: anything but True, False, ``np.True_`` or ``np.False_`` (``"no"``, 0 and None

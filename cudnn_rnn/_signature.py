@@ -134,9 +134,6 @@ def signature(input_shape: Shape | None, input_h_shape: Shape | None, input_c_sh
         rnn_mode ... algo: the op's attributes.
         dtypes: the dtypes of ``"input_h"``, ``"input_c"`` and ``"params"`` where they may differ
             from the input's; absent names have the input's dtype.
-
-    Returns:
-        The call's :class:`Signature`.
     """
     rnn_mode, direction, time_major = check_head(rnn_mode, direction, time_major, {
         "input": input_shape is None, "input_h": input_h_shape is None, "params": params_shape is None,

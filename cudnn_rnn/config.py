@@ -143,14 +143,7 @@ def _choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, ob
 
 
 def is_count(value: object) -> bool:
-    """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts).
-
-    Args:
-        value: anything.
-
-    Returns:
-        True for an integral, non-bool value >= 0.
-    """
+    """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts)."""
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and int(value) >= 0
 
 
@@ -190,9 +183,6 @@ def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
     Args:
         dtype: what :func:`dtype_name` takes.
         argument: names ``dtype`` in error messages.
-
-    Returns:
-        The ``numpy.dtype``.
 
     Raises:
         TypeError: an unsupported dtype.
@@ -252,9 +242,6 @@ def params_element_count(config: "RNNConfig", *, skip_input_keeps_input_biases: 
     Args:
         config: the configuration.
         skip_input_keeps_input_biases: whether layer 0 keeps its input biases under skip_input.
-
-    Returns:
-        The element count.
     """
     g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
     first_width = 0 if config.skip_input else config.input_size
@@ -443,9 +430,6 @@ class RNNConfig:
 
         Args:
             **changes: new values of constructor fields, by name.
-
-        Returns:
-            The new configuration.
 
         Raises:
             TypeError: an unknown field name, or a value of the wrong type.

@@ -272,9 +272,6 @@ def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
     Args:
         path: the file to write (replaced if it exists; its folder must exist).
 
-    Yields:
-        The binary file object to write to.
-
     Raises:
         IsADirectoryError: ``path`` is a folder.
         OSError: the file cannot be written (its folder does not exist, permission denied, no
@@ -325,9 +322,6 @@ def read_bytes(path: PathLike, what: str = "file") -> bytes:
     Args:
         path: the file to read.
         what: what the file should be, for error messages (``"checkpoint"``, say).
-
-    Returns:
-        The file's bytes.
 
     Raises:
         FileNotFoundError: no such file, or a path through a file (the message names it and says

@@ -326,9 +326,6 @@ def params_layout(config: RNNConfig, facts: LayoutAssumptions | None = None) -> 
     Args:
         config: the configuration (only its ``layout_key`` fields matter).
         facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
-
-    Returns:
-        The :class:`ParamsLayout`.
     """
     return _cached_layout(config.layout_key, facts or UNCONFIRMED)
 

@@ -212,9 +212,6 @@ def config_from_fields(fields: Any, where: str) -> RNNConfig:
         fields: what should be a dict of configuration fields (some may be left to their defaults).
         where: names the source in error messages.
 
-    Returns:
-        The configuration.
-
     Raises:
         ValueError: not a dict of known fields, or fields that do not make a valid configuration.
     """
