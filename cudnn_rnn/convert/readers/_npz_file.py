@@ -10,8 +10,7 @@ a format's names (``weight_ih_l0``)    that format (``fmt=`` or guessed by :data
 a parent module's torch names          each RNN under its prefix (``rnn.weight_ih_l0``)
 =====================================  ==========================================================
 
-Each member's ``.npy`` header is read and its declared size checked against the bytes the
-archive stores before any data is read; object arrays are refused (nothing is unpickled).
+How each member is checked before its data is read (nothing is unpickled): :func:`read_npz_safely`.
 """
 
 from __future__ import annotations

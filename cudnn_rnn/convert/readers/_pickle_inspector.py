@@ -99,8 +99,7 @@ class _Inspector(pickle.Unpickler):
 
 
 def _check_opcodes(path: str, stream: Any, end: int, what: str) -> None:
-    """Walk one pickle's opcodes (nothing is built): every counted argument must be present, memo
-    indices and frames bounded by the pickle's size (a C unpickler allocates what they declare)."""
+    """Walk one pickle's opcodes, nothing built, checking what the module docstring says."""
     ops = 0
     for opcode, arg, position in pickletools.genops(stream):
         ops += 1
