@@ -170,9 +170,6 @@ class _Optimizer:
             state: a ``state_dict()`` of an optimiser of this kind.
             where: names the source in error messages.
 
-        Returns:
-            A function of no arguments that loads ``state`` into this optimiser.
-
         Raises:
             ValueError: as ``load_state_dict``.
             TypeError: as ``load_state_dict``.
