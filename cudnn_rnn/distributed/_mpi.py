@@ -64,11 +64,8 @@ _abort_hook_installed = False
 
 
 def install_abort_hook(mpi: types.ModuleType, rank: int, size: int) -> None:
-    """Make an uncaught exception print its traceback, then abort the whole MPI job (exit status 1).
-
-    Without it, the other ranks would wait forever in their next collective for the rank that
-    died. Installed once per process, for the rest of its life.
-    """
+    """The abort on an uncaught exception that :func:`cudnn_rnn.distributed.init` describes, installed
+    once per process, for the rest of its life."""
     global _abort_hook_installed
     if _abort_hook_installed:
         return

@@ -3,12 +3,8 @@
 NumPy's BLAS starts one thread per core in every process. With ``local_size`` processes on a
 node that is ``local_size`` times too many, and OpenBLAS's waiting threads spin, so an
 oversubscribed step can take many times as long as one that is not. :func:`share_host_threads`
-gives each process its share of the cores it may run on::
-
-    threads = max(1, cores // local_size)        cores = len(os.sched_getaffinity(0))
-
-through threadpoolctl (a dependency of the package), for every BLAS and OpenMP pool loaded. A thread
-count the user chose wins: when any of ``THREAD_VARIABLES`` is set, nothing changes.
+gives each process its share of the cores it may run on, as :func:`cudnn_rnn.distributed.init` says,
+for every BLAS and OpenMP pool loaded.
 """
 
 from __future__ import annotations

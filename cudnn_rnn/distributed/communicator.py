@@ -7,9 +7,6 @@ Data flow of one collective over a list of arrays (all ranks pass the same shape
                                                no  -> copy into the plan's buffer, one message
                                                       per dtype, copy back
     NumPy arrays -> MPI;  CuPy arrays -> NCCL (backend "nccl") or MPI through host memory ("mpi")
-
-``allreduce_mean`` divides the sum by ``size`` (a multiplication by 1/size when size is a power
-of two, exact either way up to the division's own rounding).
 """
 
 from __future__ import annotations
