@@ -21,12 +21,10 @@ as it is (:func:`cudnn_rnn.convert.write_file`), and ``--to`` defaults to that f
 
 An OUT whose container cannot hold ``--to``'s format is refused, naming both.
 
-``--into MODEL`` writes OUT as a copy of the user's own model file MODEL (a torch.save or
-safetensors state_dict, a ``.keras`` or ``.weights.h5`` file) in which the converted RNN's tensors
-replace those of MODEL's RNN: the one under ``--prefix``, or the Keras layer(s) ``--name`` (one per
-network layer), each inferred where MODEL leaves no doubt (:func:`cudnn_rnn.convert.write_into`).
-With ``--into``, ``--prefix``, ``--name`` and ``--key`` choose in MODEL, and IN must hold one RNN
-(or ``--stack`` its layers).
+``--into MODEL`` writes OUT as a copy of the user's own model file MODEL in which the converted
+RNN's tensors replace those of MODEL's RNN (one Keras layer per network layer), inferred where
+MODEL leaves no doubt (:func:`cudnn_rnn.convert.write_into`); IN must then hold one RNN (or
+``--stack`` its layers).
 
 The command refuses unreadable or mismatched input with one message line and exit status 2,
 never writes over its input, and replaces an existing output only with ``--force``. An OUT it
@@ -219,9 +217,7 @@ def run(args: argparse.Namespace) -> int:
         args: the command line parsed by a parser that :func:`add_arguments` set up.
 
     Returns:
-        The exit status: 0 once OUT is written, 2 for any refused input, or an OUT that cannot be
-        written (its folder is missing, permission denied, no space left): the one-line message on
-        stderr, naming flags or OUT; nothing written, no partial file left.
+        The exit status: 0 once OUT is written, else 2 (the module docstring says when).
     """
     try:
         _run(args)
