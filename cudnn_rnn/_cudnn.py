@@ -4,14 +4,10 @@
     backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major)
         -> (dx, dh0, dc0, dparams)
 
-Shapes (ops.py guarantees T >= 1, B >= 1, dtypes, and lengths in [0, T]; it checks the reserve
-with ``_reserve`` before backward)::
-
-    x, dx        [T, B, I]  (time_major)  or [B, T, I]
-    y, dy        [T, B, D*P]              or [B, T, D*P]
-    h0, hy, dhy  [L*D, B, P]    c0, cy, dcy  [L*D, B, N] (LSTM; None otherwise)
-    params       [S]            lengths      host int32 [B]
-    reserve      [header | cuDNN reserve bytes], x's dtype (empty when not training)
+Shapes: those of :func:`cudnn_rnn.cudnn_rnn_v3`'s table, with the states always [L*D, B, X] (c0, cy,
+dcy None but for LSTM), ``lengths`` host int32 [B] and ``reserve`` [header | cuDNN reserve bytes] of
+x's dtype (empty when not training). ops.py guarantees T >= 1, B >= 1, dtypes, and lengths in
+[0, T]; it checks the reserve with ``_reserve`` before backward.
 
 How a call runs. Everything happens with the arrays' own GPU current (arrays on different GPUs
 are a ValueError) and on CuPy's current stream of that GPU. The call finds the calling thread's
