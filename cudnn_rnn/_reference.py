@@ -2,20 +2,17 @@
 
 The interface, and the shapes, of the cuDNN backend (``_cudnn``'s module docstring gives them).
 
-Per pseudo-layer, with W the input matrices, R the recurrent ones and bW, bR the two biases, the
-gates stacked in cuDNN's linLayerID order: ``a_t = W x_t + bW + R h_{t-1} + bR`` [G*N], then the
-cell of the mode. The step math, forward and backward, and how it is arranged to run fast, is ``_cells``; this
-module runs it over layers, directions and time. Every layer's input projections are one GEMM
-per chunk of ``TIME_CHUNK`` steps; only ``R h_{t-1}`` is serial; backprop's weight gradients are
-one GEMM per chunk. Variable lengths: each sequence b is processed for ``t < len[b]``; past its
-end the state is carried unchanged and the output is 0. Padding (``x`` and ``dy`` at t >= len[b])
-is never read: it is replaced by 0 first, so NaN or inf there changes nothing. The reverse
-direction sees each sequence reversed within its own span (so it runs len-1 .. 0), which
-:func:`_span_reversal` does by gather (by views when every sequence is full length).
-Dropout (inverted, probability p) applies to the output of every layer but the last, with
-masks drawn from TF's 64-bit seed, so a call is a deterministic function of its inputs.
-float16 and bfloat16 data compute in float32: inputs are widened, outputs, gradients and the reserve
-space are rounded back to the data's dtype.
+Per pseudo-layer, the cell of the mode: the step math, forward and backward, and how it is arranged
+to run fast, is ``_cells``; this module runs it over layers, directions and time. Every layer's
+input projections are one GEMM per chunk of ``TIME_CHUNK`` steps; only ``R h_{t-1}`` is serial;
+backprop's weight gradients are one GEMM per chunk. Variable lengths: each sequence b is processed
+for ``t < len[b]``; past its end the state is carried unchanged and the output is 0. Padding (``x``
+and ``dy`` at t >= len[b]) is never read: it is replaced by 0 first, so NaN or inf there changes
+nothing. The reverse direction sees each sequence reversed within its own span
+(:class:`_TimeOrder`). Dropout (inverted, probability p) applies to the output of every layer but
+the last, with masks drawn from TF's 64-bit seed, so a call is a deterministic function of its
+inputs. float16 and bfloat16 data compute in float32: inputs are widened, outputs, gradients and the
+reserve space are rounded back to the data's dtype.
 
 The reserve space holds what :class:`ReserveLayout` lists; backward walks the same tables in reverse.
 """
