@@ -147,9 +147,7 @@ class ParamsLayout:
         """Look an entry up by its cuDNN coordinates.
 
         Args:
-            pseudo_layer: k.
-            lin_layer_id: cuDNN's linLayerID (0..2G-1, or :data:`PROJECTION_ID`).
-            kind: ``"matrix"`` or ``"bias"``.
+            pseudo_layer, lin_layer_id, kind: as :class:`ParamEntry`'s.
 
         Returns:
             The entry, or None when the buffer has none there (layer 0's input matrices under
