@@ -170,8 +170,7 @@ def _count(text: str, what: str, path: str) -> int:
 
 
 class _TensorData:
-    """The file's tensors, decoded on demand; each declared shape is checked against the bytes
-    stored for it first, and external data must lie inside the model's folder."""
+    """The file's tensors, decoded on demand, checked as the module docstring's Hostile files says."""
 
     def __init__(self, path: str) -> None:
         self.path = path

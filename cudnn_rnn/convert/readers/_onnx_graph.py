@@ -34,7 +34,6 @@ __all__ = ["GraphValues", "MAX_DEPTH"]
 MAX_DEPTH = 64
 
 
-# ---- the evaluation -------------------------------------------------------------------------------
 class _InProgress:
     """The memo's mark on a name whose value is being computed (met again: a cycle)."""
 
@@ -125,7 +124,6 @@ class GraphValues:
         return result
 
     def afford(self, nbytes: int, node: Any) -> None:
-        """Refuse to allocate ``nbytes`` more for ``node`` when that would pass the budget."""
         if self._spent + int(nbytes) > self._budget:
             raise MalformedGraph(f"folding node {node.name!r} ({node.op_type}) would take more than {self._budget} "
                                  "bytes, far more than the file stores: the graph is not a plain export")
