@@ -166,10 +166,8 @@ AUTO_RULES: tuple[AutoRule, ...] = ()
 def choose_algo(config: RNNConfig, batch: int, uniform_lengths: bool, time_major: bool) -> str:
     """The algorithm a call of ``config`` on ``batch`` sequences runs.
 
-    cuDNN's persistent kernels take one sequence length for the whole batch and time-major data
-    (PyTorch uses them for nothing else; pytorch PR 73211 met NOT_SUPPORTED with mixed lengths).
-    ``ops`` refuses ragged lengths with a persistent algorithm named, and runs a batch-major call
-    that names one time-major; ``"auto"`` picks one only where the call already fits.
+    Which calls a persistent algorithm runs: :data:`cudnn_rnn.config.PERSISTENT_ALGOS` (pytorch PR 73211
+    met NOT_SUPPORTED with mixed lengths); ``"auto"`` picks one only where the call already fits.
 
     Args:
         config: the call's configuration; its ``algo`` is used as it is unless it is ``"auto"``.
@@ -179,8 +177,7 @@ def choose_algo(config: RNNConfig, batch: int, uniform_lengths: bool, time_major
 
     Returns:
         A key of :data:`CUDNN_ALGOS`: for ``"auto"``, the first of :data:`AUTO_RULES` that the call
-        matches, where a persistent algorithm can run it (no projection, uniform lengths,
-        time-major data); else ``"standard"``.
+        matches, where a persistent algorithm can run it; else ``"standard"``.
     """
     if config.algo != "auto":
         return config.algo

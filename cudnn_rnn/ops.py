@@ -98,10 +98,9 @@ class _ValidatedCall:
     def run_time_major(self) -> bool:
         """The layout the backend runs: the caller's, but time-major for a persistent algorithm on cuDNN.
 
-        cuDNN's persistent kernels run time-major input only (PyTorch sends them nothing else), so a
-        batch-major call that names one runs time-major: x and dy go in transposed, y and dx come back
-        in the caller's layout. ``"auto"`` is left alone: on batch-major input it runs the standard
-        algorithm.
+        x and dy go in transposed, y and dx come back in the caller's layout (why:
+        :data:`~cudnn_rnn.config.PERSISTENT_ALGOS`); ``"auto"`` runs the standard algorithm on
+        batch-major input instead.
         """
         return self.time_major or (self.xp is not np and self.config.algo in PERSISTENT_ALGOS)
 
