@@ -11,11 +11,8 @@ device the caller has current.
 Host synchronisation: none with NumPy ``sequence_lengths`` (or None); CuPy lengths are read back
 (cuDNN's data descriptors take them from host memory). A step recorded as a CUDA graph
 (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays tells the
-recording which lengths and shapes its graph freezes (``_graph_watch``).
-
-The layer classes call :func:`forward_with_rng`: :func:`cudnn_rnn_v3` whose dropout masks, on
-cuDNN, come from the layer's own advancing RNG state (``_dropout_rng``) instead of the seeds.
-Shapes: the table of :func:`cudnn_rnn_v3`.
+recording which lengths and shapes its graph freezes (``_graph_watch``). Shapes: the table of
+:func:`cudnn_rnn_v3`; the layer classes' forward: :func:`forward_with_rng`.
 """
 
 from __future__ import annotations
