@@ -35,7 +35,7 @@ __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"
 
 
 class RNNOutputs(NamedTuple):
-    """Outputs of :func:`cudnn_rnn_v3`, of the input's kind and dtype (``host_reserved`` aside), shaped as it says."""
+    """Outputs of :func:`cudnn_rnn_v3`, shaped as its table says: the input's kind and dtype but ``host_reserved``."""
 
     #: The last layer's output sequence; rows past a sequence's length are 0.
     output: Array
