@@ -29,11 +29,12 @@ import ctypes
 import enum
 import importlib.util
 import os
+import re
 import sys
 import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_size_t, c_uint32, c_ulonglong, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -44,7 +45,7 @@ __all__ = [
     "LIBRARY_ENV", "SONAME", "REQUIRED_MAJOR", "INSTALL_HINT",
     "Status", "DataType", "MathType", "RNNAlgo", "ForwardMode", "RNNMode", "RNNBiasMode", "DirectionMode",
     "RNNInputMode", "RNNDataLayout", "WgradMode", "RNNClipMode", "AuxFlag", "ENUM_TYPEDEFS",
-    "status_name", "check", "Prototype", "PROTOTYPES", "Candidate", "Library",
+    "status_name", "check", "Prototype", "DECLARATIONS", "PROTOTYPES", "Candidate", "Library",
     "library_candidates", "load_library", "library", "version_string",
     "RNNDescriptorFields", "RNNDataFields",
 ]
@@ -58,9 +59,22 @@ INSTALL_HINT = ("install cuDNN 9 for your CUDA major version: pip install nvidia
 
 
 # ==== enum values (cuDNN 9 headers: cudnn_graph.h, cudnn_ops.h, cudnn_adv.h) ===================
-class Status(enum.IntEnum):
-    """``cudnnStatus_t``; the C name is ``CUDNN_STATUS_<name>``. ``code // 1000`` is the category."""
+#: enum class -> (C typedef, prefix of its C constant names), as :func:`_c_enum` registers them; the headers are
+#: the authority.
+ENUM_TYPEDEFS: dict[type[enum.IntEnum], tuple[str, str]] = {}
+_E = TypeVar("_E", bound=enum.IntEnum)
 
+
+def _c_enum(typedef: str, prefix: str) -> Callable[[type[_E]], type[_E]]:
+    """Register a class as the C enum ``typedef``, whose constant for member ``X`` is ``<prefix>X``."""
+    def register(cls: type[_E]) -> type[_E]:
+        ENUM_TYPEDEFS[cls] = (typedef, prefix)
+        return cls
+    return register
+
+
+@_c_enum("cudnnStatus_t", "CUDNN_STATUS_")
+class Status(enum.IntEnum):
     SUCCESS = 0
     NOT_INITIALIZED = 1001
     SUBLIBRARY_VERSION_MISMATCH = 1002
@@ -112,9 +126,8 @@ class Status(enum.IntEnum):
     EXECUTION_FAILED_CURAND = 5004
 
 
+@_c_enum("cudnnDataType_t", "CUDNN_DATA_")
 class DataType(enum.IntEnum):
-    """``cudnnDataType_t`` (``CUDNN_DATA_<name>``)."""
-
     FLOAT = 0
     DOUBLE = 1
     HALF = 2
@@ -141,81 +154,71 @@ class DataType(enum.IntEnum):
     FP8_E5M3 = 23
 
 
+@_c_enum("cudnnMathType_t", "CUDNN_")
 class MathType(enum.IntEnum):
-    """``cudnnMathType_t`` (``CUDNN_<name>``)."""
-
     DEFAULT_MATH = 0
     TENSOR_OP_MATH = 1
     TENSOR_OP_MATH_ALLOW_CONVERSION = 2
     FMA_MATH = 3
 
 
+@_c_enum("cudnnRNNAlgo_t", "CUDNN_RNN_ALGO_")
 class RNNAlgo(enum.IntEnum):
-    """``cudnnRNNAlgo_t`` (``CUDNN_RNN_ALGO_<name>``)."""
-
     STANDARD = 0
     PERSIST_STATIC = 1
     PERSIST_DYNAMIC = 2
     PERSIST_STATIC_SMALL_H = 3
 
 
+@_c_enum("cudnnForwardMode_t", "CUDNN_FWD_MODE_")
 class ForwardMode(enum.IntEnum):
-    """``cudnnForwardMode_t`` (``CUDNN_FWD_MODE_<name>``)."""
-
     INFERENCE = 0
     TRAINING = 1
 
 
+@_c_enum("cudnnRNNMode_t", "CUDNN_")
 class RNNMode(enum.IntEnum):
-    """``cudnnRNNMode_t`` (``CUDNN_<name>``)."""
-
     RNN_RELU = 0
     RNN_TANH = 1
     LSTM = 2
     GRU = 3
 
 
+@_c_enum("cudnnRNNBiasMode_t", "CUDNN_RNN_")
 class RNNBiasMode(enum.IntEnum):
-    """``cudnnRNNBiasMode_t`` (``CUDNN_RNN_<name>``)."""
-
     NO_BIAS = 0
     SINGLE_INP_BIAS = 1
     DOUBLE_BIAS = 2
     SINGLE_REC_BIAS = 3
 
 
+@_c_enum("cudnnDirectionMode_t", "CUDNN_")
 class DirectionMode(enum.IntEnum):
-    """``cudnnDirectionMode_t`` (``CUDNN_<name>``)."""
-
     UNIDIRECTIONAL = 0
     BIDIRECTIONAL = 1
 
 
+@_c_enum("cudnnRNNInputMode_t", "CUDNN_")
 class RNNInputMode(enum.IntEnum):
-    """``cudnnRNNInputMode_t`` (``CUDNN_<name>``)."""
-
     LINEAR_INPUT = 0
     SKIP_INPUT = 1
 
 
+@_c_enum("cudnnRNNDataLayout_t", "CUDNN_RNN_DATA_LAYOUT_")
 class RNNDataLayout(enum.IntEnum):
-    """``cudnnRNNDataLayout_t`` (``CUDNN_RNN_DATA_LAYOUT_<name>``)."""
-
     SEQ_MAJOR_UNPACKED = 0
     SEQ_MAJOR_PACKED = 1
     BATCH_MAJOR_UNPACKED = 2
 
 
+@_c_enum("cudnnWgradMode_t", "CUDNN_WGRAD_MODE_")
 class WgradMode(enum.IntEnum):
-    """``cudnnWgradMode_t`` (``CUDNN_WGRAD_MODE_<name>``)."""
-
     ADD = 0
     SET = 1
 
 
+@_c_enum("cudnnRNNClipMode_t", "CUDNN_RNN_CLIP_")
 class RNNClipMode(enum.IntEnum):
-    """``cudnnRNNClipMode_t`` (``CUDNN_RNN_CLIP_<name>``)."""
-
     NONE = 0
     MINMAX = 1
 
@@ -226,22 +229,6 @@ class AuxFlag(enum.IntFlag):
     PADDED_IO_DISABLED = 0
     PADDED_IO_ENABLED = 1
 
-
-#: enum class -> (C typedef, prefix of its C constant names); the headers are the authority.
-ENUM_TYPEDEFS: dict[type[enum.IntEnum], tuple[str, str]] = {
-    Status: ("cudnnStatus_t", "CUDNN_STATUS_"),
-    DataType: ("cudnnDataType_t", "CUDNN_DATA_"),
-    MathType: ("cudnnMathType_t", "CUDNN_"),
-    RNNAlgo: ("cudnnRNNAlgo_t", "CUDNN_RNN_ALGO_"),
-    ForwardMode: ("cudnnForwardMode_t", "CUDNN_FWD_MODE_"),
-    RNNMode: ("cudnnRNNMode_t", "CUDNN_"),
-    RNNBiasMode: ("cudnnRNNBiasMode_t", "CUDNN_RNN_"),
-    DirectionMode: ("cudnnDirectionMode_t", "CUDNN_"),
-    RNNInputMode: ("cudnnRNNInputMode_t", "CUDNN_"),
-    RNNDataLayout: ("cudnnRNNDataLayout_t", "CUDNN_RNN_DATA_LAYOUT_"),
-    WgradMode: ("cudnnWgradMode_t", "CUDNN_WGRAD_MODE_"),
-    RNNClipMode: ("cudnnRNNClipMode_t", "CUDNN_RNN_CLIP_"),
-}
 
 #: element type of each cuDNN data type this package moves through paddingFill and getters (BFLOAT16, which
 #: NumPy has no type for without ml_dtypes, goes through its bits: :func:`_value_bytes`).
@@ -272,150 +259,133 @@ def check(status: int, function: str) -> None:
 
 
 # ==== prototypes ==============================================================================
-_Status = c_int      # cudnnStatus_t
-_Enum = c_int        # every other cuDNN enum
-_Ptr = c_void_p      # handles, descriptors, device pointers, cudaStream_t
-_IntArray = POINTER(c_int)
-
-
 @dataclass(frozen=True)
 class Prototype:
-    """One C function: name, ctypes restype and argtypes (the C prototype is in the comment above)."""
+    """One C function: name, ctypes restype and argtypes (read off its declaration in :data:`DECLARATIONS`)."""
 
     name: str
     restype: Any
     argtypes: tuple[Any, ...]
 
 
-PROTOTYPES: tuple[Prototype, ...] = (
-    # -- cudnn_graph.h ----------------------------------------------------------------------
-    # size_t cudnnGetVersion(void);
-    Prototype("cudnnGetVersion", c_size_t, ()),
-    # size_t cudnnGetCudartVersion(void);
-    Prototype("cudnnGetCudartVersion", c_size_t, ()),
-    # const char *cudnnGetErrorString(cudnnStatus_t status);
-    Prototype("cudnnGetErrorString", c_char_p, (_Enum,)),
-    # void cudnnGetLastErrorString(char *message, size_t max_size);
-    Prototype("cudnnGetLastErrorString", None, (c_char_p, c_size_t)),
-    # cudnnStatus_t cudnnGraphVersionCheck(void);
-    Prototype("cudnnGraphVersionCheck", _Status, ()),
-    # cudnnStatus_t cudnnCreate(cudnnHandle_t *handle);
-    Prototype("cudnnCreate", _Status, (POINTER(_Ptr),)),
-    # cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
-    Prototype("cudnnDestroy", _Status, (_Ptr,)),
-    # cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId);
-    Prototype("cudnnSetStream", _Status, (_Ptr, _Ptr)),
-    # cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *streamId);
-    Prototype("cudnnGetStream", _Status, (_Ptr, POINTER(_Ptr))),
-    # -- cudnn_ops.h ------------------------------------------------------------------------
-    # cudnnStatus_t cudnnOpsVersionCheck(void);
-    Prototype("cudnnOpsVersionCheck", _Status, ()),
-    # cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *tensorDesc);
-    Prototype("cudnnCreateTensorDescriptor", _Status, (POINTER(_Ptr),)),
-    # cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t tensorDesc);
-    Prototype("cudnnDestroyTensorDescriptor", _Status, (_Ptr,)),
-    # cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType,
-    #                                          int nbDims, const int dimA[], const int strideA[]);
-    Prototype("cudnnSetTensorNdDescriptor", _Status, (_Ptr, _Enum, c_int, _IntArray, _IntArray)),
-    # cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested,
-    #                                          cudnnDataType_t *dataType, int *nbDims, int dimA[], int strideA[]);
-    Prototype("cudnnGetTensorNdDescriptor", _Status,
-              (_Ptr, c_int, POINTER(_Enum), POINTER(c_int), _IntArray, _IntArray)),
-    # cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t *dropoutDesc);
-    Prototype("cudnnCreateDropoutDescriptor", _Status, (POINTER(_Ptr),)),
-    # cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc);
-    Prototype("cudnnDestroyDropoutDescriptor", _Status, (_Ptr,)),
-    # cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t *sizeInBytes);
-    Prototype("cudnnDropoutGetStatesSize", _Status, (_Ptr, POINTER(c_size_t))),
-    # cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t *sizeInBytes);
-    Prototype("cudnnDropoutGetReserveSpaceSize", _Status, (_Ptr, POINTER(c_size_t))),
-    # cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle,
-    #                                         float dropout, void *states, size_t stateSizeInBytes,
-    #                                         unsigned long long seed);
-    Prototype("cudnnSetDropoutDescriptor", _Status, (_Ptr, _Ptr, c_float, _Ptr, c_size_t, c_ulonglong)),
-    # cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle,
-    #                                         float *dropout, void **states, unsigned long long *seed);
-    Prototype("cudnnGetDropoutDescriptor", _Status,
-              (_Ptr, _Ptr, POINTER(c_float), POINTER(_Ptr), POINTER(c_ulonglong))),
-    # -- cudnn_adv.h ------------------------------------------------------------------------
-    # cudnnStatus_t cudnnAdvVersionCheck(void);
-    Prototype("cudnnAdvVersionCheck", _Status, ()),
-    # cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t *rnnDesc);
-    Prototype("cudnnCreateRNNDescriptor", _Status, (POINTER(_Ptr),)),
-    # cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t rnnDesc);
-    Prototype("cudnnDestroyRNNDescriptor", _Status, (_Ptr,)),
-    # cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo,
-    #         cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
-    #         cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec,
-    #         cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize,
-    #         int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags);
-    Prototype("cudnnSetRNNDescriptor_v8", _Status,
-              (_Ptr, _Enum, _Enum, _Enum, _Enum, _Enum, _Enum, _Enum, _Enum,
-               c_int32, c_int32, c_int32, c_int32, _Ptr, c_uint32)),
-    # cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t *algo,
-    #         cudnnRNNMode_t *cellMode, cudnnRNNBiasMode_t *biasMode, cudnnDirectionMode_t *dirMode,
-    #         cudnnRNNInputMode_t *inputMode, cudnnDataType_t *dataType, cudnnDataType_t *mathPrec,
-    #         cudnnMathType_t *mathType, int32_t *inputSize, int32_t *hiddenSize, int32_t *projSize,
-    #         int32_t *numLayers, cudnnDropoutDescriptor_t *dropoutDesc, uint32_t *auxFlags);
-    Prototype("cudnnGetRNNDescriptor_v8", _Status,
-              (_Ptr,) + (POINTER(_Enum),) * 8 + (POINTER(c_int32),) * 4 + (POINTER(_Ptr), POINTER(c_uint32))),
-    # cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int miniBatch);
-    Prototype("cudnnBuildRNNDynamic", _Status, (_Ptr, _Ptr, c_int)),
-    # cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #                                          size_t *weightSpaceSize);
-    Prototype("cudnnGetRNNWeightSpaceSize", _Status, (_Ptr, _Ptr, POINTER(c_size_t))),
-    # cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #         int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace, int32_t linLayerID,
-    #         cudnnTensorDescriptor_t mDesc, void **mAddr, cudnnTensorDescriptor_t bDesc, void **bAddr);
-    Prototype("cudnnGetRNNWeightParams", _Status,
-              (_Ptr, _Ptr, c_int32, c_size_t, _Ptr, c_int32, _Ptr, POINTER(_Ptr), _Ptr, POINTER(_Ptr))),
-    # cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #         cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize,
-    #         size_t *reserveSpaceSize);
-    Prototype("cudnnGetRNNTempSpaceSizes", _Status,
-              (_Ptr, _Ptr, _Enum, _Ptr, POINTER(c_size_t), POINTER(c_size_t))),
-    # cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t *rnnDataDesc);
-    Prototype("cudnnCreateRNNDataDescriptor", _Status, (POINTER(_Ptr),)),
-    # cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc);
-    Prototype("cudnnDestroyRNNDataDescriptor", _Status, (_Ptr,)),
-    # cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType,
-    #         cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize,
-    #         const int seqLengthArray[], void *paddingFill);      /* both HOST pointers */
-    Prototype("cudnnSetRNNDataDescriptor", _Status,
-              (_Ptr, _Enum, _Enum, c_int, c_int, c_int, _IntArray, _Ptr)),
-    # cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t *dataType,
-    #         cudnnRNNDataLayout_t *layout, int *maxSeqLength, int *batchSize, int *vectorSize,
-    #         int arrayLengthRequested, int seqLengthArray[], void *paddingFill);
-    Prototype("cudnnGetRNNDataDescriptor", _Status,
-              (_Ptr, POINTER(_Enum), POINTER(_Enum), POINTER(c_int), POINTER(c_int), POINTER(c_int),
-               c_int, _IntArray, _Ptr)),
-    # cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #         cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc,
-    #         const void *x, cudnnRNNDataDescriptor_t yDesc, void *y, cudnnTensorDescriptor_t hDesc,
-    #         const void *hx, void *hy, cudnnTensorDescriptor_t cDesc, const void *cx, void *cy,
-    #         size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace,
-    #         size_t reserveSpaceSize, void *reserveSpace);
-    Prototype("cudnnRNNForward", _Status,
-              (_Ptr, _Ptr, _Enum, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr,
-               c_size_t, _Ptr, c_size_t, _Ptr, c_size_t, _Ptr)),
-    # cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #         const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y, const void *dy,
-    #         cudnnRNNDataDescriptor_t xDesc, void *dx, cudnnTensorDescriptor_t hDesc, const void *hx,
-    #         const void *dhy, void *dhx, cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy,
-    #         void *dcx, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize,
-    #         void *workSpace, size_t reserveSpaceSize, void *reserveSpace);
-    Prototype("cudnnRNNBackwardData_v8", _Status,
-              (_Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr,
-               c_size_t, _Ptr, c_size_t, _Ptr, c_size_t, _Ptr)),
-    # cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
-    #         cudnnWgradMode_t addGrad, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc,
-    #         const void *x, cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc,
-    #         const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize,
-    #         void *workSpace, size_t reserveSpaceSize, void *reserveSpace);
-    Prototype("cudnnRNNBackwardWeights_v8", _Status,
-              (_Ptr, _Ptr, _Enum, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr, _Ptr,
-               c_size_t, _Ptr, c_size_t, _Ptr, c_size_t, _Ptr)),
-)
+#: Every C function bound, declared as cudnn_graph.h, cudnn_ops.h and cudnn_adv.h declare it (in that order);
+#: :data:`PROTOTYPES` is read off this text.
+DECLARATIONS = """
+size_t cudnnGetVersion(void);
+size_t cudnnGetCudartVersion(void);
+const char *cudnnGetErrorString(cudnnStatus_t status);
+void cudnnGetLastErrorString(char *message, size_t max_size);
+cudnnStatus_t cudnnGraphVersionCheck(void);
+cudnnStatus_t cudnnCreate(cudnnHandle_t *handle);
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
+cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId);
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *streamId);
+
+cudnnStatus_t cudnnOpsVersionCheck(void);
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *tensorDesc);
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t tensorDesc);
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType,
+                                         int nbDims, const int dimA[], const int strideA[]);
+cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested,
+                                         cudnnDataType_t *dataType, int *nbDims, int dimA[], int strideA[]);
+cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t *dropoutDesc);
+cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc);
+cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t handle, size_t *sizeInBytes);
+cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xdesc, size_t *sizeInBytes);
+cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle,
+                                        float dropout, void *states, size_t stateSizeInBytes,
+                                        unsigned long long seed);
+cudnnStatus_t cudnnGetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle,
+                                        float *dropout, void **states, unsigned long long *seed);
+
+cudnnStatus_t cudnnAdvVersionCheck(void);
+cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t *rnnDesc);
+cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t rnnDesc);
+cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo,
+        cudnnRNNMode_t cellMode, cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
+        cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec,
+        cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize,
+        int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags);
+cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t *algo,
+        cudnnRNNMode_t *cellMode, cudnnRNNBiasMode_t *biasMode, cudnnDirectionMode_t *dirMode,
+        cudnnRNNInputMode_t *inputMode, cudnnDataType_t *dataType, cudnnDataType_t *mathPrec,
+        cudnnMathType_t *mathType, int32_t *inputSize, int32_t *hiddenSize, int32_t *projSize,
+        int32_t *numLayers, cudnnDropoutDescriptor_t *dropoutDesc, uint32_t *auxFlags);
+cudnnStatus_t cudnnBuildRNNDynamic(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int miniBatch);
+cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+                                         size_t *weightSpaceSize);
+cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+        int32_t pseudoLayer, size_t weightSpaceSize, const void *weightSpace, int32_t linLayerID,
+        cudnnTensorDescriptor_t mDesc, void **mAddr, cudnnTensorDescriptor_t bDesc, void **bAddr);
+cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+        cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc, size_t *workSpaceSize,
+        size_t *reserveSpaceSize);
+cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t *rnnDataDesc);
+cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc);
+cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType,
+        cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize,
+        const int seqLengthArray[], void *paddingFill);
+cudnnStatus_t cudnnGetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t *dataType,
+        cudnnRNNDataLayout_t *layout, int *maxSeqLength, int *batchSize, int *vectorSize,
+        int arrayLengthRequested, int seqLengthArray[], void *paddingFill);
+cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+        cudnnForwardMode_t fwdMode, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc,
+        const void *x, cudnnRNNDataDescriptor_t yDesc, void *y, cudnnTensorDescriptor_t hDesc,
+        const void *hx, void *hy, cudnnTensorDescriptor_t cDesc, const void *cx, void *cy,
+        size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize, void *workSpace,
+        size_t reserveSpaceSize, void *reserveSpace);
+cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+        const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void *y, const void *dy,
+        cudnnRNNDataDescriptor_t xDesc, void *dx, cudnnTensorDescriptor_t hDesc, const void *hx,
+        const void *dhy, void *dhx, cudnnTensorDescriptor_t cDesc, const void *cx, const void *dcy,
+        void *dcx, size_t weightSpaceSize, const void *weightSpace, size_t workSpaceSize,
+        void *workSpace, size_t reserveSpaceSize, void *reserveSpace);
+cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+        cudnnWgradMode_t addGrad, const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc,
+        const void *x, cudnnTensorDescriptor_t hDesc, const void *hx, cudnnRNNDataDescriptor_t yDesc,
+        const void *y, size_t weightSpaceSize, void *dweightSpace, size_t workSpaceSize,
+        void *workSpace, size_t reserveSpaceSize, void *reserveSpace);
+"""
+
+#: C scalar types -> their ctypes (LP64 Linux)
+_C_SCALARS: dict[str, Any] = {"int": c_int, "int32_t": c_int32, "uint32_t": c_uint32, "size_t": c_size_t,
+                              "float": c_float, "unsigned long long": c_ulonglong}
+
+
+def _ctype(declaration: str) -> Any:
+    """The ctypes type of one C declaration (``const int32_t devSeqLengths[]``; a return type with a name added).
+
+    Enums are ints; handles, descriptors, streams and device arrays (``dev...``) are addresses;
+    ``T *x`` and ``T x[]`` are pointers to T; ``char *`` is a C string and ``void`` alone None.
+    """
+    words = declaration.replace("const ", " ").replace("*", " * ").replace("[]", " * ").split()
+    depth = words.count("*")
+    *base_words, name = [word for word in words if word != "*"]
+    base = " ".join(base_words)
+    kind: Any
+    if name.startswith("dev"):  # device memory: an address
+        return c_void_p
+    if base in ("void", "char"):
+        if depth == 0:
+            return None
+        kind, depth = (c_void_p if base == "void" else c_char_p), depth - 1
+    elif base in _C_SCALARS:
+        kind = _C_SCALARS[base]
+    elif base in {typedef for typedef, _ in ENUM_TYPEDEFS.values()}:
+        kind = c_int
+    elif base.endswith(("Descriptor_t", "Handle_t")) or base == "cudaStream_t":
+        kind = c_void_p
+    else:  # pragma: no cover - a declaration this table does not know how to bind
+        raise ValueError(f"no ctypes type for the C type {base!r}")
+    for _ in range(depth):
+        kind = POINTER(kind)
+    return kind
+
+
+PROTOTYPES: tuple[Prototype, ...] = tuple(
+    Prototype(name, _ctype(returns + " result"),
+              tuple(_ctype(parameter) for parameter in parameters.split(",") if parameter.strip() not in ("", "void")))
+    for returns, name, parameters in re.findall(r"([\w\s*]+?)\s*\b(cudnn\w+)\(([^)]*)\);", DECLARATIONS))
 
 _PROTOTYPE: dict[str, Prototype] = {p.name: p for p in PROTOTYPES}
 
@@ -596,15 +566,17 @@ def get_error_string(status: int) -> str:
     return text.decode()
 
 
-def _create(name: str) -> int:
-    pointer = c_void_p()
-    _call(name, ctypes.byref(pointer))
-    return int(pointer.value or 0)
+def _outs(name: str, *args: Any) -> list[Any]:
+    """Call ``name`` with ``args`` and, after them, an out-parameter of each remaining argument's type (its
+    prototype's); their values (NULL as 0)."""
+    values = [argtype._type_() for argtype in _PROTOTYPE[name].argtypes[len(args):]]
+    _call(name, *args, *map(ctypes.byref, values))
+    return [value.value or 0 for value in values]
 
 
 def create(kind: str) -> int:
     """``cudnnCreate<kind>`` (``""`` for the handle, ``"TensorDescriptor"``, ``"RNNDescriptor"``, ...)."""
-    return _create("cudnnCreate" + kind)
+    return int(_outs("cudnnCreate" + kind)[0])
 
 
 def destroy(kind: str, pointer: int) -> None:
@@ -619,9 +591,7 @@ def set_stream(handle: int, stream: int) -> None:
 
 def get_stream(handle: int) -> int:
     """See ``cudnnGetStream``."""
-    stream = c_void_p()
-    _call("cudnnGetStream", handle, ctypes.byref(stream))
-    return int(stream.value or 0)
+    return int(_outs("cudnnGetStream", handle)[0])
 
 
 def _int_array(values: Sequence[int]) -> Any:
@@ -644,16 +614,12 @@ def get_tensor_nd(desc: int, max_dims: int = 8) -> tuple[DataType, tuple[int, ..
 
 def dropout_states_size(handle: int) -> int:
     """See ``cudnnDropoutGetStatesSize`` (bytes of RNG state for this handle's GPU)."""
-    size = c_size_t()
-    _call("cudnnDropoutGetStatesSize", handle, ctypes.byref(size))
-    return int(size.value)
+    return int(_outs("cudnnDropoutGetStatesSize", handle)[0])
 
 
 def dropout_reserve_size(x_desc: int) -> int:
     """See ``cudnnDropoutGetReserveSpaceSize``."""
-    size = c_size_t()
-    _call("cudnnDropoutGetReserveSpaceSize", x_desc, ctypes.byref(size))
-    return int(size.value)
+    return int(_outs("cudnnDropoutGetReserveSpaceSize", x_desc)[0])
 
 
 def set_dropout(desc: int, handle: int, probability: float, states: int, states_size: int, seed: int) -> None:
@@ -664,10 +630,8 @@ def set_dropout(desc: int, handle: int, probability: float, states: int, states_
 
 def get_dropout(desc: int, handle: int) -> tuple[float, int, int]:
     """See ``cudnnGetDropoutDescriptor``: (probability, states address, seed)."""
-    probability, states, seed = c_float(), c_void_p(), c_ulonglong()
-    _call("cudnnGetDropoutDescriptor", desc, handle, ctypes.byref(probability), ctypes.byref(states),
-          ctypes.byref(seed))
-    return float(probability.value), int(states.value or 0), int(seed.value)
+    probability, states, seed = _outs("cudnnGetDropoutDescriptor", desc, handle)
+    return float(probability), int(states), int(seed)
 
 
 @dataclass(frozen=True)
@@ -700,17 +664,10 @@ def set_rnn_descriptor(desc: int, fields: RNNDescriptorFields) -> None:
 
 def get_rnn_descriptor(desc: int) -> RNNDescriptorFields:
     """See ``cudnnGetRNNDescriptor_v8``."""
-    enums = [c_int() for _ in range(8)]  # algo, cell, bias, direction, input mode, data type, math prec, math type
-    sizes = [c_int32() for _ in range(4)]
-    dropout_desc, aux_flags = c_void_p(), c_uint32()
-    _call("cudnnGetRNNDescriptor_v8", desc, *map(ctypes.byref, enums), *map(ctypes.byref, sizes),
-          ctypes.byref(dropout_desc), ctypes.byref(aux_flags))
-    algo, cell, bias, direction, input_mode, data_type, math_prec, math_type = (v.value for v in enums)
-    input_size, hidden_size, proj_size, num_layers = (v.value for v in sizes)
-    return RNNDescriptorFields(RNNAlgo(algo), RNNMode(cell), RNNBiasMode(bias), DirectionMode(direction),
-                               RNNInputMode(input_mode), DataType(data_type), DataType(math_prec),
-                               MathType(math_type), input_size, hidden_size, proj_size, num_layers,
-                               int(dropout_desc.value or 0), int(aux_flags.value))
+    values = _outs("cudnnGetRNNDescriptor_v8", desc)
+    enums: tuple[Any, ...] = (RNNAlgo, RNNMode, RNNBiasMode, DirectionMode, RNNInputMode, DataType, DataType, MathType)
+    return RNNDescriptorFields(*(enum_class(value) for enum_class, value in zip(enums, values)),
+                               *(int(value) for value in values[len(enums):]))
 
 
 @dataclass(frozen=True)
@@ -771,9 +728,7 @@ def get_rnn_data_descriptor(desc: int, capacity: int) -> RNNDataFields:
 
 def rnn_weight_space_size(handle: int, rnn: int) -> int:
     """See ``cudnnGetRNNWeightSpaceSize`` (bytes)."""
-    size = c_size_t()
-    _call("cudnnGetRNNWeightSpaceSize", handle, rnn, ctypes.byref(size))
-    return int(size.value)
+    return int(_outs("cudnnGetRNNWeightSpaceSize", handle, rnn)[0])
 
 
 def rnn_weight_params(handle: int, rnn: int, pseudo_layer: int, weight_space_size: int, weight_space: int,
@@ -799,9 +754,8 @@ def build_rnn_dynamic(handle: int, rnn: int, mini_batch: int) -> None:
 
 def rnn_temp_space_sizes(handle: int, rnn: int, mode: ForwardMode, x_desc: int) -> tuple[int, int]:
     """See ``cudnnGetRNNTempSpaceSizes``: (workspace bytes, reserve bytes; 0 for inference)."""
-    work, reserve = c_size_t(), c_size_t()
-    _call("cudnnGetRNNTempSpaceSizes", handle, rnn, mode, x_desc, ctypes.byref(work), ctypes.byref(reserve))
-    return int(work.value), int(reserve.value)
+    work, reserve = _outs("cudnnGetRNNTempSpaceSizes", handle, rnn, mode, x_desc)
+    return int(work), int(reserve)
 
 
 def rnn_forward(handle: int, rnn_desc: int, fwd_mode: ForwardMode, dev_seq_lengths: int, x_desc: int, x: int,
