@@ -5,9 +5,9 @@ A layer's caller thinks in ``input_size``, ``num_units``, ``num_layers``, ``bidi
 here refuses a mistake with a ``TypeError`` or ``ValueError`` that names the argument, what the
 layer expects and what it got, and says how to mend it where there is one way::
 
-    ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)  x [B, T, I] ([T, B, I])
+    ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)
     ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
-    ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 [B, L*D, P] ([L*D, B, P]); c0 with N
+    ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS
     ArgumentCheck(config, xp).gradient("dy", dy, y)    dy, dh, dc shaped like y, h, c
 """
 
@@ -25,7 +25,7 @@ from ._arrays import Array, array_kind, array_module
 from .config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from .layout import params_size
 
-__all__ = ["path_argument", "ArgumentCheck"]
+__all__ = ["path_argument", "size_arguments", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -56,6 +56,18 @@ def path_argument(path: object, name: str = "path") -> str:
     return text
 
 
+def size_arguments(config: RNNConfig) -> list[str]:
+    """``config``'s sizes as a layer's constructor arguments: ``input_size``, ``num_units`` and ``num_layers``,
+    then ``bidirectional`` and ``num_proj`` where set."""
+    c = config
+    parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
+    if c.num_directions == 2:
+        parts.append("bidirectional=True")
+    if c.num_proj:
+        parts.append(f"num_proj={c.num_proj}")
+    return parts
+
+
 def _shape(value: Any) -> tuple[int, ...]:
     return tuple(int(n) for n in value.shape)
 
@@ -76,13 +88,7 @@ class ArgumentCheck:
 
     def describe(self) -> str:
         """The layer's sizes as its constructor takes them (``input_size=4, num_units=8, ...``)."""
-        c = self.config
-        parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
-        if c.num_directions == 2:
-            parts.append("bidirectional=True")
-        if c.num_proj:
-            parts.append(f"num_proj={c.num_proj}")
-        return ", ".join(parts)
+        return ", ".join(size_arguments(self.config))
 
     def _array(self, name: str, value: object, layout: str) -> Any:
         """``value`` when it is an array of the layer's module and dtype, else a TypeError."""
@@ -102,14 +108,8 @@ class ArgumentCheck:
         return array
 
     def params(self, params: Any) -> None:
-        """Check a params buffer given for this configuration (``from_params``).
-
-        Args:
-            params: a NumPy or CuPy array.
-
-        Raises:
-            ValueError: not the 1-D [params_size] buffer of the configuration's dtype.
-        """
+        """Check a NumPy or CuPy params buffer given for this configuration (``from_params``): a ValueError
+        unless it is the 1-D [params_size] buffer of the configuration's dtype."""
         size = params_size(self.config)
         if params.ndim != 1 or params.shape[0] != size:
             raise ValueError(f"params must be 1-D with {size} elements, the params size of config (rnn_mode="
@@ -120,20 +120,8 @@ class ArgumentCheck:
                              f"{params.dtype.name!r})")
 
     def input(self, x: object, time_major: bool) -> tuple[int, int]:
-        """Check ``x`` and return its batch size B and number of steps T.
-
-        Args:
-            x: [B, T, I] ([T, B, I] when ``time_major``), the layer's array module and dtype.
-            time_major: the layout of the call.
-
-        Returns:
-            ``(B, T)``.
-
-        Raises:
-            TypeError: ``x`` is not an array of the layer's module, or has another dtype.
-            ValueError: ``x`` is not 3-D, its feature count is not ``input_size``, or it has more
-                than :data:`cudnn_rnn.config.MAX_SIZE` steps.
-        """
+        """Check ``x`` in the layout ``time_major`` chooses and return its ``(B, T)``; T is at most
+        :data:`cudnn_rnn.config.MAX_SIZE`."""
         layout = _LAYOUTS[time_major]
         array = self._array("x", x, layout["x"])
         if array.ndim != 3:
@@ -156,18 +144,6 @@ class ArgumentCheck:
         array must be an int32 or int64 [B] array, as the op takes it: a NumPy array (any layer;
         its values are checked here, at no cost to a GPU) or a CuPy array of a CuPy layer (its
         values are checked by the op, which reads it back).
-
-        Args:
-            lengths: None, a sequence of ints, or an int32/int64 array [B].
-            batch: B.
-            max_time: T.
-
-        Returns:
-            None, the caller's array itself, or a new NumPy int32 [B] array of the list's values.
-
-        Raises:
-            TypeError: another type, a non-integer value, or an array of another dtype or module.
-            ValueError: not one value per sequence, or a value outside [0, T].
         """
         if lengths is None:
             return None
@@ -203,18 +179,8 @@ class ArgumentCheck:
         return np.array([int(value) for value in values], dtype=np.int32)
 
     def state(self, name: str, value: object, batch: int, time_major: bool) -> None:
-        """Check an initial state, ``h0`` or ``c0``, against the layer and the batch.
-
-        Args:
-            name: ``"h0"`` ([B, L*D, P]) or ``"c0"`` ([B, L*D, N]); [L*D, B, ...] when ``time_major``.
-            value: the state (None passes).
-            batch: B.
-            time_major: the layout of the call.
-
-        Raises:
-            TypeError: not an array of the layer's module and dtype.
-            ValueError: another shape (a state in the other layout is named as such).
-        """
+        """Check the initial state ``name`` (``"h0"`` or ``"c0"``; None passes) against the layer, the batch
+        and the layout ``time_major`` chooses; a state in the other layout is named as such."""
         if value is None:
             return
         layout = _LAYOUTS[time_major]
@@ -236,18 +202,8 @@ class ArgumentCheck:
         raise ValueError(message)
 
     def gradient(self, name: str, value: object, like: Array, of: str) -> None:
-        """Check a gradient of backward against the output it belongs to.
-
-        Args:
-            name: ``"dy"``, ``"dh"`` or ``"dc"``.
-            value: the gradient (None passes: zeros).
-            like: the output of the last training forward it belongs to.
-            of: that output's name (``"y"``, ``"h"``, ``"c"``).
-
-        Raises:
-            TypeError: not an array of the layer's module and dtype.
-            ValueError: not shaped like ``like``.
-        """
+        """Check the gradient ``name`` of backward (None passes: zeros) against ``like``, the output ``of`` the
+        last training forward that it belongs to (``"dy"`` and ``"y"``, ...)."""
         if value is None:
             return
         array = self._array(name, value, f"shaped like {of}")

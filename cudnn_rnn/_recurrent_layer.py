@@ -31,7 +31,7 @@ from .params_file import (CONFIG_FIELDS, config_fields, parse_layer_state, read_
                           write_params_file)
 from ._initializers import keras_init_params
 from ._checks import checked_count, flag
-from ._layer_args import ArgumentCheck, path_argument
+from ._layer_args import ArgumentCheck, path_argument, size_arguments
 from ._layer_constructor import ModeArgument, class_doc, class_signature, method_signature
 from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
@@ -86,12 +86,10 @@ def _entry_name(entry: ParamEntry, num_directions: int) -> str:
 def constructor_arguments(config: RNNConfig) -> list[str]:
     """``config`` as a layer's constructor arguments for a repr: the sizes, then each other one not at its default."""
     c = config
-    parts = [f"input_size={c.input_size}", f"num_units={c.num_units}", f"num_layers={c.num_layers}"]
-    optional = {"bidirectional": c.num_directions == 2, "num_proj": c.num_proj, "dropout": c.dropout,
-                "input_mode": c.input_mode, "dtype": c.dtype, "seed": c.seed, "algo": c.algo}
+    optional = {"dropout": c.dropout, "input_mode": c.input_mode, "dtype": c.dtype, "seed": c.seed, "algo": c.algo}
     defaults = RecurrentLayer.__signature__.parameters
-    parts += [f"{name}={value!r}" for name, value in optional.items() if value != defaults[name].default]
-    return parts
+    return size_arguments(c) + [f"{name}={value!r}" for name, value in optional.items()
+                                if value != defaults[name].default]
 
 
 class RecurrentLayer:
@@ -188,19 +186,11 @@ class RecurrentLayer:
         return {_entry_name(e, d): layout.view(buffer, e) for e in layout.weights + layout.biases}
 
     def weights(self) -> dict[str, Array]:
-        """Named views of ``params``.
-
-        Returns:
-            ``named_views(params)``: every matrix and bias by name (writes go through).
-        """
+        """:meth:`named_views` of ``params``."""
         return self.named_views(self.params)
 
     def grads(self) -> dict[str, Array]:
-        """Named views of ``grad``.
-
-        Returns:
-            ``named_views(grad)``: every matrix's and bias's gradient by name (writes go through).
-        """
+        """:meth:`named_views` of ``grad``."""
         return self.named_views(self.grad)
 
     # -- forward / backward ----------------------------------------------------------------------
@@ -211,25 +201,20 @@ class RecurrentLayer:
     def forward(self, x: Array, lengths: Array | Sequence[int] | None = None, h0: Array | None = None,
                 c0: Array | None = None, *, time_major: bool = False,
                 training: bool = True) -> tuple[Array, Array, Array | None]:
-        """Run the RNN over a batch of sequences.
+        """Run the RNN over a batch of sequences, shaped as the table of :mod:`cudnn_rnn.layers` says.
 
         Args:
-            x: [B, T, I] ([T, B, I] if time_major), the layer's dtype and array module.
+            x: the input sequences, of the layer's dtype and array module.
             lengths: None (every sequence has length T), or [B] ints in [0, T] (a list or an
                 int32/int64 array); outputs past a sequence's length are 0.
-            h0: initial hidden states [B, L*D, P] ([L*D, B, P]); None means zeros.
-            c0: initial cell states [B, L*D, N] ([L*D, B, N]) for LSTM; None means zeros.
+            h0: initial hidden states; None means zeros.
+            c0: initial cell states (LSTM only); None means zeros.
             time_major: the layout of x, y and the states.
-            training: apply dropout and keep what :meth:`backward` needs, then ``step`` += 1.
-                The masks come from seed = ``config.seed``, seed2 = ``step`` on NumPy; on cuDNN
-                from the layer's own RNG, seeded from (``config.seed``, ``step``) at the first
-                such forward on the GPU and advancing from step to step (never set up again).
-                With False, no dropout, nothing kept, ``step`` unchanged.
+            training: apply dropout (its masks as ``step`` says) and keep what :meth:`backward`
+                needs, then ``step`` += 1. With False, no dropout, nothing kept, ``step`` unchanged.
 
         Returns:
-            (y [B, T, D*P], h [B, L*D, P], c [B, L*D, N] or None for GRU/RNN): the output
-            sequence and each sequence's final states ([T, B, D*P], [L*D, B, P], [L*D, B, N]
-            with time_major).
+            (y, h, c): the output sequence and each sequence's final states (c None for GRU/RNN).
 
         Raises:
             TypeError: ``x``, ``h0`` or ``c0`` is not an array of this layer's array module and
@@ -423,7 +408,7 @@ class RecurrentLayer:
         another algorithm loads.
 
         Args:
-            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
+            state: what :meth:`state_dict` returns (its params NumPy or CuPy, on any device).
             keep_seed: keep this layer's own dropout seed instead of the saved one (data-parallel
                 ranks that each draw their own dropout masks).
 
@@ -439,19 +424,11 @@ class RecurrentLayer:
         """Check ``state`` as :meth:`load_state_dict` does and return the function that loads it.
 
         Nothing changes until the returned function runs, so several objects can be checked
-        before any is changed.
-
-        Args:
-            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
-            keep_seed: keep this layer's own dropout seed instead of the saved one.
-            where: names the source in error messages.
+        before any is changed. ``state``, ``keep_seed`` and the errors are those of
+        :meth:`load_state_dict`; ``where`` names the source in error messages.
 
         Returns:
             A function of no arguments that loads ``state`` into this layer.
-
-        Raises:
-            ValueError: as :meth:`load_state_dict`.
-            TypeError: as :meth:`load_state_dict`.
         """
         saved = parse_layer_state(state, where)
         seed = self.config.seed if keep_seed else saved.config.seed
@@ -477,8 +454,8 @@ class RecurrentLayer:
         """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``.
 
         Args:
-            state: a :meth:`state_dict` (its params NumPy or CuPy, on any device).
-            xp: the array module of the new layer: numpy (None, the default) or cupy.
+            state: as :meth:`load_state_dict` takes it.
+            xp: as for :meth:`load`.
 
         Returns:
             The new layer, with its own copy of the params.
@@ -509,21 +486,8 @@ class RecurrentLayer:
         return layer
 
     def export(self, fmt: str, allow_approximation: bool = False) -> Converted:
-        """Convert the weights to a named format (see :mod:`cudnn_rnn.convert`).
-
-        Args:
-            fmt: one of the format names of :func:`cudnn_rnn.convert.to_format`.
-            allow_approximation: accept a conversion that changes the function (it is reported).
-
-        Returns:
-            The converter's result: ``.value`` (a dict of arrays in that format) and
-            ``.approximations`` (what changed, if an inexact conversion was allowed).
-
-        Raises:
-            InexactConversionError: the format cannot hold this layer exactly and
-                ``allow_approximation`` is False.
-            ValueError: ``fmt`` is not a format name, or the format cannot hold this layer at all.
-        """
+        """:func:`cudnn_rnn.convert.to_format` of this layer's params and configuration: the weights in format
+        ``fmt``, with that function's ``allow_approximation``, result and errors."""
         return to_format(fmt, self.params, self.config, allow_approximation=allow_approximation)
 
     # -- description -----------------------------------------------------------------------------
