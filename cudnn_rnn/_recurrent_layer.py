@@ -26,6 +26,7 @@ from ._arrays import Array, array_kind, array_module, beside, copy_into, to_host
 from ._dropout_rng import DropoutRNG
 from .config import RNNConfig, dtype_name
 from .formats import Converted, to_format
+from .formats._core import check_config
 from .layout import ParamEntry, params_layout
 from .params_file import (CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file,
                           write_params_file)
@@ -369,8 +370,7 @@ class RecurrentLayer:
             ValueError: ``params`` has another size or dtype than ``config`` needs; ``config`` is of
                 another mode than ``cls`` holds; ``step`` is not a non-negative int.
         """
-        if not isinstance(config, RNNConfig):
-            raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
+        config = check_config(config)
         kind = array_kind(params)
         if kind is None:
             raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")

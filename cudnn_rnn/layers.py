@@ -43,8 +43,7 @@ class LSTM(RecurrentLayer):
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
     Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`, its forget gate's bias 1.0
-    unless ``unit_forget_bias=False``); training, persistence and export are the methods of
-    :class:`cudnn_rnn.layers.RecurrentLayer`.
+    unless ``unit_forget_bias=False``).
     """
 
     modes = ("lstm",)
@@ -58,18 +57,13 @@ class GRU(RecurrentLayer):
 
         r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
-
-    Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
     """
 
     modes = ("gru",)
 
 
 class RNN(RecurrentLayer):
-    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu.
-
-    Training, persistence and export are the methods of :class:`cudnn_rnn.layers.RecurrentLayer`.
-    """
+    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu."""
 
     modes = ("rnn_tanh", "rnn_relu")
     _mode_argument = ModeArgument("activation", {mode.removeprefix("rnn_"): mode for mode in modes},

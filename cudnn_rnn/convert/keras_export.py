@@ -4,67 +4,21 @@
     export_keras(params, config, "model.weights.h5")   its weights alone, as ``model.save_weights`` writes them
 
 The model is a Functional model, batch-major as Keras is, with no custom objects (it loads with
-``safe_mode=True``)::
+``safe_mode=True``): an ``InputLayer`` (x ``[B, T, I]``), then one layer per cuDNN layer, each
+``return_sequences=True`` and fed by the one below, of the class :data:`MODE_LAYERS` names (inside a
+``Bidirectional(merge_mode="concat")`` for both directions); its output is the last layer's sequence,
+y ``[B, T, D*N]``. The layers are named as a fresh Keras session names them (:func:`_layers`), so the
+config and the weights agree. The files are laid out as Keras 3 writes them (``KERAS_VERSION``): the
+archive's members are :data:`ARCHIVE_MEMBERS`, written as :func:`_archive` writes them, and the
+weights store's groups are those :func:`_weights_store` makes, holding the ``keras`` format's tensors
+(``cudnn_rnn.formats._keras``, which says what it holds exactly and what it refuses) in the config's
+dtype; what differs for bfloat16 is ``KERAS_MARKED_DTYPES`` and :data:`DTYPE_INITIALIZERS`.
 
-    input_layer      InputLayer  batch_shape [None, None, I]                         x  [B, T, I]
-    one layer per cuDNN layer l, each return_sequences=True, fed by the one below:
-        unidirectional   LSTM | GRU(reset_after=True) | SimpleRNN(activation=...)
-        bidirectional    Bidirectional(merge_mode="concat") around one of them
-    output           the last layer's sequence                                       y  [B, T, D*N]
-
-=========  =============================  ===========================================
-rnn_mode   Keras layer                    auto names (layer l of its class: ``_l``)
-=========  =============================  ===========================================
-lstm       ``LSTM``                       lstm, lstm_1, ...
-gru        ``GRU(reset_after=True)``      gru, gru_1, ...
-rnn_tanh   ``SimpleRNN("tanh")``          simple_rnn, simple_rnn_1, ...
-rnn_relu   ``SimpleRNN("relu")``          simple_rnn, simple_rnn_1, ...
-=========  =============================  ===========================================
-
-A bidirectional network names its layers bidirectional, bidirectional_1, ..., and the two
-layers inside ``forward_<rnn>`` and ``backward_<rnn>`` (``<rnn>`` the RNN's auto name above):
-the names a fresh Keras session gives, so the config and the weights agree.
-
-The files, exactly as Keras 3 writes them (``KERAS_VERSION``):
-
-=====================  ==============================================================================
-``.keras`` member      holds (zip members in this order, all ``ZIP_STORED``)
-=====================  ==============================================================================
-``metadata.json``      ``{"keras_version": KERAS_VERSION, "date_saved": "2025-01-31@12:00:00"}``
-``config.json``        the Functional model's config, every layer's keys as Keras writes them
-``model.weights.h5``   the weights store below (a ``.weights.h5`` file is this alone)
-=====================  ==============================================================================
-
-==================================================================  ===========================================
-HDF5 path (each ``vars`` group carries an attribute ``name``)       holds
-==================================================================  ===========================================
-``vars``                                                            nothing; name "functional"
-``layers/input_layer/vars``                                         nothing; name "input_layer"
-``layers/<layer>/vars``                                             nothing; name ``<layer>``
-``layers/<layer>/cell/vars/0``, ``1``, ``2``                        kernel [width, G*N], recurrent_kernel
-                                                                    [N, G*N], bias (LSTM [4N], SimpleRNN [N]:
-                                                                    bW + bR; GRU [2, 3N]: rows bW, bR); name
-                                                                    ``lstm_cell``, ``gru_cell`` or
-                                                                    ``simple_rnn_cell``
-``layers/<bidirectional>/{forward|backward}_layer/vars``            nothing; name ``{forward|backward}_<rnn>``
-``layers/<bidirectional>/{forward|backward}_layer/cell/vars/0..2``  that direction's weights, as above
-==================================================================  ===========================================
-
-The weights are those of the ``keras`` format (``cudnn_rnn.formats._keras``: gates in Keras's
-order, matrices transposed); width is I for layer 0 and D*N above. Every array has the config's
-dtype; bfloat16 is stored as Keras stores it, as 2-byte opaque data with the attribute
-``dtype="bfloat16"``. Since ``load_model`` runs each layer's initializers before it loads the
-weights, and TensorFlow's QR (Keras's ``Orthogonal``) has no bfloat16 kernel, a bfloat16 model's
-recurrent initializer is ``GlorotUniform`` (``DTYPE_INITIALIZERS``); the weights are the same.
-
-Exactness: the model computes what :func:`cudnn_rnn.cudnn_rnn_v3` computes (inference, zero
-initial state); LSTM and SimpleRNN keep only the bias sum bW + bR, which is all the math sees.
+The model computes what :func:`cudnn_rnn.cudnn_rnn_v3` computes (inference, zero initial state).
 Sequences of different lengths: call the model with ``mask=`` ``[B, T]`` (True at t < length) and
 every valid step is cuDNN's; past a sequence's end a unidirectional layer repeats its last output
 (Keras's ``zero_output_for_mask=False``) where cuDNN writes zeros (a Bidirectional writes zeros).
-A projection (num_proj > 0) cannot be held by a Keras layer and is refused; skip_input layers get
-identity kernels (the ``keras`` format). Needs h5py (``pip install cudnn_rnn[convert]``); Keras
-itself is not needed to write the files.
+Needs h5py (``pip install cudnn_rnn[convert]``); Keras itself is not needed to write the files.
 
 Why not Keras's own saving API (build the model, ``set_weights``, ``model.save``)? Measured with
 Keras 3.15.1 on TensorFlow 2.21 (CPU), LSTM and GRU of 2-3 layers of 64 units, bidirectional and
@@ -74,9 +28,8 @@ with the same weights store byte for byte and the same config.json (Keras adds
 (130-300 ms the first), after importing Keras and TensorFlow (2.4 s). Keras's API also needs them
 installed, names the layers after what the session built before (``lstm_1``, ``functional_1``:
 the weights store's paths change, unless the user's session is cleared), and cannot build a
-bfloat16 model with the default ``Orthogonal`` initializer (TensorFlow has no bfloat16 QR). So the
-files are written here, and Keras is the oracle that checks them (``KERAS_VERSION``,
-``tests/oracle/test_export_keras_live.py``).
+bfloat16 model with the default ``Orthogonal`` initializer. So the files are written here, and
+Keras is the oracle that checks them (``tests/oracle/test_export_keras_live.py``).
 """
 
 from __future__ import annotations
@@ -93,7 +46,7 @@ import numpy as np
 
 from .._arrays import Array, to_host
 from .._containers import KERAS, KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES, KERAS_VERSION, KERAS_WEIGHTS
-from ..config import RNNConfig
+from ..config import MODES, RNNConfig
 from ..files import extension, write_bytes, write_through_path
 from ..formats import _keras
 from ..formats._core import check_config, check_params
@@ -115,31 +68,13 @@ MODEL_NAME, INPUT_NAME = "functional", "input_layer"
 BIDIRECTIONAL = "bidirectional"
 
 
-@dataclass(frozen=True)
-class KerasLayer:
-    """The Keras layer of one cuDNN mode.
+#: rnn_mode -> its Keras layer class (of ``formats._keras.LAYER_KINDS``, the one of its gate count)
+MODE_LAYERS: dict[str, _keras.LayerKind] = {mode: _keras.LAYER_KINDS[_keras.CLASS_BY_GATES[spec.num_gates]]
+                                            for mode, spec in MODES.items()}
 
-    Attributes:
-        class_name: Keras's class.
-        auto_name: the name Keras gives its first instance (the next ones: ``_1``, ``_2``, ...), and the
-            group of a model's weights store that holds it.
-        cell_name: the name of its cell, recorded in the ``cell/vars`` group.
-        activation: its ``activation``.
-    """
-
-    class_name: str
-    auto_name: str
-    cell_name: str
-    activation: str = "tanh"
-
-
-#: rnn_mode -> its Keras layer
-MODE_LAYERS: dict[str, KerasLayer] = {
-    "lstm": KerasLayer("LSTM", "lstm", "lstm_cell"),
-    "gru": KerasLayer("GRU", "gru", "gru_cell"),
-    "rnn_tanh": KerasLayer("SimpleRNN", "simple_rnn", "simple_rnn_cell", "tanh"),
-    "rnn_relu": KerasLayer("SimpleRNN", "simple_rnn", "simple_rnn_cell", "relu"),
-}
+#: rnn_mode -> its layer's ``activation``: a SimpleRNN's is its mode's; LSTM and GRU compute cuDNN's
+ACTIVATIONS: dict[str, str] = {mode: {rnn: name for name, rnn in _keras.SIMPLE_RNN_MODES.items()}.get(
+    mode, _keras.CUDNN_ACTIVATIONS["activation"]) for mode in MODES}
 
 _HEAD = ("name", "trainable", "dtype", "return_sequences", "return_state", "go_backwards", "stateful", "unroll",
          "zero_output_for_mask", "units", "activation")
@@ -207,9 +142,7 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
         params: the ``[params_size]`` params buffer (NumPy or CuPy) of ``config``, of dtype
             ``config.dtype`` (float16, float32, float64 or bfloat16).
         config: the configuration (dropout and seeds are ignored: the model is inference).
-        path: ``*.keras`` for the model (``metadata.json``, ``config.json``, ``model.weights.h5``),
-            ``*.weights.h5`` for its weights alone (what ``model.save_weights`` writes); written
-            atomically. The model takes x ``[B, T, input_size]`` and returns y ``[B, T, D*num_units]``.
+        path: ``*.keras`` for the model, ``*.weights.h5`` for its weights alone; written atomically.
 
     Raises:
         ValueError: a projection (num_proj > 0), params of the wrong shape, or a path with
@@ -278,8 +211,9 @@ class _Layer:
     name: str         # the model's layer (lstm_1, or bidirectional_1)
     rnn_name: str     # the RNN layer's own name (lstm_1: the layer itself, or the one a Bidirectional wraps)
     width: int
-    kind: KerasLayer
+    kind: _keras.LayerKind
     directions: int
+    mode: str
 
 
 def _numbered(stem: str, index: int) -> str:
@@ -290,9 +224,9 @@ def _layers(config: RNNConfig) -> list[_Layer]:
     kind, d = MODE_LAYERS[config.rnn_mode], config.num_directions
     result = []
     for layer in range(config.num_layers):
-        rnn_name = _numbered(kind.auto_name, layer)
+        rnn_name = _numbered(str(kind.cell_scope).removesuffix("_cell"), layer)  # Keras: its class, snake case
         name = _numbered(BIDIRECTIONAL, layer) if d == 2 else rnn_name
-        result.append(_Layer(layer, name, rnn_name, config.layer_input_size(layer), kind, d))
+        result.append(_Layer(layer, name, rnn_name, config.layer_input_size(layer), kind, d, config.rnn_mode))
     return result
 
 
@@ -323,7 +257,7 @@ def _vars(file: Any, where: str, name: str) -> Any:
 
 def _cell(file: Any, where: str, layer: _Layer, direction: int, weights: dict[str, np.ndarray]) -> None:
     """A direction's kernel, recurrent_kernel and bias as ``<where>/cell/vars/0, 1, 2``."""
-    group = _vars(file, f"{where}/cell", layer.kind.cell_name)
+    group = _vars(file, f"{where}/cell", str(layer.kind.cell_scope))
     for index, field in enumerate(_keras.FIELDS):
         value = weights[_keras.TENSOR_NAMES.name(field, layer.index, direction)]
         if value.dtype.name in KERAS_MARKED_DTYPES:
@@ -348,7 +282,7 @@ def _rnn_config(layer: _Layer, name: str, units: int, dtype: str, backwards: boo
     initializers = {**DEFAULT_INITIALIZERS, **DTYPE_INITIALIZERS.get(dtype, {})}
     own: dict[str, Any] = {"name": name, "dtype": _policy(dtype), "go_backwards": backwards,
                            "zero_output_for_mask": layer.directions == 2, "units": units,
-                           "activation": layer.kind.activation,
+                           "activation": ACTIVATIONS[layer.mode],
                            **{key: _initializer(value) for key, value in initializers.items()}}
     values = {**CONFIG_VALUES, **own}
     return {key: values[key] for key in CONFIG_KEYS[layer.kind.class_name]}
