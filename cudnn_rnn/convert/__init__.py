@@ -49,11 +49,9 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
     config = rnn.config                      # the RNNConfig the file describes
 
 **Files the frameworks load.** :func:`write_file` writes an RNN (found in a file, a layer of
-this library, or ``(params, config)``) into the container its file name chooses, in the form the
-target framework loads as it is (module ``cudnn_rnn.convert.saving``): ``.npz`` (a params file), ``.pt``/``.pth``
-and ``.safetensors`` (a state_dict), ``.keras`` (a Keras 3 model) and ``.weights.h5``,
-``.onnx``. :func:`write_into` puts it into the user's own model file, replacing that model's
-RNN and nothing else (module ``cudnn_rnn.convert.into``)::
+this library, or ``(params, config)``) into the container its file name chooses (:data:`CONTAINERS`),
+in the form the target framework loads as it is. :func:`write_into` puts it into the user's own
+model file, replacing that model's RNN and nothing else (module ``cudnn_rnn.convert.into``)::
 
     write_file("lstm.keras", rnn)                                   # keras.saving.load_model reads it
     write_into("model.pt", "tuned.pt", layer, prefix="encoder.rnn")  # a copy of model.pt, RNN replaced
@@ -99,17 +97,14 @@ __all__ = [
 #: The format names, in the order of the table above (``"canonical"``, ``"torch"``, ...).
 FORMATS: tuple[str, ...] = _formats.FORMATS
 
-#: Format name -> its spec, in the order of :data:`FORMATS`.
-#:
-#: A spec (a ``FormatSpec``) is the one record of a format's facts: its tensor names and
-#: shapes (:func:`expected_shapes`), the configurations it cannot hold, both directions of
-#: conversion, and how a reader recognises its files.
+#: Format name -> its spec (a ``FormatSpec``, the one record of a format's facts: its tensor names and
+#: shapes, what it cannot hold, both directions, how a reader recognises its files), in the order of
+#: :data:`FORMATS`.
 #:
 #: :meta hide-value:
 FORMAT_SPECS = _formats.FORMAT_SPECS
 
-#: File ending -> the container :func:`write_file` writes for it (``".npz"``, ``".pt"``, ``".pth"``,
-#: ``".safetensors"``, ``".keras"``, ``".weights.h5"``, ``".onnx"``): the formats it holds, its default
+#: File ending -> the container :func:`write_file` writes for it: the formats it holds, its default
 #: first, what it is, what loads it, what :func:`read_file` finds it to be, and how it is written.
 #:
 #: :meta hide-value:

@@ -7,24 +7,10 @@
     write_file("params.npz", layer)            # a params file (cudnn_rnn.LSTM.load)
     write_file("gru.pt", (params, config))     # torch.save of an nn.GRU state_dict
 
-``rnn`` is a :class:`~cudnn_rnn.convert.FoundRNN` (what :func:`~cudnn_rnn.convert.read_file`
-finds), one of the library's layers (:class:`cudnn_rnn.LSTM`, ``GRU``, ``RNN``), or a
-``(params, config)`` pair. ``fmt`` names the format of the tensors written; each container takes
-the formats it can hold, and defaults to its framework's own. :data:`CONTAINERS` is the table:
-one row per ending, which knows what the file holds, what reads it back and how it is written
-(:func:`write_file` and ``cudnn-rnn convert`` look the ending up there and call its writer):
-
-================  ====================  ==============================================  ===========================
-OUT ends in       fmt (default first)   what is written                                 loaded by
-================  ====================  ==============================================  ===========================
-``.npz``          params, any format    a params file; or the format's named tensors    ``cudnn_rnn.LSTM.load``;
-                                                                                        ``np.load``
-``.pt``/``.pth``  torch, any            ``torch.save`` of a state_dict                  ``torch.load``
-``.safetensors``  torch, any            the same state_dict as safetensors (no pickle)  ``safetensors.torch.load_file``
-``.keras``        keras                 a Keras 3 model: Input, then the RNN's layers   ``keras.saving.load_model``
-``.weights.h5``   keras                 that model's weights                            ``model.load_weights``
-``.onnx``         onnx                  a runnable ONNX model                           ONNX Runtime
-================  ====================  ==============================================  ===========================
+``rnn`` is what :func:`write_file` takes; ``fmt`` names the format of the tensors written. Each container takes
+the formats it can hold, and defaults to its framework's own. :data:`CONTAINERS` is the table: one row per
+ending, which knows what the file holds, what reads it back and how it is written (:func:`write_file` and
+``cudnn-rnn convert`` look the ending up there and call its writer).
 
 Every file is written whole or not at all (:mod:`cudnn_rnn.files`). A conversion that would
 change the function is refused unless ``allow_approximation=True`` (then

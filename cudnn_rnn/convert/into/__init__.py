@@ -6,22 +6,11 @@
     write_into("model.safetensors", "tuned.safetensors", layer)        # the one RNN of the right shapes
     write_into("model.keras", "tuned.keras", rnn, name=["lstm", "lstm_1"])   # a 2-layer network
 
-``rnn`` is what :func:`~cudnn_rnn.convert.write_file` takes: a
-:class:`~cudnn_rnn.convert.FoundRNN`, a ``cudnn_rnn.LSTM``/``GRU``/``RNN`` layer, or
-``(params, config)``.
-
-============================================  ==========================================================
-MODEL                                         the RNN replaced
-============================================  ==========================================================
-a torch.save state_dict (``.pt``, ``.pth``),  the one under ``prefix`` (``"encoder.rnn"``): its ``weight_ih_l0``,
-also inside a checkpoint dict (``key``)       ... in the ``torch`` format; inferred when MODEL holds one RNN,
-                                              or one of the converted RNN's shapes
-a safetensors state_dict (``.safetensors``)   the same
-a Keras 3 ``.keras`` model or ``.weights.h5``  the layer(s) ``name`` (one Keras layer per cuDNN layer, a
-(or a legacy Keras ``.h5``)                   ``Bidirectional`` for both directions), in the ``keras``
-                                              format; inferred when MODEL holds as many RNN layers as the
-                                              network has, or one layer of the right shapes
-============================================  ==========================================================
+``rnn`` is what :func:`~cudnn_rnn.convert.write_file` takes. MODEL is a torch.save (``.pt``, ``.pth``;
+also a checkpoint dict, whose entry ``key`` names) or safetensors state_dict, whose RNN in the ``torch``
+format ``prefix`` picks, or a Keras ``.keras``, ``.weights.h5`` or legacy ``.h5`` file, whose layer(s) in
+the ``keras`` format ``name`` picks, one Keras layer per cuDNN layer (:data:`INTO_KINDS`). Unpicked, the RNN
+is the only one, or the only one of the converted RNN's shapes (Keras: as many layers as the network has).
 
 Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the
 members holding them): every other tensor and the rest of the file stay byte for byte, and
@@ -81,7 +70,7 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
     Args:
         model: the user's model file (never modified).
         out: the copy to write (replaced if it exists; it must end as ``model`` does).
-        rnn: the weights: a FoundRNN, a ``cudnn_rnn.LSTM``/``GRU``/``RNN`` layer, or ``(params, config)``.
+        rnn: the weights, as :func:`~cudnn_rnn.convert.write_file` takes them.
         prefix: torch and safetensors files: the key prefix of the RNN in MODEL (``"encoder.rnn"``).
         name: Keras files: the layer to fill, or one layer per cuDNN layer of a multi-layer network.
         key: torch files: the checkpoint dict entry holding the state_dict.

@@ -7,31 +7,14 @@
     params = found[0].to_params().value        # cuDNN's params buffer, exact or refused
     stacked = stack(found[:2])                 # consecutive layers as one 2-layer network
 
-The file's content, not its name, says what it is (:data:`FILE_KINDS`); each kind has a reader
-module, which imports its framework (h5py, torch, onnx, tensorflow) only inside the functions
-that read such a file, so each is needed only for its own files:
+The file's content, not its name, says what it is (:func:`file_kind`: one of :data:`FILE_KINDS`, each
+with its reader module and the options it takes); a reader module imports its framework (h5py, torch,
+onnx, tensorflow) only inside the functions that read such a file, so each is needed only for its own files.
 
-=================  ========================================================  =====================  ================
-kind               recognised by                                             reader                 options it takes
-=================  ========================================================  =====================  ================
-``npz``            a zip of ``.npy`` members                                 ``_npz_file``          prefix
-``keras``          a zip with ``config.json`` and ``model.weights.h5``       ``_keras_file``
-``hdf5``           the HDF5 signature (``.weights.h5``, Keras 2 ``.h5``)     ``_keras_file``
-``torch``          a zip with ``data.pkl`` (torch.save), or a pickle         ``_torch_file``        key, prefix,
-                                                                                                    trust_pickle
-``safetensors``    a u64 header length n (n >= 2, 8 + n within the file),    ``_safetensors_file``  prefix
-                   then ``{`` (checked before the pickle and ONNX bytes:
-                   n's low byte may be theirs); n over 4 MiB is refused
-``onnx``           ``.onnx``, or a protobuf starting with ir_version         ``_onnx_file``
-``tf_checkpoint``  ``PREFIX.index`` beside the path, or a checkpoint folder  ``_tf_checkpoint``
-=================  ========================================================  =====================  ================
-
-Every kind takes ``fmt`` when it names a format the kind can hold; :func:`read_file` refuses an
-option a kind does not take (:data:`OPTION_USES`) before its reader runs, naming what to do
-instead. A reader module has one function, ``read(path, kind, options) -> list[FoundRNN]``. Anything
-that goes wrong reading a file comes out as :class:`FileReadError` (a ValueError), one line,
-naming the file; a reader never unpickles unless ``trust_pickle=True``, and checks declared
-sizes before reading data (see :mod:`._found`).
+:func:`read_file` refuses an option a kind does not take (:data:`OPTION_USES`), or a format it cannot
+hold, before its reader runs, naming what to do instead. Anything that goes wrong reading a file comes
+out as :class:`FileReadError` (a ValueError), one line, naming the file; a reader never unpickles unless
+``trust_pickle=True``, and checks declared sizes before reading data (see :mod:`._found`).
 """
 
 from __future__ import annotations
@@ -85,7 +68,7 @@ class FileKind:
     naming: str
 
 
-#: kind name -> the kind, in the order of the table above
+#: kind name -> the kind
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
     FileKind("npz", "a NumPy .npz archive", _npz_file.read, None, ("prefix",),
              "an .npz archive names its RNNs by file, or by key prefix for a parent module's torch tensors"),
@@ -108,7 +91,6 @@ ZIP_LOCAL_HEADER = b"PK\x03\x04"  # a zip archive's first bytes; its directory s
 SAFETENSORS_OPENING = ord("{")  # the header's first byte, after its 8-byte little-endian length
 PICKLE_PROTOCOL_OPCODE = 0x80   # the first byte of a pickle of protocol 2 or later
 ONNX_IR_VERSION_TAG = 0x08      # ModelProto field 1 (ir_version), varint: the first byte of every ONNX model
-TF_CHECKPOINT_SUFFIXES = (".index", ".data-")
 
 
 def _tf_checkpoint_path(path: str) -> bool:

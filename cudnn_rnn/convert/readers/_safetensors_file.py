@@ -2,17 +2,9 @@
 
 The RNNs are found as in a ``torch.save`` state_dict (:mod:`._state_dict`: one RNN named after the
 file, or each RNN of a parent module named by its key prefix, ``prefix`` choosing one); a
-cudnn_rnn checkpoint is refused, naming ``cudnn_rnn.checkpoint.load``.
-
-::
-
-    checked_layout(path)             the header checked by the safetensors package, then each entry
-                                     (cudnn_rnn._safetensors.read_layout); no array read yet
-    select_rnns(path, names, prefix) the RNNs' keys, from the header's names alone
-    read_array(file, entry)          only those tensors' bytes, each a new host array
-
-float16/32/64 are read as they are, bfloat16 as float32 (exact: its bits shifted, so no ml_dtypes
-is needed), any other dtype refused by name, as the PyTorch reader does.
+cudnn_rnn checkpoint is refused, naming ``cudnn_rnn.checkpoint.load``. Only the header is read
+(:func:`checked_layout`) until the RNNs' keys are chosen by their names; then only those tensors'
+bytes, each dtype read as the PyTorch reader reads it (:func:`_tensor`).
 """
 
 from __future__ import annotations
