@@ -1,12 +1,7 @@
 """One checkpoint: :func:`save` everything a training step depends on, :func:`load` it back, restore it.
 
-What a file holds (its ``contents`` JSON, arrays stored beside it; see ``_container``)::
-
-    {"step":       the manager's step number, or null,
-     "layers":     {name: layer.state_dict()},       config fields, step (dropout position), params
-     "optimizers": {name: optimiser.state_dict()},   kind, steps, hyperparameters, state arrays
-     "arrays":     {name: array},                    any other model arrays (a readout, an embedding)
-     "state":      {...}}                            the caller's own: step, epoch, data cursor, RNG state
+A file holds one entry per key of :data:`CONTENTS_KEYS`, each what :func:`save` takes for it (a layer or
+an optimiser as its ``state_dict()``), as a JSON text with the arrays beside it (``_tree``, ``_container``).
 """
 
 from __future__ import annotations
@@ -82,13 +77,12 @@ class Checkpoint:
         leaves every object as it was.
 
         Args:
-            layers: name -> layer (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`,
-                :class:`cudnn_rnn.RNN`): params (in place), step and seed (see ``keep_seeds``).
-            optimizers: name -> optimiser (:class:`cudnn_rnn.optim.SGD`, :class:`cudnn_rnn.optim.Adam`):
-                step count, hyperparameters and state (in place).
+            layers: name -> layer, as :func:`save` takes them: params (in place), step and seed.
+            optimizers: name -> optimiser, as :func:`save` takes them: step count, hyperparameters
+                and state (in place).
             arrays: name -> NumPy or CuPy array of the saved shape and dtype, overwritten in place.
-            keep_seeds: keep each layer's own dropout seed (data-parallel ranks that draw
-                their own masks); by default the saved seed is restored too.
+            keep_seeds: keep each layer's own dropout seed, as
+                :meth:`~cudnn_rnn.layers.RecurrentLayer.load_state_dict`'s ``keep_seed`` does.
 
         Raises:
             ValueError: a group names other entries than the checkpoint holds, a layer of another
@@ -114,22 +108,8 @@ class Checkpoint:
             load()
 
     def layer(self, name: str, *, xp: types.ModuleType | None = None) -> RecurrentLayer:
-        """A new layer holding the saved layer ``name``: its configuration, step and params.
-
-        Args:
-            name: the layer's name in :attr:`layers`.
-            xp: the module the params live on: ``numpy`` (None, the default) or ``cupy``.
-
-        Returns:
-            A new :class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU` or :class:`cudnn_rnn.RNN`, as
-            the saved configuration says, with a copy of the saved params.
-
-        Raises:
-            KeyError: the checkpoint holds no layer ``name``.
-            ValueError: the saved state is malformed or holds a number out of range (a step not in
-                [0, 2**63)), the field named.
-            TypeError: ``xp`` is neither the numpy nor the cupy module.
-        """
+        """:meth:`~cudnn_rnn.layers.RecurrentLayer.from_state_dict` of the saved layer ``name`` (one of
+        :attr:`layers`) onto ``xp``, with that method's errors; a KeyError when there is no such layer."""
         if name not in self.layers:
             raise KeyError(f"checkpoint {self.path!r} holds no layer {name!r}; it holds {sorted(self.layers)}")
         parse_layer_state(self.layers[name], f"checkpoint {self.path!r} layers[{name!r}]")

@@ -11,17 +11,6 @@ bytes then takes their place (same length). Reading: the first 8 bytes are check
 package checks the layout and :mod:`cudnn_rnn._safetensors` each entry; then the metadata, then
 the checksum (the file with its digits zeroed again), so any changed, missing or added byte (a bit
 flip, a truncation, a torn write) is caught before a single value is used. Nothing is unpickled.
-
-=====================================  ==============================================================
-refused                                how
-=====================================  ==============================================================
-another kind of file (zip, HDF5, ...)  :class:`CheckpointError` saying what it is
-a header over MAX_HEADER_BYTES         :class:`CheckpointError` naming the bound (from 8 bytes)
-a broken safetensors layout            :class:`CheckpointError` with the reason (see ``_safetensors``)
-no checkpoint ``__metadata__``,        :class:`CheckpointError` naming what is missing or wrong
-another version, a bad checksum
-writing a header over the bound        ValueError naming the bound and the contents text's size
-=====================================  ==============================================================
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@
                                             next save once its writer is gone (cudnn_rnn.files.remove_leftovers)
 
 A save writes its file atomically and only then removes the oldest files, so a kill at any
-moment leaves every checkpoint that was already whole. With a communicator, rank 0 alone
-writes and reads; :meth:`CheckpointManager.latest` sends what it found to every rank.
+moment leaves every checkpoint that was already whole.
 """
 
 from __future__ import annotations
@@ -53,14 +52,7 @@ class CheckpointManager:
     Raises:
         ValueError: ``keep`` is not an integer >= 1, or ``prefix`` holds other characters.
 
-    ::
-
-        manager = CheckpointManager("runs/lm/checkpoints", keep=3)
-        found = manager.latest()                        # None when there is none yet
-        if found:
-            found.restore(layers={"lstm": lstm}, optimizers={"adam": adam})
-        ...
-        manager.save(step, layers={"lstm": lstm}, optimizers={"adam": adam}, state={...})
+    How a run uses it: the example of :mod:`cudnn_rnn.checkpoint`.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3, prefix: str = "ckpt",
@@ -139,7 +131,7 @@ class CheckpointManager:
 
         Damaged files, and whole files that :func:`cudnn_rnn.checkpoint.load` refuses (a number out
         of range, a field of the wrong type), are skipped with a :class:`CheckpointWarning` naming
-        each. With a communicator every rank returns the checkpoint rank 0 found.
+        each.
 
         Returns:
             The checkpoint (see :func:`cudnn_rnn.checkpoint.load`), or None when the folder holds
