@@ -19,7 +19,7 @@ format                what it is                                                
 ====================  ==========================================================  ==============
 
 Each format is a module of ``cudnn_rnn.formats`` (the conversions of weights alone, which the
-layers build on); its docstring gives its names, shapes and gate order.
+layers build on); its docstring and tables give its names, shapes and gate order.
 
 **Exactness.** A conversion either computes exactly the same function, or it raises
 :class:`InexactConversionError` naming the reason, unless ``allow_approximation=True``, in

@@ -6,13 +6,8 @@ model-file readers on top, which build layers. Imports run one way::
 
     config, layout  ->  formats  ->  layers  ->  convert (formats' names + the file readers)
 
-Each format is one module (``_canonical``, ``_torch``, ``_keras``, ``_tf_cell``, ``_onnx``,
-``_gru_block_cell``, ``_mygrad``) defining the names every format's module defines (``FACTS``,
-``TENSOR_NAMES``, ``refusal``, ``shapes``, ``encode``, ``decode``); ``_table`` makes one
-``FormatSpec`` of each module in its table, and walks them::
-
-    to_format(fmt, params, config)    -> Converted(value={name: array}, approximations=())
-    from_format(fmt, tensors, config) -> Converted(value=params, approximations=())
+Each format is one module (``_table.FORMAT_MODULES``) defining what ``_core.FormatModule`` says;
+``_table`` makes one ``FormatSpec`` of each, and walks them.
 """
 
 from __future__ import annotations

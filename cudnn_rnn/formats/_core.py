@@ -2,14 +2,8 @@
 
 A params buffer is unpacked (through :mod:`cudnn_rnn.layout`, the one source of truth for
 where things sit) into a tuple of :class:`CellWeights`, one per pseudo-layer
-k = layer * D + dir. Each format is then a pure rearrangement of those arrays: gate blocks
-reordered, transposed, concatenated or summed, as its table says.
-
-A format is one module, which defines the same names as every other (:class:`FormatModule`):
-its tensor names (:class:`TensorNames`), shapes and refusal, both directions, and its
-:class:`FormatFacts`, how its names and shapes tell a configuration (:class:`ShapeReading`),
-the biases its files may leave out and the name that gives its files away. :mod:`._table`
-makes one :class:`FormatSpec` of each module in its table; the readers work from the specs.
+k = layer * D + dir. Each format (its module: :class:`FormatModule`) is then a pure rearrangement of
+those arrays: gate blocks reordered, transposed, concatenated or summed, as its table says.
 
 Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P above)::
 

@@ -2,22 +2,13 @@
 
 One Keras layer per cuDNN layer and direction (a bidirectional layer is
 ``keras.layers.Bidirectional``, whose ``get_weights()`` lists the forward layer's weights,
-then the backward layer's)::
-
-    layer_{l}/{forward|backward}/kernel            [width, G*N]  W, each gate block transposed
-    layer_{l}/{forward|backward}/recurrent_kernel  [N, G*N]      R, likewise
-    layer_{l}/{forward|backward}/bias              LSTM, SimpleRNN: [G*N] = bW + bR
-                                                   GRU: [2, 3N], row 0 bW, row 1 bR
-
+then the backward layer's), its weights :data:`FIELDS`: W and R with each gate block
+transposed, and the bias, bW + bR but for a GRU's rows [bW, bR] (:data:`TWO_BIAS_MODES`).
 Gate orders: LSTM i,f,c,o (cuDNN's); GRU z,r,h (cuDNN's u,r,n: the first two swap).
 rnn_tanh is ``SimpleRNN(activation="tanh")`` and rnn_relu ``SimpleRNN(activation="relu")``.
 
-This module holds the facts about Keras's RNN layers that the readers of Keras files and
-TensorFlow checkpoints share: the layer classes (:data:`LAYER_KINDS`, and from it
-:data:`CELL_LAYERS`, :data:`CELL_SCOPES`, :data:`CLASS_BY_GATES`), a direction's weights
-(:data:`FIELDS`), a Bidirectional's two layers (:data:`DIRECTION_LAYERS`), the activations
-(:data:`CUDNN_ACTIVATIONS`, :data:`SIMPLE_RNN_MODES`) and what a ``GRU(reset_after=False)`` is
-(:data:`RESET_BEFORE_NOTE`).
+This module also holds the facts about Keras's RNN layers that the readers of Keras files and
+TensorFlow checkpoints share (its tables below).
 
 Exactness: the single LSTM / SimpleRNN bias is the sum bW + bR, which is all the math ever
 sees, so cuDNN -> Keras is exact. Keras -> cuDNN puts that bias into bR and zeros into bW, as

@@ -1,11 +1,8 @@
 """``mygrad``: the weights of ``mygrad.nnet.layers.gru``, a reset-*before* GRU.
 
 mygrad's gru computes TF's ``GRUBlockCell`` function (:mod:`._gru_block_cell`, whose docstring
-has the equations), its weights in nine tensors, for x [B, I] and h [B, N]::
-
-    Uz, Ur, Uh [I, N];  Wz, Wr, Wh [N, N];  bz, br, bh [N]      (z = u, h = c)
-
-so it and ``gru_block_cell`` convert into each other exactly (:func:`gru_block_cell_to_mygrad`,
+has the equations), its weights in nine tensors (:data:`MYGRAD_FROM_BLOCK`; z = u, h = c), so it
+and ``gru_block_cell`` convert into each other exactly (:func:`gru_block_cell_to_mygrad`,
 :func:`mygrad_to_gru_block_cell`). It holds one unidirectional layer, and converts to and from
 cuDNN's GRU through ``gru_block_cell``, approximately in the same ways.
 """
@@ -95,18 +92,8 @@ def gru_block_cell_to_mygrad(tensors: Mapping[str, Array]) -> dict[str, Array]:
 def mygrad_to_gru_block_cell(tensors: Mapping[str, Array]) -> dict[str, Array]:
     """mygrad's gru weights (Uz, Wz, bz, ...) -> TF GRUBlockCell weights (w_ru, w_c, b_ru, b_c): exact.
 
-    Args:
-        tensors: the ``mygrad`` format of one GRU layer: ``Uz``, ``Ur``, ``Uh`` [I, N];
-            ``Wz``, ``Wr``, ``Wh`` [N, N]; ``bz``, ``br``, ``bh`` [N] (NumPy or CuPy, one float
-            dtype); I and N are read off the shapes.
-
-    Returns:
-        The ``gru_block_cell`` format: ``w_ru`` [I+N, 2N], ``w_c`` [I+N, N], ``b_ru`` [2N],
-        ``b_c`` [N]; fresh contiguous arrays of the tensors' kind and dtype.
-
-    Raises:
-        ValueError: a tensor is missing, or the names and shapes do not form one GRU layer.
-        TypeError: ``tensors`` is not a mapping, or holds non-arrays, mixed array kinds or dtypes.
+    The way back of :func:`gru_block_cell_to_mygrad`: it takes what that function returns, returns
+    what it takes, and raises as it does.
     """
     config = _implied_config(tensors, "mygrad")
     xp, _ = check_tensors("mygrad", tensors, shapes(config), config)

@@ -1,10 +1,5 @@
-"""The named formats and the conversions between them and the params buffer.
-
-``to_format(fmt, params, config)`` and ``from_format(fmt, tensors, config)`` walk the table
-:data:`FORMAT_SPECS` (one :class:`~cudnn_rnn.formats._core.FormatSpec` per format);
-:func:`convert_between` goes from one format to another through the params buffer, or
-directly where an exact shortcut exists. See :mod:`cudnn_rnn.convert` for the formats.
-"""
+"""The named formats (:data:`FORMAT_SPECS`, one spec per format) and the conversions, which walk that table
+(see :mod:`cudnn_rnn.convert` for the formats)."""
 
 from __future__ import annotations
 
@@ -76,16 +71,12 @@ def _tensor_shapes(spec: FormatSpec, tensors: object, config: RNNConfig) -> dict
 def expected_shapes(fmt: str, config: RNNConfig) -> dict[str, tuple[int, ...]]:
     """The names and shapes of format ``fmt``'s tensors for ``config``.
 
-    Args:
-        fmt: one of :data:`FORMATS`.
-        config: the configuration.
-
     Returns:
         ``{tensor name: shape}``, in the format's order: what :func:`to_format` returns and
         :func:`from_format` takes (e.g. torch's ``weight_ih_l0`` ``(G*N, I)``).
 
     Raises:
-        ValueError: ``fmt`` is not a format name, or the format cannot hold ``config``.
+        ValueError: ``fmt`` is not one of :data:`FORMATS`, or the format cannot hold ``config``.
         TypeError: ``config`` is not an :class:`~cudnn_rnn.RNNConfig`.
     """
     config = check_config(config)
@@ -125,22 +116,19 @@ def to_format(fmt: str, params: Array, config: RNNConfig, *, allow_approximation
 
 def from_format(fmt: str, tensors: Mapping[str, Array], config: RNNConfig, *,
                 allow_approximation: bool = False) -> Converted:
-    """Pack format ``fmt``'s named tensors into a params buffer of ``config``.
+    """Pack format ``fmt``'s named tensors into a params buffer of ``config``: the way back of
+    :func:`to_format`, whose ``fmt``, ``config`` and ``allow_approximation`` it takes.
 
     Args:
-        fmt: one of :data:`FORMATS`.
         tensors: ``{name: array}`` with exactly the names and shapes of
             :func:`expected_shapes` (NumPy or CuPy, one float dtype).
-        config: the target configuration.
-        allow_approximation: accept a conversion that changes the function (reported).
 
     Returns:
         ``Converted(value=params, approximations)``: a fresh ``[params_size]`` array of the
         tensors' kind and dtype.
 
     Raises:
-        InexactConversionError: the result would compute a different function (and
-            ``allow_approximation`` is False).
+        InexactConversionError: as :func:`to_format` raises it.
         ValueError: ``fmt`` is not a format name, names are missing or unexpected (e.g.
             another layer count; fewer tensors than ``config`` has layers are refused before
             any per-layer work), shapes are wrong, or the format cannot hold ``config``.
@@ -160,29 +148,9 @@ def convert_between(src: str, dst: str, tensors: Mapping[str, Array], config: RN
     """Convert format ``src``'s tensors straight into format ``dst``'s.
 
     gru_block_cell <-> mygrad convert directly (exact); every other pair goes through the
-    params buffer, and its approximations are those of both steps. ``src == dst`` checks the
-    tensors and returns copies.
-
-    Args:
-        src: the format of ``tensors``, one of :data:`FORMATS`.
-        dst: the format to convert into, one of :data:`FORMATS`.
-        tensors: ``{name: array}`` with exactly the names and shapes that
-            ``expected_shapes(src, config)`` gives (NumPy or CuPy, one float dtype).
-        config: the configuration both sets of tensors describe.
-        allow_approximation: accept a conversion that changes the function (reported).
-
-    Returns:
-        ``Converted(value={name: array}, approximations)``: fresh arrays of the tensors' kind
-        and dtype, shaped as ``expected_shapes(dst, config)`` says.
-
-    Raises:
-        InexactConversionError: the result would compute a different function (and
-            ``allow_approximation`` is False).
-        ValueError: ``src`` or ``dst`` is not a format name, one of them cannot hold
-            ``config``, or the tensors' names or shapes do not match ``src`` (fewer tensors than
-            ``config`` has layers are refused before any per-layer work).
-        TypeError: non-array values, mixed array kinds or dtypes, or ``config`` is not an
-            :class:`~cudnn_rnn.RNNConfig`.
+    params buffer, :func:`from_format` of ``src`` then :func:`to_format` of ``dst``: the
+    arguments, result and errors are theirs, and the approximations those of both steps.
+    ``src == dst`` checks the tensors and returns copies.
     """
     config = check_config(config)
     source, target = _spec(src, config, "src"), _spec(dst, config, "dst")
@@ -195,6 +163,3 @@ def convert_between(src: str, dst: str, tensors: Mapping[str, Array], config: RN
     first = from_format(source.name, tensors, config, allow_approximation=allow_approximation)
     second = to_format(target.name, first.value, config, allow_approximation=allow_approximation)
     return Converted(second.value, first.approximations + second.approximations)
-
-
-

@@ -1,29 +1,14 @@
 """``tf_cell``: the variables of TF's cuDNN-compatible cells, named as TF's CudnnRNN saveables name them.
 
-Variable prefix of layer l (TF's ``CudnnOpaqueParamsSaveable``)::
-
-    unidirectional:  rnn/multi_rnn_cell/cell_{l}/{cell}
-    bidirectional:   stack_bidirectional_rnn/cell_{l}/bidirectional_rnn/{fw|bw}/{cell}
-
-with {cell} = ``cudnn_compatible_lstm_cell`` (lstm), ``cudnn_compatible_gru_cell`` (gru),
-``basic_rnn_cell`` (rnn_relu, rnn_tanh).
-
-LSTM and basic RNN cells (``CudnnCompatibleLSTMCell`` is ``LSTMBlockCell`` with
-forget_bias=0, no peepholes, no cell clip: the stored bias is the whole bias)::
-
-    {prefix}/kernel             [width + P, G*N]  rows: x then h; columns: gates i,c,f,o (TF's ICFO)
-    {prefix}/bias               [G*N]             bW + bR
-    {prefix}/projection/kernel  [N, P]            projection transposed (LSTM with num_proj; as TF's
-                                                  LSTMCell(num_proj) names it)
-
-GRU (``CudnnCompatibleGRUCell``, the same function as cuDNN's GRU)::
-
-    {prefix}/gates/kernel                        [width + N, 2N]  columns [r | u]
-    {prefix}/gates/bias                          [2N]             bW + bR of r and u
-    {prefix}/candidate/input_projection/kernel   [width, N]       W_n transposed
-    {prefix}/candidate/input_projection/bias     [N]              bW_n
-    {prefix}/candidate/hidden_projection/kernel  [N, N]           R_n transposed
-    {prefix}/candidate/hidden_projection/bias    [N]              bR_n (kept apart: it sits inside r * (...))
+Each layer's and direction's variables lie under a prefix (TF's ``CudnnOpaqueParamsSaveable``:
+:data:`PREFIXES`, naming the cell of :data:`CELL_NAMES`). An LSTM or basic RNN cell
+(``CudnnCompatibleLSTMCell`` is ``LSTMBlockCell`` with forget_bias=0, no peepholes, no cell clip:
+the stored bias is the whole bias) stores :data:`STITCHED_NAMES`: one kernel, [W | R] transposed
+(rows x then h), columns in TF's gate order (:data:`GATE_ORDERS`, TF's ICFO), the
+bias bW + bR, and an LSTM's projection transposed, as TF's ``LSTMCell(num_proj)`` names it. A GRU
+(``CudnnCompatibleGRUCell``, the same function as cuDNN's GRU) stores :data:`GRU_NAMES`: a gates
+kernel of r and u, stitched likewise, with their summed bias, and the candidate's W_n and R_n
+transposed, each with its own bias (bR_n is kept apart: it sits inside r * (...)).
 
 Exactness: summed biases are exact (the math only sees the sum). On the way back each summed
 bias is split half and half into bW and bR, as TF's ``CudnnParamsFormatConverter`` does: the

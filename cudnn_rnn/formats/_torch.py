@@ -1,17 +1,10 @@
 """``torch``: the state_dict of ``torch.nn.LSTM`` / ``nn.GRU`` / ``nn.RNN``.
 
 PyTorch keeps cuDNN's two biases and gate orders (lstm i,f,g,o; gru r,z,n with z = cuDNN's
-u), so this format is a renaming, exact both ways::
-
-    weight_ih_l{l}{sfx}  [G*N, width]   W       (sfx "" forward, "_reverse" backward)
-    weight_hh_l{l}{sfx}  [G*N, P]       R
-    bias_ih_l{l}{sfx}    [G*N]          bW
-    bias_hh_l{l}{sfx}    [G*N]          bR
-    weight_hr_l{l}{sfx}  [P, N]         projection (LSTM ``proj_size``)
-
-rnn_relu / rnn_tanh are ``nn.RNN(nonlinearity="relu" / "tanh")``. PyTorch has no skip_input:
-its layer-0 input matrices are written as identities (the same function) and must be
-identities on the way back.
+u), so this format is a renaming of the cells' fields (:data:`NAMES`; the projection is LSTM's
+``proj_size``), exact both ways. rnn_relu / rnn_tanh are ``nn.RNN(nonlinearity="relu" /
+"tanh")``. PyTorch has no skip_input: its layer-0 input matrices are written as identities (the
+same function) and must be identities on the way back.
 """
 
 from __future__ import annotations
