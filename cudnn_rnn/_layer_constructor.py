@@ -1,11 +1,9 @@
 """The layer classes' one constructor: its arguments, what each means, and which class takes which.
 
-:class:`~cudnn_rnn.layers.RecurrentLayer` takes every argument, ``rnn_mode`` among them. Each
-subclass takes the arguments of the modes it holds (``num_proj`` and ``unit_forget_bias`` are
-LSTM's), its mode fixed by the class or chosen by an argument of its own (:class:`ModeArgument`:
-``RNN(activation=...)``), and may change a default (``LSTM``'s ``unit_forget_bias=True``). Its
-signature (``inspect.signature``, ``help``) and the ``Args`` and ``Raises`` of its docstring are
-built here from the base's signature and one table of meanings::
+Which class takes which argument is the rule :class:`~cudnn_rnn.layers.RecurrentLayer` states (a mode
+chosen by an argument of the class's own: :class:`ModeArgument`); a class's signature (``inspect.signature``,
+``help``) and the ``Args`` and ``Raises`` of its docstring are built here from the base's signature and
+one table of meanings (:data:`_MEANINGS`)::
 
     method_signature(RecurrentLayer._build)               -> the base's inspect.Signature
     class_signature(base, modes, mode_argument, defaults) -> a subclass's

@@ -101,8 +101,7 @@ class RecurrentLayer:
     an argument of its own, RNN's ``activation``).
 
     Attributes:
-        config: the ``RNNConfig`` (``seed`` is the layer's seed; on NumPy the dropout seed2 of
-            each training forward is the step counter).
+        config: the ``RNNConfig`` (``seed`` is the layer's seed).
         params: 1-D [params_size] buffer in cuDNN's layout, ``config.dtype``, on ``xp``.
         grad: same shape; ``backward`` ADDS into it, ``zero_grad`` clears it.
         xp: the array module (numpy -> reference backend, cupy -> cuDNN).

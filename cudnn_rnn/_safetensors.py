@@ -13,28 +13,13 @@ Layout (every integer little-endian)::
     read_array(handle, layout.entries["w"])            # one array's bytes, as its dtype
     layout, arrays = decode(blob)                      # a file in memory: every array
 
-A file is checked in three steps before any array is used:
-
-=========================  ==================================================================
-who                        what is refused
-=========================  ==================================================================
-this module, from the      fewer than 8 bytes; a header longer than :data:`MAX_HEADER_BYTES`
-first 8 bytes              (whatever follows) or than the file
-the safetensors package    anything that is not a safetensors file: the header not UTF-8 JSON,
-                           ``__metadata__`` not str -> str, a dtype code it does not know,
-                           shapes or offsets not non-negative integers, a byte count that is
-                           not the shape's, arrays that overlap, leave holes or do not end
-                           where the file does
-this module, then          an entry that is not exactly {dtype, shape, data_offsets}; a dtype
-                           that is not one of :mod:`cudnn_rnn._dtypes` (``_dtypes.names(
-                           "safetensors")``); more than :data:`MAX_DIMENSIONS` dimensions;
-                           dimensions no array can have (:data:`MAX_ARRAY_BYTES`)
-=========================  ==================================================================
-
-Every refusal is a :class:`SafetensorsError` with a one-line reason that does not name the file
-(the caller adds it): the package's own words, except for a file whose size is not the one its
-header declares, said as ``the file is truncated: ...`` or ``... longer than its header says``.
-Writing refuses a header over :data:`MAX_HEADER_BYTES` (ValueError), so every file written reads.
+A file is checked in three steps before any array is used: its first 8 bytes (:func:`header_length`),
+then by the safetensors package, which refuses anything that is not a safetensors file (the header not
+UTF-8 JSON, ``__metadata__`` not str -> str, a dtype code it does not know, shapes or offsets not
+non-negative integers, a byte count that is not the shape's, arrays that overlap, leave holes or do not
+end where the file does), then each entry against what this module reads (:func:`_entry`). Every
+refusal is a :class:`SafetensorsError`, in the package's own words but for a file whose size is not the
+one its header declares (:func:`_layout`).
 """
 
 from __future__ import annotations
@@ -120,9 +105,6 @@ class Entry:
         shape: its shape, C order.
         begin: the ABSOLUTE offset in the file of its first byte.
         end: the absolute offset just past its last byte (``end - begin == nbytes``).
-
-    ``dtype`` (the little-endian NumPy dtype; ml_dtypes for ``BF16``, imported when first asked
-    for), ``dtype_name``, ``itemsize``, ``count`` and ``nbytes`` are read off these.
     """
 
     name: str

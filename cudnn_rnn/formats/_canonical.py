@@ -12,40 +12,33 @@ from typing import Any, Mapping, Sequence
 
 from .._arrays import Array
 from ..config import RNNConfig
-from ..layout import params_layout
+from ..layout import ParamEntry, params_layout
 from ._core import CellWeights, FormatFacts, Notes, TensorNames, cells_from_params, no_refusal, params_from_cells
 
 TENSOR_NAMES = TensorNames({"weights": "weights/{index}", "biases": "biases/{index}"})
 
 
-def _names(config: RNNConfig) -> tuple[list[str], list[str]]:
+def _entries(config: RNNConfig) -> list[tuple[str, ParamEntry]]:
+    """Each tensor's name and its entry in the params layout: the matrices, then the biases."""
     layout = params_layout(config)
-    return ([TENSOR_NAMES.name("weights", index=i) for i in range(len(layout.weights))],
-            [TENSOR_NAMES.name("biases", index=i) for i in range(len(layout.biases))])
+    return ([(TENSOR_NAMES.name("weights", index=i), entry) for i, entry in enumerate(layout.weights)]
+            + [(TENSOR_NAMES.name("biases", index=i), entry) for i, entry in enumerate(layout.biases)])
 
 
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
-    layout = params_layout(config)
-    weight_names, bias_names = _names(config)
-    result = {name: entry.shape for name, entry in zip(weight_names, layout.weights)}
-    result.update({name: entry.shape for name, entry in zip(bias_names, layout.biases)})
-    return result
+    return {name: entry.shape for name, entry in _entries(config)}
 
 
 def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]:
     layout = params_layout(config)
     params = params_from_cells(cells, config, notes, xp, cells[0].recurrent.dtype)
-    weight_names, bias_names = _names(config)
-    entries = list(zip(weight_names, layout.weights)) + list(zip(bias_names, layout.biases))
-    return {name: xp.array(layout.view(params, entry)) for name, entry in entries}
+    return {name: xp.array(layout.view(params, entry)) for name, entry in _entries(config)}
 
 
 def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: Any) -> tuple[CellWeights, ...]:
-    layout = params_layout(config)
-    weight_names, bias_names = _names(config)
-    dtype = tensors[weight_names[0]].dtype
-    params = xp.zeros(layout.size, dtype=dtype)
-    for name, entry in list(zip(weight_names, layout.weights)) + list(zip(bias_names, layout.biases)):
+    layout, entries = params_layout(config), _entries(config)
+    params = xp.zeros(layout.size, dtype=tensors[entries[0][0]].dtype)
+    for name, entry in entries:
         layout.view(params, entry)[...] = tensors[name]
     return cells_from_params(params, config, xp)
 

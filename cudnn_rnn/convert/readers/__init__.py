@@ -255,8 +255,8 @@ def _shift_layer(name: str, offset: int) -> str:
 def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     """Consecutive RNNs as one multi-layer network (layer i's input is layer i-1's output).
 
-    Each must convert to cuDNN params exactly and share mode, units, projection, direction and
-    dtype; layer i's input size must be layer i-1's output size.
+    Each must convert to cuDNN params exactly and stack on the one before, as :func:`stack_problem`
+    says.
 
     Args:
         found: the RNNs, first layer first (each with every question answered).
