@@ -33,7 +33,7 @@ import re
 import sys
 import threading
 from ctypes import POINTER, c_char_p, c_float, c_int, c_int32, c_size_t, c_uint32, c_ulonglong, c_void_p
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -655,11 +655,8 @@ class RNNDescriptorFields:
 
 
 def set_rnn_descriptor(desc: int, fields: RNNDescriptorFields) -> None:
-    """See ``cudnnSetRNNDescriptor_v8``."""
-    f = fields
-    _call("cudnnSetRNNDescriptor_v8", desc, f.algo, f.cell_mode, f.bias_mode, f.dir_mode, f.input_mode,
-          f.data_type, f.math_prec, f.math_type, f.input_size, f.hidden_size, f.proj_size, f.num_layers,
-          f.dropout_desc or None, f.aux_flags)
+    """See ``cudnnSetRNNDescriptor_v8`` (``fields`` in its order; a ``dropout_desc`` of 0 is NULL)."""
+    _call("cudnnSetRNNDescriptor_v8", desc, *astuple(fields))
 
 
 def get_rnn_descriptor(desc: int) -> RNNDescriptorFields:

@@ -309,15 +309,8 @@ class RecurrentLayer:
 
     # -- persistence and export -------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write params, configuration and step counter to ``path`` (an ``.npz`` archive, exactly that path).
-
-        The params are stored bit for bit in their dtype (see :mod:`cudnn_rnn.params_file`), and
-        the file is replaced atomically: a kill during the save leaves the previous file whole.
-        :meth:`load` restores an equal layer.
-
-        Args:
-            path: the file to write (replaced if it exists).
-        """
+        """Write params, configuration and step counter to ``path``, exactly that path, as a params file
+        (:mod:`cudnn_rnn.params_file`, which says how it is written); :meth:`load` restores an equal layer."""
         write_params_file(path, self.params, self.config, self.step)
 
     @classmethod
