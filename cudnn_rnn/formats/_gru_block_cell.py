@@ -1,18 +1,9 @@
 """``gru_block_cell``: the weights of TF's ``GRUBlockCell``, a reset-*before* GRU.
 
-TF's ``GRUBlockCell`` (and ``tf.compat.v1.nn.rnn_cell.GRUCell``) computes, for x [B, I] and
-h [B, N]::
-
-    r = sigmoid(x U_r + h W_r + b_r)          u = sigmoid(x U_u + h W_u + b_u)
-    c = tanh(x U_c + (r * h) W_c + b_c)       h' = u * h + (1 - u) * c
-
-stored as::
-
-    w_ru [I+N, 2N] = [[U_r, U_u], [W_r, W_u]]  (rows x then h, columns [r | u])
-    w_c  [I+N, N]  = [[U_c], [W_c]]
-    b_ru [2N] = [b_r, b_u];  b_c [N]
-
-It holds one unidirectional layer. mygrad's gru is the same function in other tensors
+TF's ``GRUBlockCell`` (and ``tf.compat.v1.nn.rnn_cell.GRUCell``) computes the function that
+:mod:`cudnn_rnn.gru_block` spells out, from ``w_ru`` = [[U_r, U_u], [W_r, W_u]] and ``w_c`` =
+[[U_c], [W_c]] (rows x then h: U acts on x [B, I], W on h [B, N]), ``b_ru`` = [b_r, b_u] and
+``b_c``. It holds one unidirectional layer. mygrad's gru is the same function in other tensors
 (:mod:`._mygrad`, converting exactly to and from this format), and so is Keras's
 ``GRU(reset_after=False)``, whose weights the readers of Keras files and TensorFlow checkpoints
 give in this format (:func:`keras_reset_before_to_gru_block_cell`, exact).

@@ -1,11 +1,7 @@
 """``onnx``: the W, R, B inputs of ONNX ``LSTM`` / ``GRU`` / ``RNN`` nodes, one node per layer.
 
-::
-
-    layer_{l}/W  [D, G*N, width]   input matrices, direction 0 forward, 1 reverse
-    layer_{l}/R  [D, G*N, N]       recurrent matrices
-    layer_{l}/B  [D, 2*G*N]        [Wb | Rb]: input biases then recurrent biases
-
+Each layer's ``W``, ``R`` and ``B`` (:data:`TENSOR_NAMES`) stack its directions (0 forward, 1
+reverse): the input matrices, the recurrent ones, and [Wb | Rb], the input biases then the recurrent.
 Gate orders: LSTM i,o,f,c; GRU z,r,h (cuDNN's u,r,n) with ``linear_before_reset=1``, which is
 cuDNN's GRU; RNN one gate with activation Tanh or Relu. Both biases are kept: exact both ways.
 ONNX nodes have no LSTM projection (the projected state is the recurrent input, which an

@@ -6,11 +6,9 @@
     write_into("model.safetensors", "tuned.safetensors", layer)        # the one RNN of the right shapes
     write_into("model.keras", "tuned.keras", rnn, name=["lstm", "lstm_1"])   # a 2-layer network
 
-``rnn`` is what :func:`~cudnn_rnn.convert.write_file` takes. MODEL is a torch.save (``.pt``, ``.pth``;
-also a checkpoint dict, whose entry ``key`` names) or safetensors state_dict, whose RNN in the ``torch``
-format ``prefix`` picks, or a Keras ``.keras``, ``.weights.h5`` or legacy ``.h5`` file, whose layer(s) in
-the ``keras`` format ``name`` picks, one Keras layer per cuDNN layer (:data:`INTO_KINDS`). Unpicked, the RNN
-is the only one, or the only one of the converted RNN's shapes (Keras: as many layers as the network has).
+MODEL's kinds and the format of their RNNs are :data:`INTO_KINDS`; :func:`write_into`'s options pick
+the RNN, which is otherwise the only one, or the only one of the converted RNN's shapes (Keras: as many
+layers as the network has).
 
 Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the
 members holding them): every other tensor and the rest of the file stay byte for byte, and
