@@ -38,18 +38,8 @@ _STATE_WIDTHS: dict[str, tuple[str, str]] = {"h0": ("state_size", "P"), "c0": ("
 
 
 def path_argument(path: object, name: str = "path") -> str:
-    """``path`` as a string when it is a ``str`` or ``os.PathLike`` of one, else a TypeError naming ``name``.
-
-    Args:
-        path: what the caller passed.
-        name: the argument's name, for the message.
-
-    Returns:
-        The path as a string.
-
-    Raises:
-        TypeError: another type (bytes paths included).
-    """
+    """``path`` as a string when it is a ``str`` or ``os.PathLike`` of one, else (bytes paths included) a
+    TypeError naming the argument ``name``."""
     text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")

@@ -325,9 +325,6 @@ class RecurrentLayer:
                 :mod:`cudnn_rnn.params_file`).
             xp: the array module of the new layer: numpy (None, the default) or cupy.
 
-        Returns:
-            A new layer of the saved class with the saved params, configuration and step counter.
-
         Raises:
             ValueError: not a whole layer file, another layer kind, or params not matching the config.
             TypeError: ``path`` is not a str or os.PathLike, or ``xp`` is not numpy or cupy.
@@ -353,9 +350,6 @@ class RecurrentLayer:
                 ``dropout`` and ``seed`` become the layer's).
             xp: the layer's array module (numpy or cupy); by default that of ``params``.
             step: the training step counter to start from (the next dropout seed2).
-
-        Returns:
-            A new layer of the class ``config.rnn_mode`` names.
 
         Raises:
             TypeError: ``config`` is not an RNNConfig, ``params`` not an array, ``xp`` not numpy/cupy.
@@ -448,9 +442,6 @@ class RecurrentLayer:
         Args:
             state: as :meth:`load_state_dict` takes it.
             xp: as for :meth:`load`.
-
-        Returns:
-            The new layer, with its own copy of the params.
 
         Raises:
             ValueError: ``state`` is malformed, or holds another kind of layer than ``cls``.

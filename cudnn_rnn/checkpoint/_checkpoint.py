@@ -162,9 +162,6 @@ def load(path: PathLike, *, comm: Communicator | None = None) -> Checkpoint:
             its bytes, and every rank returns the same checkpoint (or raises the same error).
             None: this process reads the file itself.
 
-    Returns:
-        The checkpoint, checked, its arrays NumPy arrays on the host.
-
     Raises:
         FileNotFoundError: no such file.
         CheckpointError: anything else that keeps the file from being a whole, consistent checkpoint,

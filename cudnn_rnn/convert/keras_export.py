@@ -92,7 +92,7 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {
 #: the value of every config key that is the same in each layer (Keras's defaults, return_sequences aside)
 CONFIG_VALUES: dict[str, Any] = {
     "trainable": True, "return_sequences": True, "return_state": False, "stateful": False, "unroll": False,
-    "recurrent_activation": "sigmoid", "use_bias": True, "unit_forget_bias": True,
+    **_keras.CUDNN_ACTIVATIONS, "use_bias": True, "unit_forget_bias": True,
     **{key: None for key in _TAIL[:-2]}, "dropout": 0.0, "recurrent_dropout": 0.0, "reset_after": True,
     "seed": None,
 }

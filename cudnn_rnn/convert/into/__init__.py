@@ -69,9 +69,8 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         model: the user's model file (never modified).
         out: the copy to write (replaced if it exists; it must end as ``model`` does).
         rnn: the weights, as :func:`~cudnn_rnn.convert.write_file` takes them.
-        prefix: torch and safetensors files: the key prefix of the RNN in MODEL (``"encoder.rnn"``).
+        prefix, key: as :func:`~cudnn_rnn.convert.read_file` takes them, for MODEL.
         name: Keras files: the layer to fill, or one layer per cuDNN layer of a multi-layer network.
-        key: torch files: the checkpoint dict entry holding the state_dict.
         allow_approximation: accept a conversion, or a rounding into MODEL's dtype, that changes the function.
 
     Returns:

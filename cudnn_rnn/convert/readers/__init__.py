@@ -107,13 +107,10 @@ def _tf_checkpoint_path(path: str) -> bool:
 
 
 def file_kind(path: str) -> FileKind:
-    """What kind of model file ``path`` is, from its content (and, for ONNX, its extension).
+    """Which of :data:`FILE_KINDS` the model file ``path`` is, from its content (and, for ONNX, its extension).
 
     Args:
         path: the file, a TensorFlow checkpoint prefix, or a folder holding a checkpoint.
-
-    Returns:
-        Its :class:`FileKind`, one of :data:`FILE_KINDS`.
 
     Raises:
         FileReadError: missing, empty, unreadable, or of no kind that can be read.
