@@ -10,11 +10,8 @@ rnn_tanh is ``SimpleRNN(activation="tanh")`` and rnn_relu ``SimpleRNN(activation
 This module also holds the facts about Keras's RNN layers that the readers of Keras files and
 TensorFlow checkpoints share (its tables below).
 
-Exactness: the single LSTM / SimpleRNN bias is the sum bW + bR, which is all the math ever
-sees, so cuDNN -> Keras is exact. Keras -> cuDNN puts that bias into bR and zeros into bW, as
-Keras's own cuDNN path does; it computes the same function, though a cuDNN buffer that had
-both biases comes back with them moved (the sum is unchanged). The GRU keeps both rows and is
-exact both ways. Keras has no projection: LSTM with num_proj is refused.
+Exactness is as :mod:`cudnn_rnn.convert` says; Keras -> cuDNN puts a single bias into bR and zeros
+into bW, as Keras's own cuDNN path does.
 """
 
 from __future__ import annotations

@@ -3,9 +3,7 @@
 Each layer's ``W``, ``R`` and ``B`` (:data:`TENSOR_NAMES`) stack its directions (0 forward, 1
 reverse): the input matrices, the recurrent ones, and [Wb | Rb], the input biases then the recurrent.
 Gate orders: LSTM i,o,f,c; GRU z,r,h (cuDNN's u,r,n) with ``linear_before_reset=1``, which is
-cuDNN's GRU; RNN one gate with activation Tanh or Relu. Both biases are kept: exact both ways.
-ONNX nodes have no LSTM projection (the projected state is the recurrent input, which an
-``LSTM`` node cannot take), so num_proj is refused. :func:`cudnn_rnn.convert.export_onnx`
+cuDNN's GRU; RNN one gate with activation Tanh or Relu. :func:`cudnn_rnn.convert.export_onnx`
 writes a runnable model from these tensors.
 """
 

@@ -10,11 +10,10 @@ bias bW + bR, and an LSTM's projection transposed, as TF's ``LSTMCell(num_proj)`
 kernel of r and u, stitched likewise, with their summed bias, and the candidate's W_n and R_n
 transposed, each with its own bias (bR_n is kept apart: it sits inside r * (...)).
 
-Exactness: summed biases are exact (the math only sees the sum). On the way back each summed
-bias is split half and half into bW and bR, as TF's ``CudnnParamsFormatConverter`` does: the
-same function, though a buffer whose two biases differed comes back with equal halves. Note
-that TF's stock ``LSTMCell``/``LSTMBlockCell`` default to forget_bias=1.0, added at run time;
-weights from such a cell need 1.0 added to the f block of the bias first.
+Exactness is as :mod:`cudnn_rnn.convert` says; on the way back each summed bias is split half and
+half into bW and bR (:data:`BIAS_SPLIT`), as TF's ``CudnnParamsFormatConverter`` does. Note that
+TF's stock ``LSTMCell``/``LSTMBlockCell`` default to forget_bias=1.0, added at run time; weights
+from such a cell need 1.0 added to the f block of the bias first.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 PyTorch keeps cuDNN's two biases and gate orders (lstm i,f,g,o; gru r,z,n with z = cuDNN's
 u), so this format is a renaming of the cells' fields (:data:`NAMES`; the projection is LSTM's
 ``proj_size``), exact both ways. rnn_relu / rnn_tanh are ``nn.RNN(nonlinearity="relu" /
-"tanh")``. PyTorch has no skip_input: its layer-0 input matrices are written as identities (the
-same function) and must be identities on the way back.
+"tanh")``. PyTorch has no skip_input, held as :mod:`cudnn_rnn.convert` says.
 """
 
 from __future__ import annotations
