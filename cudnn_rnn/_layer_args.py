@@ -64,14 +64,7 @@ def _shape(value: Any) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ArgumentCheck:
-    """The checks of one layer's call: its configuration and array module.
-
-    Each argument is kept as the attribute of the same name.
-
-    Args:
-        config: the layer's configuration (sizes and dtype).
-        xp: the layer's array module (numpy or cupy).
-    """
+    """The checks of one layer's call, against the layer's configuration and array module."""
 
     config: RNNConfig
     xp: types.ModuleType

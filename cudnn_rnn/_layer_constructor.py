@@ -22,10 +22,7 @@ __all__ = ["ModeArgument", "method_signature", "class_signature", "class_doc"]
 
 @dataclass(frozen=True)
 class _Meaning:
-    """One constructor argument: its ``Args`` entry, and the modes it serves (every mode: ``()``).
-
-    Each argument is kept as the attribute of the same name.
-    """
+    """One constructor argument: its ``Args`` entry, and the modes it serves (every mode: ``()``)."""
 
     doc: str
     modes: tuple[str, ...] = ()

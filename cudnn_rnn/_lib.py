@@ -15,12 +15,8 @@ Loading (lazy, once per process, under a lock; see :func:`library_candidates`):
 
 A candidate is accepted when it opens, reports major version 9 (cuDNN 9 numbers versions
 ``MAJOR*10000 + MINOR*100 + PATCH``), exports every symbol of :data:`PROTOTYPES`, and its
-sub-libraries agree on the version. Otherwise :class:`~cudnn_rnn.errors.CudnnNotAvailableError`
-says what was tried and which package to install.
-
-Every failing status goes through :func:`check`, which raises
-:class:`~cudnn_rnn.errors.CudnnError` with the status name, number, C function and cuDNN's
-own ``cudnnGetLastErrorString`` text.
+sub-libraries agree on the version (:func:`load_library`). Every failing status goes through
+:func:`check`.
 """
 
 from __future__ import annotations

@@ -8,11 +8,6 @@ Layout (every integer little-endian)::
                      "<array name>": {"dtype": "F32", "shape": [d0, ...], "data_offsets": [begin, end]}, ...}
     [8 + n, end)  the arrays' bytes back to back, C order, little-endian; data_offsets count from 8 + n
 
-    blob = serialize({"w": array}, {"format": "pt"})   # the package writes it (encode: as chunks, per array)
-    layout = read_layout(path)                         # Layout: data_start, entries (absolute offsets), metadata
-    read_array(handle, layout.entries["w"])            # one array's bytes, as its dtype
-    layout, arrays = decode(blob)                      # a file in memory: every array
-
 A file is checked in three steps before any array is used: its first 8 bytes (:func:`header_length`),
 then by the safetensors package, which refuses anything that is not a safetensors file (the header not
 UTF-8 JSON, ``__metadata__`` not str -> str, a dtype code it does not know, shapes or offsets not

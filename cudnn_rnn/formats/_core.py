@@ -230,11 +230,8 @@ class FormatFacts:
 
 
 class FormatModule(Protocol):
-    """A format's module: the names every format's module defines, of which :meth:`FormatSpec.of` makes its spec.
-
-    ``FACTS`` (:class:`FormatFacts`), ``TENSOR_NAMES`` (None where the names depend on more: tf_cell's
-    cell scopes), and the functions ``refusal``, ``shapes``, ``encode`` and ``decode`` (see :class:`FormatSpec`).
-    """
+    """A format's module: the names every format's module defines (as :class:`FormatSpec` says), of which
+    :meth:`FormatSpec.of` makes its spec."""
 
     @property
     def FACTS(self) -> FormatFacts: ...

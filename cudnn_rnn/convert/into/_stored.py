@@ -1,9 +1,4 @@
-"""Tensors where a file stores them, and writing new values there in place.
-
-    StoredTensor(offset=1408, shape=(32, 8), strides=(32, 4), dtype="float32", member="archive/data/0")
-    patch(mapped, {key: (stored, values)})      the values written at their offsets, by their strides
-    fix_zip_checksums(path, mapped, ["archive/data/0"])   each member's CRC-32 recomputed, in the
-                                                           three places a zip archive keeps it
+"""Tensors where a file stores them (:class:`StoredTensor`), and writing new values there in place.
 
 A stored tensor is found by a locator (``_torch_zip.state_dicts``, the Keras reader's ``locate``,
 ``safetensors_places``) in a file that was read and checked first; :func:`patch` checks again

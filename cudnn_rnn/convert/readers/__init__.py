@@ -4,7 +4,6 @@
 
     found = read_file("model.keras")          # [FoundRNN, ...], one per RNN layer in the file
     found[0].describe()                        # "rnn_mode=lstm, num_layers=1, num_units=64, ..."
-    params = found[0].to_params().value        # cuDNN's params buffer, exact or refused
     stacked = stack(found[:2])                 # consecutive layers as one 2-layer network
 
 The file's content, not its name, says what it is (:func:`file_kind`: one of :data:`FILE_KINDS`, each
