@@ -86,10 +86,9 @@ class Checkpoint:
 
         Raises:
             ValueError: a group names other entries than the checkpoint holds, a layer of another
-                configuration (each differing field named), a saved state that is malformed or holds
-                a number out of range (a step count not in [0, 2**63), a hyperparameter that is NaN,
-                infinite or out of its range; the field named), the state of another kind of
-                optimiser, or an array of another shape.
+                configuration (each differing field named), a saved state that :func:`load` would
+                refuse (the field named), the state of another kind of optimiser, or an array of
+                another shape.
             TypeError: a group that is not a dict with str keys, an entry of the wrong kind (not a
                 layer, optimiser or array), a saved hyperparameter of the wrong type, or an array of
                 another dtype.
@@ -138,8 +137,7 @@ def save(path: PathLike, *, layers: Mapping[str, RecurrentLayer] | None = None,
             integer, float16/32/64 or bfloat16), named by its place.
         ValueError: a value that cannot be stored as it is (a step that is not an integer in
             [0, 2**63), the reserved key ``"$array"``, an integer of more than 4000 digits), or a
-            layer or optimiser whose state :func:`load` would refuse (a step count or
-            hyperparameter out of range, NaN or infinite), named by its place.
+            layer or optimiser whose state :func:`load` would refuse, named by its place.
     """
     contents: dict[str, Any] = {
         "step": _checked_step(step),

@@ -74,14 +74,8 @@ class CheckpointManager:
         return self.comm is None or self.comm.rank == 0
 
     def path_for(self, step: int) -> Path:
-        """The file of the checkpoint of ``step``: ``<directory>/<prefix>-<step, 9 digits or more>.safetensors``.
-
-        Args:
-            step: the step number, a non-negative integer.
-
-        Returns:
-            The path, whether or not the file exists.
-        """
+        """The file of the checkpoint of ``step`` (a non-negative integer), whether or not it exists:
+        ``<directory>/<prefix>-<step, 9 digits or more>.safetensors``."""
         return self.directory / f"{self.prefix}-{step:09d}{EXTENSION}"
 
     def steps(self) -> list[int]:
@@ -132,10 +126,6 @@ class CheckpointManager:
         Damaged files, and whole files that :func:`cudnn_rnn.checkpoint.load` refuses (a number out
         of range, a field of the wrong type), are skipped with a :class:`CheckpointWarning` naming
         each.
-
-        Returns:
-            The checkpoint (see :func:`cudnn_rnn.checkpoint.load`), or None when the folder holds
-            no checkpoint that verifies.
         """
         found: dict[str, Checkpoint] = {}
 

@@ -59,8 +59,7 @@ class Request:
         fmt: the format written (one of ``container.formats``).
         tensors: the RNN's tensors in the format the writer takes (``container.writes_from``, else ``fmt``).
         config: the RNN's configuration.
-        time_major: ONNX only: inputs and outputs time-major.
-        opset: ONNX only: the model's opset.
+        time_major, opset: ONNX only, as :func:`write_file` takes them.
     """
 
     path: str
