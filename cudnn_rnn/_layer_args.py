@@ -121,13 +121,9 @@ class ArgumentCheck:
         return int(batch), int(max_time)
 
     def lengths(self, lengths: object, batch: int, max_time: int) -> Any:
-        """Check ``lengths`` against a batch of ``batch`` sequences of up to ``max_time`` steps.
-
-        A list (or tuple) must hold ``batch`` Python or NumPy integers (not bools) in [0, T]; an
-        array must be an int32 or int64 [B] array, as the op takes it: a NumPy array (any layer;
-        its values are checked here, at no cost to a GPU) or a CuPy array of a CuPy layer (its
-        values are checked by the op, which reads it back).
-        """
+        """Check ``lengths``, as ``forward`` takes them, against a batch of ``batch`` sequences of up to
+        ``max_time`` steps: a NumPy array's values here, at no cost to a GPU; a CuPy array's (a CuPy
+        layer's) by the op, which reads it back."""
         if lengths is None:
             return None
         counted = f"one per sequence of x, whose batch is {batch}"

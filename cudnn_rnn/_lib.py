@@ -13,10 +13,9 @@ Loading (lazy, once per process, under a lock; see :func:`library_candidates`):
 3. ``<entry>/nvidia/cudnn/lib/libcudnn.so.9`` for each ``sys.path`` entry.
 4. The soname ``libcudnn.so.9`` on the system library path.
 
-A candidate is accepted when it opens, reports major version 9 (cuDNN 9 numbers versions
-``MAJOR*10000 + MINOR*100 + PATCH``), exports every symbol of :data:`PROTOTYPES`, and its
-sub-libraries agree on the version (:func:`load_library`). Every failing status goes through
-:func:`check`.
+A candidate is accepted when it opens, reports major version 9 (:func:`version_string`), exports
+every symbol of :data:`PROTOTYPES`, and its sub-libraries agree on the version (:func:`load_library`).
+Every failing status goes through :func:`check`.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from ._dtypes import BUILTIN_PARAMS, names as dtype_names
+from ._dtypes import BUILTIN_PARAMS, names as dtype_names, widen_bfloat16
 from .errors import CudnnError, CudnnNotAvailableError
 
 __all__ = [
@@ -226,8 +225,8 @@ class AuxFlag(enum.IntFlag):
     PADDED_IO_ENABLED = 1
 
 
-#: element type of each cuDNN data type this package moves through paddingFill and getters (BFLOAT16, which
-#: NumPy has no type for without ml_dtypes, goes through its bits: :func:`_value_bytes`).
+#: element type of each cuDNN data type this package moves through paddingFill and getters (BFLOAT16's:
+#: :func:`_value_bytes`)
 NUMPY_DTYPES: dict[DataType, str] = {DataType(code): name for code, name in dtype_names("cudnn").items()
                                      if name in BUILTIN_PARAMS}
 
@@ -688,7 +687,7 @@ def _value_bytes(data_type: DataType, value: float) -> bytes:
 def _bytes_value(data_type: DataType, raw: bytes) -> float:
     """The value of ``data_type`` that begins ``raw`` (the inverse of :func:`_value_bytes`)."""
     if data_type == DataType.BFLOAT16:
-        return float(np.array(int(np.frombuffer(raw[:2], dtype=np.uint16)[0]) << 16, np.uint32).view(np.float32))
+        return float(widen_bfloat16(np.frombuffer(raw[:2], dtype=np.uint16))[0])
     dtype = np.dtype(NUMPY_DTYPES[data_type])
     return float(np.frombuffer(raw[:dtype.itemsize], dtype=dtype)[0])
 

@@ -1,15 +1,4 @@
-"""The base of the layer classes: :class:`RecurrentLayer` (see :mod:`cudnn_rnn.layers`, which exports it).
-
-One params buffer in cuDNN's layout, a gradient buffer, forward/backward through the ops, named
-views, state dicts and files::
-
-    layer.forward(x, lengths, h0, c0) -> (y, h, c);  layer.backward(dy, dh, dc) -> (dx, dh0, dc0)
-    layer.state_dict() / load_state_dict(state) / save(path) / load(path) / from_params(params, config)
-
-Each subclass (:class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU`, :class:`cudnn_rnn.RNN`) names the
-modes it holds in ``modes``; :meth:`RecurrentLayer.load` and its kin build the class a
-configuration names from that registry.
-"""
+"""The base of the layer classes: :class:`RecurrentLayer` (see :mod:`cudnn_rnn.layers`, which exports it)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 
 A layer owns ONE flat ``params`` buffer in cuDNN's layout (see :mod:`cudnn_rnn.layout`) and a
 same-shaped ``grad`` buffer, and runs the functional ops :func:`cudnn_rnn.cudnn_rnn_v3` /
-:func:`cudnn_rnn.cudnn_rnn_backprop_v3`. The array module picks the backend: NumPy arrays run
-the reference backend on the CPU, CuPy arrays run cuDNN. Per-matrix access is through views
-(:meth:`RecurrentLayer.weights`), so an optimiser only ever sees one buffer.
+:func:`cudnn_rnn.cudnn_rnn_backprop_v3` on the backend its array module picks. Per-matrix access
+is through views (:meth:`RecurrentLayer.weights`), so an optimiser only ever sees one buffer.
 
 Shapes (L layers, D directions, B batch, T max length, I input size, N num_units,
 P = num_proj or N)::

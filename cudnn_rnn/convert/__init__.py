@@ -21,13 +21,12 @@ format                what it is                                                
 Each format is a module of ``cudnn_rnn.formats`` (the conversions of weights alone, which the
 layers build on); its docstring and tables give its names, shapes and gate order.
 
-**Exactness.** A conversion either computes exactly the same function, or it raises
-:class:`InexactConversionError` naming the reason, unless ``allow_approximation=True``, in
-which case :attr:`Converted.approximations` says, one sentence each, what changed:
+**Exactness.** A conversion computes exactly the same function, or is refused as
+:class:`InexactConversionError` says:
 
 * Two biases summed into one (Keras LSTM/SimpleRNN, tf_cell LSTM/RNN and GRU r/u gates) is
   exact: the math only ever sees the sum. Going back puts the sum into one slot (Keras: bR)
-  or halves (tf_cell, as TF does): the same function, though the individual bW/bR change.
+  or halves (tf_cell, as TF does).
   GRU's candidate recurrent bias is never summed (it sits inside r * (R_n h + bR_n)).
 * cuDNN's GRU (reset *after* the recurrent matmul) and the reset-before GRUs
   (gru_block_cell, mygrad) are different functions: every conversion between them is an

@@ -157,18 +157,9 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
 
 
 def write_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, weights_only: bool) -> None:
-    """:func:`export_keras`, the file's kind given rather than read from the path's ending (``write_file``'s
-    ``.keras`` and ``.weights.h5`` rows, which have looked the ending up themselves).
-
-    Args:
-        params: as for :func:`export_keras`.
-        config: as for :func:`export_keras`.
-        path: the file to write, whatever its name.
-        weights_only: write the weights file (``model.save_weights``'s); else the ``.keras`` model.
-
-    Raises:
-        As :func:`export_keras`, a path's ending aside.
-    """
+    """:func:`export_keras` (its arguments and errors) to ``path`` whatever its name, the file's kind given by
+    ``weights_only`` (the weights file, else the ``.keras`` model) rather than read from the path's ending
+    (``write_file``'s ``.keras`` and ``.weights.h5`` rows, which have looked the ending up themselves)."""
     config = check_config(config)
     refusal = _keras.refusal(config)
     if refusal:

@@ -1,8 +1,7 @@
 """``canonical``: TF's CudnnRNNParamsToCanonical lists, as named tensors.
 
 ``weights/{i}`` is the i-th canonical matrix and ``biases/{i}`` the i-th canonical bias, in
-the order of :func:`cudnn_rnn.cudnn_rnn_params_to_canonical` (per pseudo-layer: matrices in
-linLayerID order, then the projection; the 2G biases). Exact both ways for every
+the order of :func:`cudnn_rnn.cudnn_rnn_params_to_canonical`. Exact both ways for every
 configuration, skip_input included (layer 0's input matrices are simply not listed).
 """
 
