@@ -29,8 +29,7 @@ from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, sh
 
 __all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]
 
-#: the extension of a checkpoint file (the file is a safetensors file)
-EXTENSION = SAFETENSORS
+EXTENSION = SAFETENSORS  # (documented where the package exports it)
 
 _PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 

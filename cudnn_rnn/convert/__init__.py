@@ -18,8 +18,8 @@ format                what it is                                                
 ``mygrad``            mygrad.nnet.layers.gru: Uz, Wz, bz, ... (reset-before GRU)  one GRU layer
 ====================  ==========================================================  ==============
 
-Each format is a module of ``cudnn_rnn.formats`` (the conversions of weights alone, which the
-layers build on); its docstring and tables give its names, shapes and gate order.
+Each format is a module of ``cudnn_rnn.formats``, whose docstring and tables give its names,
+shapes and gate order.
 
 **Exactness.** A conversion computes exactly the same function, or is refused as
 :class:`InexactConversionError` says:

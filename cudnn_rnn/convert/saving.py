@@ -221,15 +221,8 @@ class Written:
 
 
 def container_of(path: str | os.PathLike[str], argument: str = "path") -> Container:
-    """The container a file's name chooses.
-
-    Args:
-        path: the file to write.
-        argument: what the caller calls it, for the message ("path", "OUT").
-
-    Raises:
-        ValueError: a name that ends in none of :data:`CONTAINERS`' suffixes (naming it and them).
-    """
+    """The container the name of ``path`` chooses; a ValueError naming the file (as ``argument``: "path", "OUT")
+    and :data:`CONTAINERS`' suffixes when it ends in none of them."""
     ending = extension(os.path.basename(os.fspath(path))).lower()
     if ending in CONTAINERS:
         return CONTAINERS[ending]
@@ -259,12 +252,8 @@ def as_found(rnn: Any) -> FoundRNN:
 
 
 def converted(found: FoundRNN, fmt: str, *, allow_approximation: bool = False) -> Converted:
-    """``found``'s weights in format ``fmt`` (``"params"``: ``{"params": buffer}``), exact or refused.
-
-    Raises:
-        ValueError: a question is unanswered, or the weights cannot be held by ``fmt``.
-        InexactConversionError: the conversion changes the function and approximations were not allowed.
-    """
+    """``found``'s weights in format ``fmt`` (``"params"``: ``{"params": buffer}``), exact or refused as
+    :meth:`FoundRNN.to_params` and :func:`~cudnn_rnn.convert.to_format` refuse them."""
     config = found.config
     if fmt == PARAMS_FORMAT:
         params = found.to_params(allow_approximation=allow_approximation)

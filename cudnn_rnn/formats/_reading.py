@@ -1,10 +1,5 @@
-"""Reading a configuration off a format's tensor names and shapes: what a file's readers ask of its format.
-
-:class:`TensorShapes` holds the names and shapes found, with the messages every format shares;
-:class:`ShapeReading` is how a format whose tensors are alike in every layer reads them (a spec's
-``reading``), into a :class:`ConfigRead`. :mod:`._core` holds the rest of a format's facts and
-exports these names too.
-"""
+"""Reading a configuration off a format's tensor names and shapes: what a file's readers ask of its format
+(:mod:`._core`, which holds the rest of a format's facts, exports these names too)."""
 
 from __future__ import annotations
 
