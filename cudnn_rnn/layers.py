@@ -41,8 +41,7 @@ class LSTM(RecurrentLayer):
         i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
-    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`, its forget gate's bias 1.0
-    unless ``unit_forget_bias=False``).
+    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`; ``unit_forget_bias`` below).
     """
 
     modes = ("lstm",)

@@ -23,7 +23,6 @@ import numpy as np
 
 from .. import _safetensors
 from .._containers import CHECKPOINT_FORMAT
-from .._dtypes import names
 from .._safetensors import HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
 from ..errors import CheckpointError
 
@@ -31,9 +30,6 @@ __all__ = ["FORMAT", "VERSION", "MAX_HEADER_BYTES", "encode", "decode"]
 
 FORMAT = CHECKPOINT_FORMAT
 VERSION = "1"
-
-#: the NumPy dtype names a checkpoint holds: those safetensors has a code for
-_CODES: frozenset[str] = frozenset(names("safetensors").values())
 
 _CHECKSUM_PREFIX = "sha256:"
 _ZERO_DIGEST = "0" * 64
@@ -55,16 +51,13 @@ _MAGICS: dict[bytes, str] = {
 def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryview]:
     """The file's bytes as a list of chunks to write back to back: the header, then each array's bytes.
 
-    ``arrays`` are host NumPy arrays of a dtype safetensors has a code for; ``contents`` is a JSON text.
+    ``arrays`` are host NumPy arrays of the dtypes ``_tree`` lets into a checkpoint (every one safetensors has
+    a code for); ``contents`` is a JSON text.
 
     Raises:
-        TypeError: an array of another dtype (naming it).
         ValueError: a header that would be over :data:`MAX_HEADER_BYTES` (naming the contents
             text's size when that is what fills it), which no reader would take.
     """
-    for name, array in arrays.items():
-        if array.dtype.name not in _CODES:
-            raise TypeError(f"array {name!r} has dtype {array.dtype}; a checkpoint holds {sorted(_CODES)}")
     text_bytes = len(json.dumps(contents, ensure_ascii=False).encode())  # (as the header holds it: quoted, escaped)
     if text_bytes > MAX_HEADER_BYTES:
         raise ValueError(f"the checkpoint's contents text (the layers' and optimisers' settings and state=, as JSON) "
