@@ -754,20 +754,19 @@ def rnn_forward(handle: int, rnn_desc: int, fwd_mode: ForwardMode, dev_seq_lengt
                 y_desc: int, y: int, h_desc: int, hx: int, hy: int, c_desc: int, cx: int, cy: int,
                 weight_space_size: int, weight_space: int, work_space_size: int, work_space: int,
                 reserve_space_size: int, reserve_space: int) -> None:
-    """See ``cudnnRNNForward`` (parameters named as in the header). Addresses of 0 are passed as NULL."""
-    _call("cudnnRNNForward", handle, rnn_desc, fwd_mode, dev_seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy,
-          c_desc, cx or None, cy or None, weight_space_size, weight_space, work_space_size, work_space or None,
-          reserve_space_size, reserve_space or None)
+    """See ``cudnnRNNForward`` (parameters named as in the header). Addresses of 0 are NULL (ctypes passes them so)."""
+    _call("cudnnRNNForward", handle, rnn_desc, fwd_mode, dev_seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy, c_desc,
+          cx, cy, weight_space_size, weight_space, work_space_size, work_space, reserve_space_size, reserve_space)
 
 
 def rnn_backward_data(handle: int, rnn_desc: int, dev_seq_lengths: int, y_desc: int, y: int, dy: int, x_desc: int,
                       dx: int, h_desc: int, hx: int, dhy: int, dhx: int, c_desc: int, cx: int, dcy: int, dcx: int,
                       weight_space_size: int, weight_space: int, work_space_size: int, work_space: int,
                       reserve_space_size: int, reserve_space: int) -> None:
-    """See ``cudnnRNNBackwardData_v8`` (parameters named as in the header). Addresses of 0 are passed as NULL."""
+    """See ``cudnnRNNBackwardData_v8`` (parameters named as in the header). Addresses of 0 are NULL."""
     _call("cudnnRNNBackwardData_v8", handle, rnn_desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy,
-          dhx, c_desc, cx or None, dcy or None, dcx or None, weight_space_size, weight_space, work_space_size,
-          work_space or None, reserve_space_size, reserve_space)
+          dhx, c_desc, cx, dcy, dcx, weight_space_size, weight_space, work_space_size, work_space, reserve_space_size,
+          reserve_space)
 
 
 def rnn_backward_weights(handle: int, rnn_desc: int, add_grad: WgradMode, dev_seq_lengths: int, x_desc: int, x: int,
@@ -776,8 +775,7 @@ def rnn_backward_weights(handle: int, rnn_desc: int, add_grad: WgradMode, dev_se
                          reserve_space: int) -> None:
     """See ``cudnnRNNBackwardWeights_v8`` (order: weight space pair, workspace pair, reserve pair)."""
     _call("cudnnRNNBackwardWeights_v8", handle, rnn_desc, add_grad, dev_seq_lengths, x_desc, x, h_desc, hx, y_desc,
-          y, weight_space_size, dweight_space, work_space_size, work_space or None, reserve_space_size,
-          reserve_space)
+          y, weight_space_size, dweight_space, work_space_size, work_space, reserve_space_size, reserve_space)
 
 
 # ==== the CUDA driver, for reporting only ======================================================
