@@ -83,14 +83,15 @@ def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: An
         notes.approximate(
             f"the candidate's recurrent bias bR_n, scaled by r in cuDNN's GRU, was added unscaled to "
             f"{candidate_bias} = bW_n + bR_n: exact only where r == 1.")
-    stitched = xp.concatenate([cell.input, cell.recurrent], axis=1)  # [3N, I + N], rows r, u, n
-    bias = cell.input_bias + cell.recurrent_bias
-    return {
-        "w_ru": xp.ascontiguousarray(reorder_gates(stitched, gates, ("r", "u"), xp).T),
-        "w_c": xp.ascontiguousarray(reorder_gates(stitched, gates, ("n",), xp).T),
-        "b_ru": reorder_gates(bias, gates, ("r", "u"), xp),
-        "b_c": reorder_gates(bias, gates, ("n",), xp),
-    }
+    stitched = xp.concatenate([cell.input, cell.recurrent], axis=1).T  # [I + N, 3N], columns r, u, n
+    return _tensors(stitched, cell.input_bias + cell.recurrent_bias, gates, xp)
+
+
+def _tensors(stitched: Array, bias: Array, order: Sequence[str], xp: Any) -> dict[str, Array]:
+    """This format's tensors of a kernel [I + N, 3N] (rows x then h) and a bias [3N], gate blocks in ``order``."""
+    return {"w_ru": xp.ascontiguousarray(reorder_gates(stitched, order, ("r", "u"), xp, axis=1)),
+            "w_c": xp.ascontiguousarray(reorder_gates(stitched, order, ("n",), xp, axis=1)),
+            "b_ru": reorder_gates(bias, order, ("r", "u"), xp), "b_c": reorder_gates(bias, order, ("n",), xp)}
 
 
 def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: Any,
@@ -115,14 +116,7 @@ def keras_reset_before_to_gru_block_cell(kernel: Array, recurrent_kernel: Array,
     """
     if bias is None:
         bias = xp.zeros(kernel.shape[1], kernel.dtype)
-    stitched = xp.concatenate([kernel, recurrent_kernel], axis=0)  # [I + N, 3N], rows x then h
-    keras = KERAS_GATE_ORDERS["gru"]
-    return {
-        "w_ru": xp.ascontiguousarray(reorder_gates(stitched, keras, ("r", "u"), xp, axis=1)),
-        "w_c": xp.ascontiguousarray(reorder_gates(stitched, keras, ("n",), xp, axis=1)),
-        "b_ru": reorder_gates(bias, keras, ("r", "u"), xp),
-        "b_c": reorder_gates(bias, keras, ("n",), xp),
-    }
+    return _tensors(xp.concatenate([kernel, recurrent_kernel], axis=0), bias, KERAS_GATE_ORDERS["gru"], xp)
 
 
 refusal = refusal_for("gru_block_cell")
