@@ -426,16 +426,9 @@ class RecurrentLayer:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], *, xp: types.ModuleType | None = None) -> "RecurrentLayer":
-        """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``.
-
-        Args:
-            state: as :meth:`load_state_dict` takes it.
-            xp: as for :meth:`load`.
-
-        Raises:
-            ValueError: ``state`` is malformed, or holds another kind of layer than ``cls``.
-            TypeError: ``state``'s params is not an array, or ``xp`` is not numpy or cupy.
-        """
+        """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``: ``state`` as
+        :meth:`load_state_dict` takes and refuses it (another kind of layer than ``cls``'s, too), ``xp`` as for
+        :meth:`load`."""
         saved = parse_layer_state(state, "state_dict")
         params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
         layer = cls._from_saved(saved.config, params, saved.step, xp, "state_dict", "from_state_dict")

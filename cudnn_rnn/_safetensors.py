@@ -277,15 +277,9 @@ def read_layout(path: str | os.PathLike[str]) -> Layout:
 
 
 def decode(blob: bytes | bytearray) -> tuple[Layout, dict[str, np.ndarray]]:
-    """The checked layout and every array of a safetensors file's bytes (read by the package).
-
-    Returns:
-        ``(layout, arrays)``: each array writable, of its entry's little-endian dtype and shape,
-        in header order (bfloat16 needs ml_dtypes).
-
-    Raises:
-        SafetensorsError: as :func:`read_layout`.
-    """
+    """``(layout, arrays)`` of a safetensors file's bytes, checked and refused as :func:`read_layout` does (the
+    package reads them): each array writable, of its entry's little-endian dtype and shape, in header order
+    (bfloat16 needs ml_dtypes)."""
     import safetensors
 
     length = header_length(bytes(blob[:HEADER_LENGTH.size]), len(blob))

@@ -92,19 +92,11 @@ class CheckpointManager:
         """Write the checkpoint of ``step``, then remove the oldest so that ``keep`` remain.
 
         A file of the same step is replaced. Files of later steps (a run resumed from an earlier
-        checkpoint) are left alone until this run replaces them.
-
-        Args:
-            step: the step number, a non-negative integer; stored in the file and its name.
-            **parts: :func:`cudnn_rnn.checkpoint.save`'s ``layers``, ``optimizers``, ``arrays``
-                and ``state``.
+        checkpoint) are left alone until this run replaces them. ``step`` (stored in the file and its
+        name) and ``parts`` are what :func:`cudnn_rnn.checkpoint.save` takes, and its errors are save's.
 
         Returns:
             The file written, or None on a rank that does not write.
-
-        Raises:
-            ValueError: ``step`` is not an integer in [0, 2**63), or as :func:`cudnn_rnn.checkpoint.save`.
-            TypeError: as :func:`cudnn_rnn.checkpoint.save`.
         """
         step = checked_count("step", step)
         if not self.writes:

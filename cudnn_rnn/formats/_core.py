@@ -476,11 +476,8 @@ def check_params(params: object, config: RNNConfig) -> Any:
 
 
 def check_tensors(fmt: str, tensors: object, shapes: dict[str, tuple[int, ...]], config: RNNConfig) -> tuple[Any, Any]:
-    """Check that ``tensors`` holds exactly the expected names, shapes and one float dtype.
-
-    Returns ``(xp, dtype)``. Raises ValueError for missing or unexpected names and wrong shapes,
-    TypeError for non-arrays, mixed kinds or dtypes.
-    """
+    """``(xp, dtype)`` of ``tensors``, which must hold exactly the names and shapes of ``shapes`` and one float dtype
+    (the errors ``from_format`` lists)."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of name -> array for format {fmt!r}; got {type(tensors).__name__}")
     missing = [name for name in shapes if name not in tensors]

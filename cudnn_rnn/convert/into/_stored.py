@@ -1,9 +1,8 @@
 """Tensors where a file stores them (:class:`StoredTensor`), and writing new values there in place.
 
 A stored tensor is found by a locator (``_torch_zip.state_dicts``, the Keras reader's ``locate``,
-``safetensors_places``) in a file that was read and checked first; :func:`patch` checks again
-that every byte it writes lies inside the file. Only stored (uncompressed) zip members can be
-patched in place; the archive's bytes outside the patched data and checksums stay as they are.
+``safetensors_places``) in a file that was read and checked first; :func:`patch` and
+:func:`fix_zip_checksums` check again what they may write, and write nothing else.
 """
 
 from __future__ import annotations
