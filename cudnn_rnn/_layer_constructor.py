@@ -28,22 +28,24 @@ class _Meaning:
     modes: tuple[str, ...] = ()
 
 
-#: argument -> what it means, in the docstrings of every class that takes it (an RNNConfig field's: what it means there)
+#: argument -> what it means, in the docstrings of every class that takes it
 _MEANINGS: dict[str, _Meaning] = {
-    "input_size": _Meaning("I, as :class:`cudnn_rnn.RNNConfig` takes it."),
-    "num_units": _Meaning("N, as :class:`cudnn_rnn.RNNConfig` takes it."),
-    "num_layers": _Meaning("L, as :class:`cudnn_rnn.RNNConfig` takes it."),
-    "rnn_mode": _Meaning("as :class:`cudnn_rnn.RNNConfig` takes it."),
+    "input_size": _Meaning("I, the width of each input step."),
+    "num_units": _Meaning("N, the width of each cell's state."),
+    "num_layers": _Meaning("L, the number of stacked layers."),
+    "rnn_mode": _Meaning('``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.'),
     "bidirectional": _Meaning("D = 2 if True."),
-    "num_proj": _Meaning("P, as :class:`cudnn_rnn.RNNConfig` takes it.", ("lstm",)),
-    "dropout": _Meaning("as :class:`cudnn_rnn.RNNConfig` takes it."),
-    "input_mode": _Meaning("as :class:`cudnn_rnn.RNNConfig` takes it."),
-    "dtype": _Meaning("as :class:`cudnn_rnn.RNNConfig` takes it."),
+    "num_proj": _Meaning("P < N to project an LSTM's emitted state (0: none).", ("lstm",)),
+    "dropout": _Meaning("in [0, 1), on the outputs of every layer but the last, while training."),
+    "input_mode": _Meaning('``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.'),
+    "dtype": _Meaning('``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype; '
+                      "bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32)."),
     "xp": _Meaning("numpy (the default; reference backend) or cupy (cuDNN)."),
     "seed": _Meaning("initialisation and dropout seed (a C int)."),
     "unit_forget_bias": _Meaning("put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).",
                                  ("lstm",)),
-    "algo": _Meaning("as :class:`cudnn_rnn.RNNConfig` takes it."),
+    "algo": _Meaning('cuDNN\'s algorithm (``"standard"``, the persistent ones or ``"auto"``; see '
+                     ":data:`cudnn_rnn.config.ALGOS`); the same math whichever runs."),
 }
 
 #: what every constructor raises; ``{mode}`` is where a class with a mode argument names it
