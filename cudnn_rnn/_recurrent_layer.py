@@ -6,7 +6,7 @@ import inspect
 import os
 import types
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -119,9 +119,21 @@ class RecurrentLayer:
         cls.__signature__ = class_signature(RecurrentLayer.__signature__, cls.modes, cls._mode_argument, cls._defaults)
         cls.__doc__ = class_doc(cls.__doc__, cls.__signature__, cls._mode_argument)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Build the layer: the arguments of the class's signature, documented on the class."""
-        arguments = self.__signature__.bind(*args, **kwargs)
+    if TYPE_CHECKING:  # what a type checker sees: every class's arguments together (each class refuses the others)
+        def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str = ...,
+                     activation: str = ..., bidirectional: bool = ..., num_proj: int = ..., dropout: float = ...,
+                     input_mode: str = ..., dtype: object = ..., xp: types.ModuleType | None = ..., seed: int = ...,
+                     unit_forget_bias: bool = ..., algo: str = ...) -> None: ...
+    else:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            """Build the layer: the arguments of the class's signature, documented on the class."""
+            self._construct(args, kwargs)
+
+    def _construct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            arguments = self.__signature__.bind(*args, **kwargs)
+        except TypeError as error:  # Python's words, naming the class as a call of __init__ would
+            raise TypeError(f"{type(self).__name__}() {error}") from None
         arguments.apply_defaults()
         options = arguments.arguments
         if "rnn_mode" not in options:

@@ -397,8 +397,10 @@ def test_each_class_shows_and_documents_its_own_constructor_arguments(cls: type[
     if "unit_forget_bias" in parameters:  # an LSTM's forget gate starts at 1.0, the base's (any mode) at 0.0
         assert parameters["unit_forget_bias"].default is (cls is LSTM)
     for name in set(CONSTRUCTOR_OPTIONS[RecurrentLayer]) - set(parameters):
-        with pytest.raises(TypeError, match=name):
+        with pytest.raises(TypeError, match=f"^{cls.__name__}\\(\\) got an unexpected keyword argument '{name}'$"):
             cls(3, 4, **{name: 2})
+    with pytest.raises(TypeError, match=f"^{cls.__name__}\\(\\) missing a required argument: 'num_units'$"):
+        cls(3)
 
 
 # ---- export through cudnn_rnn.convert ------------------------------------------------------------

@@ -27,6 +27,20 @@ def test_mypy_strict_finds_nothing(tmp_path: Path) -> None:
     assert "Success: no issues found" in result.stdout, result.stdout
 
 
+def test_a_type_checker_checks_the_layers_constructor_arguments(tmp_path: Path) -> None:
+    # the classes take their arguments through one constructor; a type checker still sees their names and types
+    shutil.copytree(PACKAGE, tmp_path / "cudnn_rnn", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "user.py").write_text("from cudnn_rnn import GRU, LSTM\n"
+                                      "LSTM(3, 4, 2, bidirectional=True, num_proj=2, dtype='float64')\n"
+                                      "GRU(3, 4, bogus=1)\n"
+                                      "LSTM('3', 4)\n")
+    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
+                             "--no-incremental", "user.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[:2] for line in errors] == [["user.py", "3"], ["user.py", "4"]], result.stdout
+    assert 'Unexpected keyword argument "bogus"' in errors[0] and '"str"' in errors[1], result.stdout
+
+
 def test_the_settings_are_strict_with_no_blanket_ignores() -> None:
     """What the check above means: strict mode on, and no module of the package told to be quiet."""
     import tomllib
