@@ -119,6 +119,7 @@ def main(argv: list[str]) -> None:
         raise RuntimeError("rank 1 fails on purpose")
     results = {case: train(case, rank, world) for case in CASES}
     torch.save(results, folder / f"rank{rank}.pt")
+    dist.barrier()  # every rank done before any leaves the group (gloo may abort a rank whose peer left first)
     dist.destroy_process_group()
 
 
