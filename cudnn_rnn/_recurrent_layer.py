@@ -127,19 +127,16 @@ class RecurrentLayer:
     else:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             """Build the layer: the arguments of the class's signature, documented on the class."""
-            self._construct(args, kwargs)
-
-    def _construct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        try:
-            arguments = self.__signature__.bind(*args, **kwargs)
-        except TypeError as error:  # Python's words, naming the class as a call of __init__ would
-            raise TypeError(f"{type(self).__name__}() {error}") from None
-        arguments.apply_defaults()
-        options = arguments.arguments
-        if "rnn_mode" not in options:
-            chooser = self._mode_argument
-            options["rnn_mode"] = self.modes[0] if chooser is None else chooser.mode(options.pop(chooser.name))
-        self._build(**options)
+            try:
+                arguments = self.__signature__.bind(*args, **kwargs)
+            except TypeError as error:  # Python's words, naming the class as a call of __init__ would
+                raise TypeError(f"{type(self).__name__}() {error}") from None
+            arguments.apply_defaults()
+            options = arguments.arguments
+            if "rnn_mode" not in options:
+                chooser = self._mode_argument
+                options["rnn_mode"] = self.modes[0] if chooser is None else chooser.mode(options.pop(chooser.name))
+            self._build(**options)
 
     def _build(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
                bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
