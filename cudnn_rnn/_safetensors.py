@@ -90,6 +90,12 @@ class SafetensorsError(ValueError):
         return (type(self), (self.reason,))
 
 
+def _dtype(code: str) -> np.dtype:
+    """The little-endian NumPy dtype of a safetensors dtype code (``BF16``: ml_dtypes', imported here)."""
+    dtype: np.dtype = _dtypes.numpy_dtype(_NAMES[code]).newbyteorder("<")
+    return dtype
+
+
 @dataclass(frozen=True)
 class Entry:
     """One array of a safetensors file, as its header declares it (checked).
@@ -111,8 +117,7 @@ class Entry:
     @property
     def dtype(self) -> np.dtype:
         """The little-endian NumPy dtype (``bfloat16`` needs ml_dtypes, imported here)."""
-        dtype: np.dtype = _dtypes.numpy_dtype(_NAMES[self.code]).newbyteorder("<")
-        return dtype
+        return _dtype(self.code)
 
     @property
     def dtype_name(self) -> str:
@@ -292,7 +297,7 @@ def decode(blob: bytes | bytearray) -> tuple[Layout, dict[str, np.ndarray]]:
         failure = str(error)
     layout = _layout(bytes(blob[HEADER_LENGTH.size:HEADER_LENGTH.size + length]), len(blob), failure)
     found: dict[str, np.ndarray] = {}
-    dtypes = {code: Entry("", code, (), 0, 0).dtype for code in {entry.code for entry in layout.entries.values()}}
+    dtypes = {code: _dtype(code) for code in {entry.code for entry in layout.entries.values()}}
     while tensors:  # (each buffer becomes its array: nothing is copied again)
         name, tensor = tensors.pop()
         entry = layout.entries.get(name)
