@@ -74,7 +74,7 @@ Step = Callable[[], None]
 # ---- the two sides ------------------------------------------------------------------------------
 def _use_precision(precision: str) -> str:
     """Set both sides' TF32 switches for ``precision``; returns the dtype name."""
-    from cudnn_rnn import _cudnn_settings
+    from cudnn_rnn._cudnn import _settings as _cudnn_settings
 
     tf32 = precision == "tf32"
     _cudnn_settings.allow_tf32(tf32)
@@ -263,8 +263,8 @@ def _dropout_step_costs(small_step_ms: float, calls: int = 50) -> dict[str, Any]
     import cupy
 
     import cudnn_rnn
-    from cudnn_rnn import _cudnn_cache
-    from cudnn_rnn._dropout_rng import DropoutRNG
+    from cudnn_rnn._cudnn import _cache as _cudnn_cache
+    from cudnn_rnn._cudnn._dropout_rng import DropoutRNG
 
     _use_precision("fp32")
     hidden, inputs, layers = SMALL.hidden, SMALL.inputs, 2
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import cupy
 
-    from cudnn_rnn import _cudnn_settings, _lib
+    from cudnn_rnn._cudnn import _settings as _cudnn_settings, _lib
 
     try:
         import torch

@@ -1,6 +1,6 @@
 """The reference backend at another git revision against the working tree: one training step each.
 
-Loads ``cudnn_rnn/_reference.py`` (and ``_cells.py``, ``_reserve.py`` where that revision has them) as it was at REV,
+Loads the reference backend (and its ``_cells``, ``_reserve`` where that revision has them) as it was at REV,
 beside the working tree's, and times ``cudnn_rnn_v3`` + ``cudnn_rnn_backprop_v3`` through each in
 turns in one process (the bench_cpu configurations, time-major, with their dropout). Both must agree on the
 output, input and weight gradients (relative to their max: 1e-5 in float32, 1e-12 in float64).
@@ -30,50 +30,65 @@ import bench_cpu  # noqa: E402
 from _bench_configs import Bench  # noqa: E402
 from _bench_report import interleaved_ms  # noqa: E402
 
-from cudnn_rnn import _reference  # noqa: E402
+from cudnn_rnn.cpu import _backend as _reference  # noqa: E402
 
 #: what ops.py calls in the backend module
 ENTRY_POINTS = ("forward", "backward")
 
 
-#: the reference backend's sibling modules taken from the revision too (where it has them): its cell
-#: math, and its reserve header (the working tree's ops still record and check each reserve by identity)
-REVISION_SIBLINGS = ("_cells", "_reserve")
+#: where the reference backend has lived (module, file), newest first: a revision has one of them
+BACKEND_PLACES = (("cudnn_rnn.cpu._backend", "cudnn_rnn/cpu/_backend.py"),
+                  ("cudnn_rnn._reference", "cudnn_rnn/_reference.py"))
+
+#: the backend's sibling modules taken from the revision too (where it has them), each where it has lived: its
+#: cell math, and its reserve header (the working tree's ops still record and check each reserve by identity)
+SIBLING_PLACES = (("cudnn_rnn.cpu._cells", "cudnn_rnn/cpu/_cells.py"), ("cudnn_rnn._cells", "cudnn_rnn/_cells.py"),
+                  ("cudnn_rnn._reserve", "cudnn_rnn/_reserve.py"))
 
 
 def backend_at(revision: str) -> types.ModuleType:
-    """``cudnn_rnn._reference`` as it was at ``revision``, as a module of the package (its imports of
-    ``config``, ``layout`` ... resolve to the working tree's; :data:`REVISION_SIBLINGS` to the revision's)."""
+    """The reference backend as it was at ``revision``, as a module of the package (its imports of
+    ``config``, ``layout`` ... resolve to the working tree's; :data:`SIBLING_PLACES` to the revision's)."""
 
     def source(path: str) -> str | None:
         result = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=HERE.parent, capture_output=True, text=True)
         return result.stdout if result.returncode == 0 else None
 
-    reference = source("cudnn_rnn/_reference.py")
-    if reference is None:
-        raise SystemExit(f"no cudnn_rnn/_reference.py at {revision!r}")
+    found = [(module, text) for module, path in BACKEND_PLACES if (text := source(path)) is not None]
+    if not found:
+        raise SystemExit(f"no reference backend ({' or '.join(path for _, path in BACKEND_PLACES)}) at {revision!r}")
     tag = f"at_{abs(hash(revision))}"
-    siblings = {name: text for name in REVISION_SIBLINGS if (text := source(f"cudnn_rnn/{name}.py")) is not None}
-    for name, text in siblings.items():  # each under its own name, imported by the revision's modules
-        _load(f"cudnn_rnn.{name}_{tag}", _with_siblings(text, siblings, tag), "cudnn_rnn")
-    return _load(f"cudnn_rnn._reference_{tag}", _with_siblings(reference, siblings, tag), "cudnn_rnn")
+    siblings = {module: text for module, path in SIBLING_PLACES if (text := source(path)) is not None}
+    for module, text in siblings.items():  # each under its own name, imported by the revision's modules
+        _load(f"{module}_{tag}", _with_siblings(text, module, set(siblings), tag))
+    backend, text = found[0]
+    return _load(f"{backend}_{tag}", _with_siblings(text, backend, set(siblings), tag))
 
 
-def _with_siblings(text: str, siblings: dict[str, str], tag: str) -> str:
-    """``text`` with its ``from . import a, b`` lines taking the revision's own copy of each sibling."""
+def _with_siblings(text: str, module: str, siblings: set[str], tag: str) -> str:
+    """``text`` (of ``module``) with its relative imports of a sibling (``from . import a``, ``from .a import x``)
+    taking the revision's copy of it."""
 
-    def rewrite(match: re.Match[str]) -> str:
-        names = [name.strip() for name in match[1].split(",")]
-        return "from . import " + ", ".join(f"{name}_{tag} as {name}" if name in siblings else name for name in names)
+    def sibling(dots: str, name: str) -> bool:
+        return f"{module.rsplit('.', len(dots))[0]}.{name}" in siblings
 
-    return re.sub(r"^from \. import ([\w, ]+)$", rewrite, text, flags=re.M)
+    def rewrite_names(match: re.Match[str]) -> str:
+        names = [name.strip() for name in match[2].split(",")]
+        return f"from {match[1]} import " + ", ".join(
+            f"{name}_{tag} as {name}" if sibling(match[1], name) else name for name in names)
+
+    def rewrite_module(match: re.Match[str]) -> str:
+        return f"from {match[1]}{match[2]}_{tag} import" if sibling(match[1], match[2]) else match[0]
+
+    text = re.sub(r"^from (\.+) import ([\w, ]+)$", rewrite_names, text, flags=re.M)
+    return re.sub(r"^from (\.+)(\w+) import", rewrite_module, text, flags=re.M)
 
 
-def _load(name: str, text: str, package: str) -> types.ModuleType:
+def _load(name: str, text: str) -> types.ModuleType:
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = package
+    module.__package__ = name.rpartition(".")[0]
     sys.modules[name] = module
     exec(compile(text, f"<{name}>", "exec"), module.__dict__)
     return module

@@ -61,14 +61,14 @@ class Signature:
         if self.max_time == 0 or self.batch == 0:
             return head
         if platform == "cpu":
-            from ._reference import ReserveLayout
+            from .cpu._backend import ReserveLayout
 
             return head + ReserveLayout.build(config, self.max_time, self.batch).size
-        from . import _cudnn
-        from ._cudnn_streams import import_cupy
+        from ._cudnn import _backend as cudnn_backend
+        from ._cudnn._streams import import_cupy
 
         run_time_major = self.time_major or config.algo in PERSISTENT_ALGOS  # as ops' run_time_major on cuDNN
-        return _cudnn.reserve_elements(config, self.max_time, self.batch, run_time_major,
+        return cudnn_backend.reserve_elements(config, self.max_time, self.batch, run_time_major,
                                        import_cupy().cuda.Device().id)
 
 

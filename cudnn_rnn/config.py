@@ -37,6 +37,7 @@ __all__ = [
     "ALGOS",
     "PERSISTENT_ALGOS",
     "RNNConfig",
+    "check_config",
     "LayoutKey",
     "tf_seed64",
     "resolve_input_mode",
@@ -105,7 +106,7 @@ DTYPE_PACKAGES: dict[str, str] = _dtypes.PACKAGES
 
 #: The names of cuDNN's RNN algorithms (``cudnnRNNAlgo_t`` CUDNN_RNN_ALGO_<NAME>), and ``"auto"``, with
 #: which the cuDNN backend picks one per call from what the GPU benchmark measured
-#: (``_cudnn_settings.AUTO_RULES``), the standard one where it measured nothing. The reference
+#: (``_cudnn._settings.AUTO_RULES``), the standard one where it measured nothing. The reference
 #: backend computes the same math for all.
 ALGOS: tuple[str, ...] = ("standard", "persist_static", "persist_dynamic", "persist_static_small_h", "auto")
 
@@ -438,3 +439,10 @@ class RNNConfig:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         fields.update(changes)
         return RNNConfig(**fields)
+
+
+def check_config(config: object) -> RNNConfig:
+    """``config`` itself when it is an :class:`RNNConfig`; else TypeError naming the argument ``config``."""
+    if not isinstance(config, RNNConfig):
+        raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
+    return config

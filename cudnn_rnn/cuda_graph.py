@@ -55,8 +55,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from . import _graph_watch
-from ._cudnn_streams import import_cupy, keeping_buffers_alive
+from ._cudnn import _graph_watch
+from ._cudnn._streams import import_cupy, keeping_buffers_alive
 
 __all__ = ["ON_NEW_LENGTHS", "CapturedStep", "capture"]
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _cudnn_settings, _lib, cpu
-from ._cudnn_streams import device_name
-from ._descriptors import Handle
+from . import cpu
+from ._cudnn import _lib, _settings
+from ._cudnn._descriptors import Handle
+from ._cudnn._streams import device_name
 from .errors import CudnnError, CudnnNotAvailableError
 
 __all__ = ["collect", "cudnn_backend_problem", "GPU_EXTRA_HINT"]
@@ -118,7 +119,7 @@ def collect() -> dict[str, Any]:
         "cupy": cupy_facts,
         "cudnn": cudnn_facts,
         "cuda_driver": _cuda_version(driver) if driver else None,
-        "tf32_allowed": _cudnn_settings.tf32_allowed(),
+        "tf32_allowed": _settings.tf32_allowed(),
         "cpu": cpu.describe(),
         "backends": {"numpy (reference)": "usable",
                      "cupy (cuDNN)": _cudnn_backend_status(cupy_facts, cudnn_facts)},

@@ -11,7 +11,7 @@ device the caller has current.
 Host synchronisation: none with NumPy ``sequence_lengths`` (or None); CuPy lengths are read back
 (cuDNN's data descriptors take them from host memory). A step recorded as a CUDA graph
 (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays tells the
-recording which lengths and shapes its graph freezes (``_graph_watch``). Shapes: the table of
+recording which lengths and shapes its graph freezes (``_cudnn._graph_watch``). Shapes: the table of
 :func:`cudnn_rnn_v3`; the layer classes' forward: :func:`forward_with_rng`.
 """
 
@@ -20,16 +20,19 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _graph_watch, _reserve
+from . import _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
 from ._checks import flag
-from ._dropout_rng import DropoutRNG
+from ._cudnn import _graph_watch
 from ._signature import check_head, signature
 from .config import PERSISTENT_ALGOS, RNNConfig
+
+if TYPE_CHECKING:
+    from ._cudnn._dropout_rng import DropoutRNG
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
 
@@ -84,12 +87,12 @@ class _ValidatedCall:
 
     def backend(self) -> types.ModuleType:
         if self.xp is np:
-            from . import _reference
+            from .cpu import _backend as reference_backend
 
-            return _reference
-        from . import _cudnn
+            return reference_backend
+        from ._cudnn import _backend as cudnn_backend
 
-        return _cudnn
+        return cudnn_backend
 
     @property
     def run_time_major(self) -> bool:
@@ -279,7 +282,7 @@ def forward_with_rng(input: Array, input_h: Array, input_c: Array | None, params
 
     With ``dropout_rng`` None this is :func:`cudnn_rnn_v3`. Otherwise the cuDNN backend draws the
     dropout masks from ``dropout_rng``, seeded from (seed, seed2) at its first training forward on
-    a GPU and advancing from call to call (see ``_dropout_rng``); the reference backend draws them
+    a GPU and advancing from call to call (see ``_cudnn._dropout_rng``); the reference backend draws them
     from (seed, seed2) as always. Arguments, results and errors as :func:`cudnn_rnn_v3`'s.
     """
     call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,

@@ -36,7 +36,7 @@ import numpy as np
 
 from ._arrays import Array, array_kind, to_host
 from ._checks import checked_count
-from ._dropout_rng import checked_state
+from ._cudnn._dropout_rng import checked_state
 from ._dtypes import BY_NAME, PACKAGES
 from .config import RNNConfig, numpy_dtype
 from .files import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, atomic_write, read_bytes

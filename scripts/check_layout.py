@@ -1,6 +1,6 @@
 """Compare the params layout table with cuDNN itself, on this GPU, over the layout-check grid.
 
-For every configuration of ``cudnn_rnn._cudnn_layout_check.layout_check_configs()`` (every mode, 1-3 layers,
+For every configuration of ``cudnn_rnn._cudnn._layout_check.layout_check_configs()`` (every mode, 1-3 layers,
 both directions, linear/skip input, LSTM projection, each dtype) it asks
 cudnnGetRNNWeightSpaceSize and cudnnGetRNNWeightParams and prints OK, the differences, SKIPPED
 (a dtype this cuDNN or GPU cannot run) or FAILED with the error; one failing configuration hides
@@ -27,7 +27,7 @@ def main() -> int:
     if problem is not None:
         print(f"check_layout.py needs a CUDA GPU with CuPy and cuDNN 9; here: {problem}", file=sys.stderr)
         return 2
-    from cudnn_rnn import _cudnn_layout_check
+    from cudnn_rnn._cudnn import _layout_check as _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
     results = _cudnn_layout_check.check_layout_grid()

@@ -177,7 +177,7 @@ def step_graph() -> str:
 
 
 def step_layout() -> str:
-    from cudnn_rnn import _cudnn_layout_check
+    from cudnn_rnn._cudnn import _layout_check as _cudnn_layout_check
     from cudnn_rnn.layout import UNCONFIRMED
 
     results = _cudnn_layout_check.check_layout_grid()  # each configuration on its own: one error hides nothing
@@ -205,8 +205,8 @@ def step_bfloat16_math() -> str:
     """Which math types cuDNN runs bfloat16 RNNs with on this GPU; the one the settings table names must run."""
     import dataclasses
 
-    from cudnn_rnn import _cudnn_settings
-    from cudnn_rnn._lib import MathType, library
+    from cudnn_rnn._cudnn import _settings as _cudnn_settings
+    from cudnn_rnn._cudnn._lib import MathType, library
 
     refusal = _cudnn_settings.dtype_refusal("bfloat16", library().version, _cudnn_settings.compute_capability(0))
     if refusal is not None:

@@ -1,7 +1,8 @@
 """Fixtures shared by every test. Shared functions and classes live in tests/support/, one module per
 kind of test (``rnn_testing`` for all, ``fake_gpu`` and ``cudnn_testing`` for the cuDNN binding's host
 tests, ``mpi_jobs`` and ``training_case`` for the MPI jobs, ``gpu_support`` for tests/gpu,
-``convert_testing`` for the conversion oracles).
+``convert_testing`` for the conversion oracles, ``tf_checkpoint_testing`` for the TensorFlow checkpoint
+reader's).
 
 This file puts tests/support/ on ``sys.path`` for every test, so any test imports a helper by name
 (``from rnn_testing import Case``); scripts that run outside pytest put it there themselves.
@@ -24,7 +25,7 @@ sys.path.insert(0, str(SUPPORT))
 # arrays) needs room beside it, whichever test first starts JAX on a GPU
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from cudnn_rnn import _cudnn_cache  # noqa: E402
+from cudnn_rnn._cudnn import _cache as _cudnn_cache  # noqa: E402
 from fake_gpu import FakeCudnn, install  # noqa: E402
 from rnn_testing import stable_seed  # noqa: E402
 

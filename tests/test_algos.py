@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn_cache, _cudnn_settings, _lib, ops
-from cudnn_rnn._cudnn_settings import AutoRule, choose_algo
+from cudnn_rnn._cudnn import _cache as _cudnn_cache, _settings as _cudnn_settings, _lib
+from cudnn_rnn import ops
+from cudnn_rnn._cudnn._settings import AutoRule, choose_algo
 from cudnn_rnn.config import ALGOS, PERSISTENT_ALGOS, RNNConfig
 from cudnn_rnn.errors import CudnnError
 from cudnn_rnn.layers import GRU, LSTM, RNN, RecurrentLayer

@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn_settings, _descriptors, _lib, checkpoint
+from cudnn_rnn._cudnn import _settings as _cudnn_settings, _descriptors, _lib
+from cudnn_rnn import checkpoint
 from cudnn_rnn.config import RNNConfig, numpy_dtype
 from cudnn_rnn.convert import export_onnx, read_file, to_format
 from cudnn_rnn.errors import CudnnError

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cells
+from cudnn_rnn.cpu import _cells
 
 MODES = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}

@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn_cache, cuda_graph
+from cudnn_rnn._cudnn import _cache as _cudnn_cache
+from cudnn_rnn import cuda_graph
 from cudnn_testing import DROPPY, device_arrays, train_step
 from fake_gpu import FakeCudnn, to_device
 from rnn_testing import Arrays

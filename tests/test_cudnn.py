@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cudnn, _lib, _reserve
+from cudnn_rnn._cudnn import _backend as _cudnn, _lib
+from cudnn_rnn import _reserve
 from cudnn_rnn.config import RNNConfig
 from cudnn_testing import LSTMP, backend_forward, backend_inputs
 from fake_gpu import FakeCudnn, to_device

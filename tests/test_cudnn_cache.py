@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cudnn_rnn import _cudnn_cache, _cudnn_settings
-from cudnn_rnn._cudnn_cache import NetworkKey
-from cudnn_rnn._lib import MathType
+from cudnn_rnn._cudnn import _cache as _cudnn_cache, _settings as _cudnn_settings
+from cudnn_rnn._cudnn._cache import NetworkKey
+from cudnn_rnn._cudnn._lib import MathType
 from cudnn_rnn.config import RNNConfig
 from cudnn_testing import LSTMP, backend_forward, backend_inputs
 from fake_gpu import FakeCudnn

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cudnn, _cudnn_cache, cuda_graph
+from cudnn_rnn._cudnn import _backend as _cudnn, _cache as _cudnn_cache
+from cudnn_rnn import cuda_graph
 from cudnn_rnn.optim import SGD
 from cudnn_testing import DROPPY, device_arrays, train_step
 from fake_gpu import FakeCudnn, ndarray, to_device

@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from cudnn_rnn import _cudnn_cache
-from cudnn_rnn._cudnn_layout_check import check_layout_against_cudnn, cudnn_layout_facts, layout_check_configs
+from cudnn_rnn._cudnn import _cache as _cudnn_cache
+from cudnn_rnn._cudnn._layout_check import check_layout_against_cudnn, cudnn_layout_facts, layout_check_configs
 from cudnn_rnn.config import RNNConfig
 from cudnn_testing import LSTMP, backend_forward, backend_inputs
 from fake_gpu import FakeCudnn, install

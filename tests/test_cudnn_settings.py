@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from cudnn_rnn import _cudnn_settings, _descriptors, _lib
-from cudnn_rnn._cudnn_cache import NetworkKey
-from cudnn_rnn._cudnn_layout_check import layout_check_configs
+from cudnn_rnn._cudnn import _settings as _cudnn_settings, _descriptors, _lib
+from cudnn_rnn._cudnn._cache import NetworkKey
+from cudnn_rnn._cudnn._layout_check import layout_check_configs
 from cudnn_rnn.config import RNNConfig
 from cudnn_testing import REPO, needs_library
 
@@ -35,7 +35,7 @@ def test_math_type_per_dtype_and_tf32_opt_in(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_tf32_environment_default() -> None:
-    code = "from cudnn_rnn import _cudnn_settings; print(_cudnn_settings.tf32_allowed())"
+    code = "from cudnn_rnn._cudnn import _settings; print(_settings.tf32_allowed())"
     for value, expected in (("1", "True"), ("0", "False"), ("", "False")):
         env = {**os.environ, "CUDNN_RNN_ALLOW_TF32": value}
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO,

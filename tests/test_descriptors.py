@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from cudnn_rnn import _descriptors, _lib
-from cudnn_rnn._descriptors import LRUCache, Resource, live_counts
+from cudnn_rnn._cudnn import _descriptors, _lib
+from cudnn_rnn._cudnn._descriptors import LRUCache, Resource, live_counts
 from cudnn_rnn.errors import CudnnError
 from cudnn_testing import needs_library
 

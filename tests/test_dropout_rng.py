@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import LSTM, _bridge, _cudnn_cache, _lib, checkpoint
-from cudnn_rnn._dropout_rng import DropoutRNG
+from cudnn_rnn import LSTM, _bridge, checkpoint
+from cudnn_rnn._cudnn import _cache as _cudnn_cache, _lib
+from cudnn_rnn._cudnn._dropout_rng import DropoutRNG
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.cuda_graph import capture
 from fake_gpu import FakeCudnn, FakeStream, to_device

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import _dtypes, config
-from cudnn_rnn._lib import DataType
+from cudnn_rnn._cudnn._lib import DataType
 
 
 def test_every_params_type_has_every_name() -> None:

@@ -137,7 +137,7 @@ def test_the_exponential_is_within_two_units_in_the_last_place() -> None:
     float64 exp (itself within 1 of the exact value) in float64; inf, 0 and NaN where they belong."""
     from numba import njit
 
-    from cudnn_rnn._fused_cells import _exp
+    from cudnn_rnn.cpu._fused_cells import _exp
 
     @njit
     def exp_all(values: np.ndarray, out: np.ndarray) -> None:
@@ -180,7 +180,8 @@ CACHE_PROBE = """
 import json, sys
 import numpy as np
 import cudnn_rnn
-from cudnn_rnn import cpu, _fused_cells
+from cudnn_rnn import cpu
+from cudnn_rnn.cpu import _fused_cells
 cpu.set_cells("fused")
 for mode in ("lstm", "gru", "rnn_tanh"):
     size = int(cudnn_rnn.cudnn_rnn_params_size(1, 3, 2, rnn_mode=mode))
@@ -217,7 +218,7 @@ def test_inference_keeps_nothing_for_backprop(kind: str, cells: None) -> None:
     one chunk of steps (no [T, B, G*N] activations), on both cells; training keeps them all."""
     import tracemalloc
 
-    from cudnn_rnn import _reference
+    from cudnn_rnn.cpu import _backend as _reference
 
     cpu.set_cells(kind)
     steps, batch, units, layers = 400, 8, 32, 2

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cudnn_rnn import _cudnn_settings, _lib
-from cudnn_rnn._cudnn_layout_check import check_layout_against_cudnn, check_layout_grid, layout_check_configs
+from cudnn_rnn._cudnn import _settings as _cudnn_settings, _lib
+from cudnn_rnn._cudnn._layout_check import check_layout_against_cudnn, check_layout_grid, layout_check_configs
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.errors import CudnnError
 from fake_gpu import FakeCudnn

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 import cudnn_rnn
 from cudnn_rnn import GRU, LSTM, RNN, CheckpointError, RNNConfig, checkpoint, optim
-from cudnn_rnn import _reference  # noqa: F401  (imported before the fork, so no example pays for it)
+from cudnn_rnn.cpu import _backend as _reference  # noqa: F401  (imported before the fork, so no example pays for it)
 from cudnn_rnn.checkpoint import _container
 from cudnn_rnn.cli import main as cli_main
 from cudnn_rnn.convert import FORMATS, from_format, to_format

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_rnn import _lib
+from cudnn_rnn._cudnn import _lib
 from cudnn_rnn.cli import info
 from cudnn_testing import LIBRARY, REPO
 

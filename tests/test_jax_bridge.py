@@ -465,7 +465,8 @@ import json, os, threading
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 import jax, jax.numpy as jnp
 import cudnn_rnn, cudnn_rnn.jax as cj
-from cudnn_rnn import _bridge, _cudnn_cache
+from cudnn_rnn import _bridge
+from cudnn_rnn._cudnn import _cache as _cudnn_cache
 forward, calls = _bridge.forward, []
 
 def watched(*args, **kwargs):  # the contexts the cuDNN backend would use on this thread

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cudnn_rnn import _descriptors, _lib
+from cudnn_rnn._cudnn import _descriptors, _lib
 from cudnn_rnn.errors import CudnnError, CudnnNotAvailableError
 from cudnn_testing import LIBRARY, needs_library
 

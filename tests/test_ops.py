@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn, _reference, _reserve, ops
+from cudnn_rnn._cudnn import _backend as _cudnn
+from cudnn_rnn.cpu import _backend as _reference
+from cudnn_rnn import _reserve, ops
 from cudnn_testing import DROPPY, device_arrays, train_step
 from fake_gpu import FakeCudnn, ndarray, to_device
 from rnn_testing import Arrays, Case, random_arrays

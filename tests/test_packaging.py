@@ -109,10 +109,12 @@ def test_twine_passes_both(built: dict[str, Path]) -> None:
 
 
 def test_the_version_is_written_once() -> None:
-    """``cudnn_rnn/_version.py`` holds it; pyproject.toml reads it from there instead of repeating it."""
+    """``cudnn_rnn/__init__.py`` holds it; pyproject.toml reads it from there (without importing the package: a
+    literal that setuptools reads from the source) instead of repeating it."""
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "cudnn_rnn._version.__version__"}
-    assert (PACKAGE / "_version.py").read_text(encoding="utf-8").count(cudnn_rnn.__version__) == 1
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "cudnn_rnn.__version__"}
+    source = (PACKAGE / "__init__.py").read_text(encoding="utf-8")
+    assert source.count(cudnn_rnn.__version__) == 1 and f'\n__version__ = "{cudnn_rnn.__version__}"\n' in source

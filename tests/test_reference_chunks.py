@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _reference
+from cudnn_rnn.cpu import _backend as _reference
 
 CASES = [
     dict(rnn_mode="lstm", direction="bidirectional", num_proj=2, num_layers=2, dropout=0.3),

@@ -1,4 +1,5 @@
-"""The package's shape: imports run one way and no module grows past 600 lines (``_lib.py`` aside).
+"""The package's shape: imports run one way, packages meet through their ``__init__``, at most 20 modules
+sit side by side at the top, and no module grows past 600 lines (``_lib.py`` aside).
 
 Every import counts, at the top of a module or inside a function (a lazy import is a dependency
 too), ``TYPE_CHECKING`` blocks aside (types only), and importing ``a.b.c`` imports the packages
@@ -112,11 +113,53 @@ def test_the_package_imports_run_one_way() -> None:
 def test_the_checker_sees_lazy_imports_and_cycles() -> None:
     graph = _graph()
     # the layers build on the weight formats; the model-file readers build on the layers
-    assert "cudnn_rnn.formats" in graph["cudnn_rnn._recurrent_layer"]
-    assert "cudnn_rnn._recurrent_layer" in graph["cudnn_rnn.convert.readers._found"]
-    assert "cudnn_rnn.ops" in graph["cudnn_rnn._recurrent_layer"]
-    assert "cudnn_rnn._reference" in graph["cudnn_rnn.ops"]  # imported inside a function
+    assert "cudnn_rnn.formats" in graph["cudnn_rnn.layers._recurrent_layer"]
+    assert "cudnn_rnn.layers" in graph["cudnn_rnn.convert.readers._found"]
+    assert "cudnn_rnn.ops" in graph["cudnn_rnn.layers._recurrent_layer"]
+    assert "cudnn_rnn.cpu._backend" in graph["cudnn_rnn.ops"]  # imported inside a function
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+#: the package's own modules directly under cudnn_rnn/ (its __init__ and __main__ included); the rest sit in packages
+MAX_TOP_MODULES = 20
+
+
+def test_at_most_20_modules_sit_directly_under_the_package() -> None:
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules directly under cudnn_rnn/: {top}"
+    packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert {"_cudnn", "cpu", "layers", "formats", "convert"} <= packages, packages  # the backends, the layers, ...
+
+
+#: the op layer's way down to the two backends: each backend's interface module, by name
+BACKEND_INTERFACES = {"cudnn_rnn.cpu._backend", "cudnn_rnn._cudnn._backend"}
+
+
+def _reaches_in(importer: str, target: str) -> bool:
+    """Whether ``importer`` takes ``target``, a private module of a public package that ``importer`` is not part
+    of (``cudnn_rnn.convert.readers._found`` -> ``cudnn_rnn.formats._core``). The package's own private modules
+    (``cudnn_rnn._checks``) and private packages (``cudnn_rnn._cudnn``) are everyone's base."""
+    parts = target.split(".")
+    for depth in range(2, len(parts)):
+        owner = ".".join(parts[:depth])
+        if parts[depth].startswith("_") and not parts[depth - 1].startswith("_"):
+            top = ".".join(parts[:2])  # the top-level public package the private module belongs to
+            return not (importer == top or importer.startswith(top + ".")) and owner != "cudnn_rnn"
+        if parts[depth - 1].startswith("_"):
+            return False
+    return False
+
+
+def test_packages_meet_through_their_init() -> None:
+    """A module outside a public package takes the package's names from its ``__init__`` (or its public modules),
+    never from its private modules; the op's way down to the backends' interfaces aside."""
+    reaching = sorted(f"{importer} -> {target}" for importer, targets in _graph().items() for target in targets
+                      if _reaches_in(importer, target) and target not in BACKEND_INTERFACES)
+    assert not reaching, "imports that reach into another package's private modules:\n" + "\n".join(reaching)
+    assert _reaches_in("cudnn_rnn.convert.saving", "cudnn_rnn.formats._core")
+    assert not _reaches_in("cudnn_rnn.convert.into", "cudnn_rnn.convert.readers._zip")  # within convert
+    assert not _reaches_in("cudnn_rnn.ops", "cudnn_rnn._cudnn._graph_watch")  # a private package
+    assert not _reaches_in("cudnn_rnn.formats._core", "cudnn_rnn._checks")  # the package's own base
 
 
 @pytest.mark.parametrize("path", [path for path in sorted(PACKAGE.rglob("*.py")) if path.name not in ALLOWED_LONG],
@@ -127,7 +170,7 @@ def test_no_module_is_over_600_lines(path: Path) -> None:
 
 
 #: the modules that may import ctypes: the one C boundary (cuDNN)
-CTYPES_MODULES = {"cudnn_rnn._lib"}
+CTYPES_MODULES = {"cudnn_rnn._cudnn._lib"}
 
 
 def _imports_ctypes(path: Path) -> bool:
@@ -143,7 +186,7 @@ def test_only_the_c_boundaries_import_ctypes() -> None:
     importers = {name for name, path in _modules().items() if _imports_ctypes(path)}
     outside = sorted(importers - CTYPES_MODULES)
     assert not outside, f"ctypes imported outside the C boundaries: {outside}"
-    assert "cudnn_rnn._lib" in importers
+    assert "cudnn_rnn._cudnn._lib" in importers
 
 
 #: the framework bridges: thin adapters on JAX's and PyTorch's own extension points

@@ -47,7 +47,7 @@ from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
 from ..convert.saving import CONTAINERS, Written, container_of, suffixes_for, write_file
-from ..formats._core import describe
+from ..formats import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 

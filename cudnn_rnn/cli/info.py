@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any, Sequence
 
-from .. import _cudnn_settings
+from .._cudnn import _settings
 from ..info import GPU_EXTRA_HINT, collect
 
 __all__ = ["add_arguments", "run", "main"]
@@ -54,7 +54,7 @@ def _text(facts: dict[str, Any]) -> str:
         cupy, runtime, gpus = f"not installed; {GPU_EXTRA_HINT}", "unknown (needs CuPy)", "unknown (needs CuPy)"
     driver = facts["cuda_driver"] or "none (libcuda.so.1 not found: no NVIDIA driver)"
     float32 = ("TF32 tensor cores allowed" if facts["tf32_allowed"] else
-               f"true float32 (FMA); TF32 off (allow_tf32(True) or {_cudnn_settings.TF32_ENV}=1 to allow)")
+               f"true float32 (FMA); TF32 off (allow_tf32(True) or {_settings.TF32_ENV}=1 to allow)")
     rows = [("cudnn_rnn", facts["cudnn_rnn"]), ("Python", facts["python"]), ("NumPy", facts["numpy"]),
             ("CuPy", cupy), ("cuDNN", cudnn), ("CUDA runtime", runtime), ("CUDA driver", driver),
             ("GPUs", gpus), ("float32 math", float32), ("CPU cells", _cells_text(facts["cpu"])),

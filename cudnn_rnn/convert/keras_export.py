@@ -11,7 +11,7 @@ y ``[B, T, D*N]``. The layers are named as a fresh Keras session names them (:fu
 config and the weights agree. The files are laid out as Keras 3 writes them (``KERAS_VERSION``): the
 archive's members are :data:`ARCHIVE_MEMBERS`, written as :func:`_archive` writes them, and the
 weights store's groups are those :func:`_weights_store` makes, holding the ``keras`` format's tensors
-(``cudnn_rnn.formats._keras``, which says what it holds exactly and what it refuses) in the config's
+(``cudnn_rnn.formats.keras``, which says what it holds exactly and what it refuses) in the config's
 dtype; what differs for bfloat16 is ``KERAS_MARKED_DTYPES`` and :data:`DTYPE_INITIALIZERS`.
 
 The model computes what :func:`cudnn_rnn.cudnn_rnn_v3` computes (inference, zero initial state).
@@ -46,11 +46,10 @@ import numpy as np
 
 from .._arrays import Array, to_host
 from .._containers import KERAS, KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES, KERAS_VERSION, KERAS_WEIGHTS
-from ..config import MODES, RNNConfig
+from ..config import MODES, RNNConfig, check_config
 from ..files import extension, write_bytes, write_through_path
-from ..formats import _keras
-from ..formats._core import check_config, check_params
-from ..formats._table import to_format
+from ..formats import check_params, to_format
+from ..formats import keras as keras_format
 from .readers._keras_file import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
 
 __all__ = ["export_keras", "write_keras", "KERAS_VERSION", "ENDINGS", "ARCHIVE_MEMBERS", "MODE_LAYERS"]
@@ -68,13 +67,13 @@ MODEL_NAME, INPUT_NAME = "functional", "input_layer"
 BIDIRECTIONAL = "bidirectional"
 
 
-#: rnn_mode -> its Keras layer class (of ``formats._keras.LAYER_KINDS``, the one of its gate count)
-MODE_LAYERS: dict[str, _keras.LayerKind] = {mode: _keras.LAYER_KINDS[_keras.CLASS_BY_GATES[spec.num_gates]]
-                                            for mode, spec in MODES.items()}
+#: rnn_mode -> its Keras layer class (of ``formats.keras.LAYER_KINDS``, the one of its gate count)
+MODE_LAYERS: dict[str, keras_format.LayerKind] = {
+    mode: keras_format.LAYER_KINDS[keras_format.CLASS_BY_GATES[spec.num_gates]] for mode, spec in MODES.items()}
 
 #: rnn_mode -> its layer's ``activation``: a SimpleRNN's is its mode's; LSTM and GRU compute cuDNN's
-ACTIVATIONS: dict[str, str] = {mode: {rnn: name for name, rnn in _keras.SIMPLE_RNN_MODES.items()}.get(
-    mode, _keras.CUDNN_ACTIVATIONS["activation"]) for mode in MODES}
+ACTIVATIONS: dict[str, str] = {mode: {rnn: name for name, rnn in keras_format.SIMPLE_RNN_MODES.items()}.get(
+    mode, keras_format.CUDNN_ACTIVATIONS["activation"]) for mode in MODES}
 
 _HEAD = ("name", "trainable", "dtype", "return_sequences", "return_state", "go_backwards", "stateful", "unroll",
          "zero_output_for_mask", "units", "activation")
@@ -92,7 +91,7 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {
 #: the value of every config key that is the same in each layer (Keras's defaults, return_sequences aside)
 CONFIG_VALUES: dict[str, Any] = {
     "trainable": True, "return_sequences": True, "return_state": False, "stateful": False, "unroll": False,
-    **_keras.CUDNN_ACTIVATIONS, "use_bias": True, "unit_forget_bias": True,
+    **keras_format.CUDNN_ACTIVATIONS, "use_bias": True, "unit_forget_bias": True,
     **{key: None for key in _TAIL[:-2]}, "dropout": 0.0, "recurrent_dropout": 0.0, "reset_after": True,
     "seed": None,
 }
@@ -161,7 +160,7 @@ def write_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     ``weights_only`` (the weights file, else the ``.keras`` model) rather than read from the path's ending
     (``write_file``'s ``.keras`` and ``.weights.h5`` rows, which have looked the ending up themselves)."""
     config = check_config(config)
-    refusal = _keras.refusal(config)
+    refusal = keras_format.refusal(config)
     if refusal:
         raise ValueError(f"export_keras: {refusal}")
     check_params(params, config)
@@ -202,7 +201,7 @@ class _Layer:
     name: str         # the model's layer (lstm_1, or bidirectional_1)
     rnn_name: str     # the RNN layer's own name (lstm_1: the layer itself, or the one a Bidirectional wraps)
     width: int
-    kind: _keras.LayerKind
+    kind: keras_format.LayerKind
     directions: int
     mode: str
 
@@ -235,9 +234,9 @@ def _weights_store(h5py: Any, target: str | io.BytesIO, layers: list[_Layer], we
                 _cell(file, where, layer, 0, weights)
                 continue
             for direction in (1, 0):  # Keras walks a layer's attributes by name: backward_layer first
-                side = _keras.DIRECTION_NAMES[direction]
-                _vars(file, f"{where}/{_keras.DIRECTION_LAYERS[direction]}", f"{side}_{layer.rnn_name}")
-                _cell(file, f"{where}/{_keras.DIRECTION_LAYERS[direction]}", layer, direction, weights)
+                side = keras_format.DIRECTION_NAMES[direction]
+                _vars(file, f"{where}/{keras_format.DIRECTION_LAYERS[direction]}", f"{side}_{layer.rnn_name}")
+                _cell(file, f"{where}/{keras_format.DIRECTION_LAYERS[direction]}", layer, direction, weights)
 
 
 def _vars(file: Any, where: str, name: str) -> Any:
@@ -249,8 +248,8 @@ def _vars(file: Any, where: str, name: str) -> Any:
 def _cell(file: Any, where: str, layer: _Layer, direction: int, weights: dict[str, np.ndarray]) -> None:
     """A direction's kernel, recurrent_kernel and bias as ``<where>/cell/vars/0, 1, 2``."""
     group = _vars(file, f"{where}/cell", str(layer.kind.cell_scope))
-    for index, field in enumerate(_keras.FIELDS):
-        value = weights[_keras.TENSOR_NAMES.name(field, layer.index, direction)]
+    for index, field in enumerate(keras_format.FIELDS):
+        value = weights[keras_format.TENSOR_NAMES.name(field, layer.index, direction)]
         if value.dtype.name in KERAS_MARKED_DTYPES:
             dataset = group.create_dataset(str(index), data=value)
             dataset.attrs[KERAS_DTYPE_ATTRIBUTE] = value.dtype.name

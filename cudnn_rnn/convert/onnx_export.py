@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._arrays import Array
-from ..config import RNNConfig
+from ..config import RNNConfig, check_config
 from ..files import write_bytes
-from ..formats import _onnx
-from ..formats._table import to_format
-from ..formats._core import check_config, check_params, describe
+from ..formats import check_params, describe, to_format
+from ..formats import onnx as onnx_format
 
 if TYPE_CHECKING:  # onnx is imported only when a model is written
     import onnx
@@ -97,7 +96,7 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     from onnx import helper, numpy_helper
 
     config = check_config(config)
-    refusal = _onnx.refusal(config)
+    refusal = onnx_format.refusal(config)
     if refusal:
         raise ValueError(f"export_onnx: {refusal}")
     if (isinstance(opset, bool) or not isinstance(opset, int)
@@ -180,7 +179,7 @@ class _GraphBuilder:
                   helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["B"])]
         if self.with_initial_state:
             inputs += [helper.make_tensor_value_info(s, self.elem_type, self.state_shape(n)) for s in states]
-        op, attributes = _onnx.node_attributes(config)
+        op, attributes = onnx_format.node_attributes(config)
         layer_input = self.to_time_major("X")
         state_inputs = {s: self.to_time_major(s) for s in states} if self.with_initial_state else {}
         final: dict[str, list[str]] = {s: [] for s in ("Y_h", "Y_c")[:len(states)]}
@@ -196,8 +195,8 @@ class _GraphBuilder:
                                     self.constant("state_axis", [0])], [sliced])
                 node_states.append(sliced)
             node_outputs = [f"layer_{layer}/Y"] + [f"layer_{layer}/{out}" for out in final]
-            self.node(op, [layer_input, _onnx.key(layer, "W"), _onnx.key(layer, "R"), _onnx.key(layer, "B"),
-                           "sequence_lens", *node_states], node_outputs,
+            weights = [onnx_format.key(layer, field) for field in ("W", "R", "B")]
+            self.node(op, [layer_input, *weights, "sequence_lens", *node_states], node_outputs,
                       direction=DIRECTIONS[d], hidden_size=n, **attributes)
             for out, name in zip(final, node_outputs[1:]):
                 final[out].append(name)

@@ -30,14 +30,12 @@ from .._checks import flag
 from .._dtypes import as_bits
 from .._containers import KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS
 from .._safetensors import encode
-from .._recurrent_layer import RecurrentLayer
 from ..config import RNNConfig
 from ..files import extension, write_bytes, write_through_path
-from ..formats import Converted, convert_between, to_format
-from ..formats._core import check_params
-from ..formats._onnx import node_attributes
+from ..formats import FORMATS, Converted, check_params, convert_between, to_format
+from ..formats.onnx import node_attributes
+from ..layers import RecurrentLayer
 from ..params_file import STORED_BITS, write_params_file
-from ..formats._table import FORMATS
 from .keras_export import write_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN

@@ -13,8 +13,13 @@ Each format is one module (``_table.FORMAT_MODULES``) defining what ``_core.Form
 from __future__ import annotations
 
 from ._core import Converted, InexactConversionError
-from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 from ._table import FORMAT_SPECS, FORMATS, convert_between, expected_shapes, from_format, to_format
+from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
+
+# what the layers, convert and the cli build on besides __all__ (each ``as`` marks a name exported from here)
+from ._core import (MODE_BY_GATES as MODE_BY_GATES, FormatSpec as FormatSpec, TensorShapes as TensorShapes,
+                    check_params as check_params, check_tensors as check_tensors, describe as describe,
+                    reorder_gates as reorder_gates)
 
 __all__ = [
     "FORMATS",

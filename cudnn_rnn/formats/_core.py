@@ -457,12 +457,6 @@ def without_explicit_skip_input(cells: Sequence[CellWeights], config: RNNConfig,
 
 
 # ---- argument checks shared by the public functions --------------------------------------------
-def check_config(config: object) -> RNNConfig:
-    if not isinstance(config, RNNConfig):
-        raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
-    return config
-
-
 def check_params(params: object, config: RNNConfig) -> Any:
     """Validate the params buffer; returns its array module."""
     xp = array_module(params=params)

@@ -6,29 +6,28 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from .._arrays import Array
-from ..config import RNNConfig
-from . import _canonical, _gru_block_cell, _keras, _mygrad, _onnx, _tf_cell, _torch
+from ..config import RNNConfig, check_config
+from . import canonical, gru_block_cell, keras, mygrad, onnx, tf_cell, torch
 from ._core import (
     Converted,
     FormatModule,
     FormatSpec,
     Notes,
     cells_from_params,
-    check_config,
     check_params,
     check_tensors,
     describe,
     params_from_cells,
     without_explicit_skip_input,
 )
-from ._mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
+from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 
 __all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "to_format", "from_format",
            "convert_between"]
 
 
 #: the formats' modules, in the order formats are listed
-FORMAT_MODULES: tuple[FormatModule, ...] = (_canonical, _torch, _keras, _tf_cell, _onnx, _gru_block_cell, _mygrad)
+FORMAT_MODULES: tuple[FormatModule, ...] = (canonical, torch, keras, tf_cell, onnx, gru_block_cell, mygrad)
 
 #: format name -> its spec (names, shapes, both directions), in the order formats are listed
 FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in map(FormatSpec.of, FORMAT_MODULES)}

@@ -73,7 +73,7 @@ def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
     except jax.errors.JaxRuntimeError:  # no GPU context: a CPU call
         yield [np.asarray(buffer) for buffer in buffers]
         return
-    from .._cudnn_streams import import_cupy
+    from .._cudnn._streams import import_cupy
 
     cupy = import_cupy()
     pointers = [buffer.__cuda_array_interface__["data"][0] for buffer in buffers]

@@ -21,8 +21,8 @@ from torch import Tensor
 
 from .. import _bridge
 from .._arrays import Array
-from .._cudnn_streams import import_cupy
-from .._dropout_rng import DropoutRNG
+from .._cudnn._dropout_rng import DropoutRNG
+from .._cudnn._streams import import_cupy
 from .._dtypes import PACKAGES, as_bits, from_bits, numpy_dtype
 
 __all__ = ["cudnn_rnn", "check_call", "check_step", "rnn", "numpy_dtype_of", "to_array", "to_tensor",
@@ -137,7 +137,7 @@ _keys = itertools.count(1)
 
 
 class DropoutState:
-    """A module's own :class:`~cudnn_rnn._dropout_rng.DropoutRNG` under an integer ``key``, which the forward op
+    """A module's own :class:`~cudnn_rnn._cudnn._dropout_rng.DropoutRNG` under an integer ``key``, which the forward op
     takes; a copy (deepcopy, pickle) holds a copy under a key of its own, and a key is forgotten with its holder."""
 
     def __init__(self, saved: Optional[dict[str, Any]] = None) -> None:

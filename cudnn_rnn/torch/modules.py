@@ -18,9 +18,8 @@ from torch import Tensor, nn
 from .. import layers
 from .._arrays import Array, beside
 from .._checks import MAX_COUNT, checked_count, flag
-from .._layer_args import ArgumentCheck
-from .._recurrent_layer import _SEED2_PERIOD, RecurrentLayer, constructor_arguments
 from ..config import DTYPES, RNNConfig
+from ..layers import SEED2_PERIOD, ArgumentCheck, RecurrentLayer, constructor_arguments
 from ._op import DropoutState, check_step, numpy_dtype_of, rnn, to_array, to_tensor
 
 __all__ = ["LSTM", "GRU", "RNN"]
@@ -128,7 +127,7 @@ class _RecurrentModule(nn.Module):
         if self.training:
             dropout = config.dropout
             if config.inter_layer_dropout:  # a fresh tensor: the counter moves on below
-                step = torch.remainder(self.step, _SEED2_PERIOD)
+                step = torch.remainder(self.step, SEED2_PERIOD)
             torch._assert_async(self.step < MAX_COUNT, f"step must stay a non-negative integer < 2**63: a training "
                                                        f"forward at step {MAX_COUNT} is refused")
             self.step.add_(1)

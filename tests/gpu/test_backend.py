@@ -13,8 +13,9 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import cudnn_rnn  # noqa: E402
-from cudnn_rnn import _cudnn, _cudnn_cache, _cudnn_settings, _lib, _reserve  # noqa: E402
-from cudnn_rnn._descriptors import live_counts  # noqa: E402
+from cudnn_rnn._cudnn import _backend as _cudnn, _cache as _cudnn_cache, _settings as _cudnn_settings, _lib  # noqa: E402
+from cudnn_rnn import _reserve  # noqa: E402
+from cudnn_rnn._cudnn._descriptors import live_counts  # noqa: E402
 from gpu_support import (RESULTS, TOLERANCE, as_float64, assert_results_close, on_gpu, random_gpu_case,  # noqa: E402
                          run)
 from rnn_testing import Arrays, Case, forward, random_arrays, relative_error, stable_seed  # noqa: E402

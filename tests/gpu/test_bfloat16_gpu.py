@@ -14,7 +14,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 
 import cudnn_rnn  # noqa: E402
-from cudnn_rnn import _cudnn_settings, _lib  # noqa: E402
+from cudnn_rnn._cudnn import _settings as _cudnn_settings, _lib  # noqa: E402
 from cudnn_rnn.optim import Adam  # noqa: E402
 from gpu_support import RESULTS, on_gpu, random_gpu_case, run  # noqa: E402
 from rnn_testing import Arrays, Case, random_arrays, relative_error  # noqa: E402

@@ -37,7 +37,7 @@ def test_a_plan_built_on_a_busy_stream_serves_another_stream() -> None:
     case = CASE.with_(dropout=0.0, lengths=(6, 3, 1, 4))
     a = on_gpu(random_arrays(case, np.random.default_rng(2)))
     expected = run(case, a)
-    from cudnn_rnn import _cudnn_cache
+    from cudnn_rnn._cudnn import _cache as _cudnn_cache
 
     _cudnn_cache.clear_caches()  # the next call builds the plan again
     busy, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)

@@ -16,8 +16,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn_cache  # noqa: E402
-from cudnn_rnn._descriptors import live_counts  # noqa: E402
+from cudnn_rnn._cudnn import _cache as _cudnn_cache  # noqa: E402
+from cudnn_rnn._cudnn._descriptors import live_counts  # noqa: E402
 from gpu_support import on_gpu, run  # noqa: E402
 from rnn_testing import Arrays, Case, forward, random_arrays, relative_error  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn_layout_check, _cudnn_settings, _lib, cudnn_rnn_params_size  # noqa: E402
+from cudnn_rnn._cudnn import _layout_check as _cudnn_layout_check, _settings as _cudnn_settings, _lib  # noqa: E402
+from cudnn_rnn import cudnn_rnn_params_size  # noqa: E402
 from cudnn_rnn.config import numpy_dtype  # noqa: E402
 from cudnn_rnn.layout import UNCONFIRMED  # noqa: E402
 
@@ -39,7 +40,7 @@ def test_unconfirmed_layout_facts(field: str) -> None:
 
 
 def test_params_size_is_cudnns_weight_space() -> None:
-    from cudnn_rnn import _lib
+    from cudnn_rnn._cudnn import _lib
 
     for config in GRID[::7]:
         if not runnable(config.dtype):

@@ -11,7 +11,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cudnn_rnn import _cudnn  # noqa: E402
+from cudnn_rnn._cudnn import _backend as _cudnn  # noqa: E402
 from gpu_support import RESULTS, on_gpu, run  # noqa: E402
 from rnn_testing import Arrays, Case, random_arrays, stable_seed  # noqa: E402
 from test_padding import FEATURE_CASES, MODE_CASES, feature_case, mode_case, poisoned, zero_padded  # noqa: E402

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _cudnn, _lib
+from cudnn_rnn._cudnn import _backend as _cudnn, _lib
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.errors import CudnnNotAvailableError
 from cudnn_rnn.layout import params_layout

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from cudnn_rnn import _cudnn_cache, _cudnn_settings, _cudnn_streams, _lib
+from cudnn_rnn._cudnn import _cache as _cudnn_cache, _settings as _cudnn_settings, _streams as _cudnn_streams, _lib
 from cudnn_rnn.config import MODES, RNNConfig, numpy_dtype
 from cudnn_rnn.errors import CudnnError
 
@@ -595,7 +595,7 @@ class FakeCudnn:
 
 
 def _descriptor_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
-    from cudnn_rnn._descriptors import packed_strides
+    from cudnn_rnn._cudnn._descriptors import packed_strides
 
     return packed_strides(dims)
 

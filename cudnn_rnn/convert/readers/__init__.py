@@ -28,7 +28,7 @@ from ..._checks import flag
 from ..._containers import KERAS_WEIGHTS, ONNX
 from ...config import DIRECTIONS
 from ..._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
-from ...formats._table import FORMATS, to_format
+from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
 from ._found import same_field as _same_field

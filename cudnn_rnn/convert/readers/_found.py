@@ -31,9 +31,8 @@ import numpy as np
 
 from ...config import RNNConfig, dtype_name
 from ...files import MAX_COMPRESSION_RATIO
-from ..._recurrent_layer import RecurrentLayer
-from ...formats._core import Converted, InexactConversionError, check_params
-from ...formats._table import FORMATS, from_format
+from ...formats import FORMATS, Converted, InexactConversionError, check_params, from_format
+from ...layers import RecurrentLayer
 
 __all__ = [
     "CONFIG_FIELDS",

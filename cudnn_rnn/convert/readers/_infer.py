@@ -19,8 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig
-from ...formats._core import MODE_BY_GATES, FormatSpec, TensorShapes, check_tensors
-from ...formats._table import FORMAT_SPECS
+from ...formats import FORMAT_SPECS, MODE_BY_GATES, FormatSpec, TensorShapes, check_tensors
 from ._found import CONFIG_FIELDS, Question, common_dtype, questions_for_all
 
 __all__ = ["Inferred", "infer", "MODE_BY_GATES", "SINGLE_GATE_QUESTION"]

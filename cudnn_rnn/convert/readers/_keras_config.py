@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ...formats._keras import CELL_LAYERS, CUDNN_ACTIVATIONS, LAYER_KINDS, SIMPLE_RNN_MODES, LayerKind
+from ...formats.keras import CELL_LAYERS, CUDNN_ACTIVATIONS, LAYER_KINDS, SIMPLE_RNN_MODES, LayerKind
 from ._found import one_line
 
 __all__ = ["MERGE_MODES", "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes",

@@ -60,12 +60,12 @@ import numpy as np
 
 from ..._arrays import Array
 from ...config import BUILTIN_DTYPES, MODES
-from ...formats._core import reorder_gates
-from ...formats._gru_block_cell import keras_reset_before_to_gru_block_cell
-from ...formats._keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
-from ...formats._keras import GATE_ORDERS as KERAS_GATE_ORDERS
-from ...formats._keras import TENSOR_NAMES as KERAS_NAMES
-from ...formats._torch import TENSOR_NAMES as TORCH_NAMES
+from ...formats import reorder_gates
+from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
+from ...formats.keras import DIRECTION_NAMES, FIELDS, RESET_BEFORE_NOTE, SIMPLE_RNN_MODES, TWO_BIAS_MODES
+from ...formats.keras import GATE_ORDERS as KERAS_GATE_ORDERS
+from ...formats.keras import TENSOR_NAMES as KERAS_NAMES
+from ...formats.torch import TENSOR_NAMES as TORCH_NAMES
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
 from ._hdf5_child import run_isolated

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from ...formats._keras import DIRECTION_LAYERS, FIELDS
+from ...formats.keras import DIRECTION_LAYERS, FIELDS
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer, class_of, is_model, layer_of, link_feeds, model_entries, name_of
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from ...formats._keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
+from ...formats.keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer
 from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit

@@ -24,8 +24,8 @@ import numpy as np
 
 from ...files import NPY_HEADER_READERS
 from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
-from ...formats import _torch
-from ...formats._table import FORMAT_SPECS
+from ...formats import FORMAT_SPECS
+from ...formats.torch import TENSOR_NAMES as TORCH_NAMES
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer
@@ -41,7 +41,7 @@ GUESSES: dict[str, re.Pattern[str]] = {
     if spec.signature is not None}
 
 #: a torch name under a parent module's prefix ("encoder.rnn.weight_ih_l0")
-_PREFIXED_TORCH = re.compile(rf".\.{re.escape(_torch.TENSOR_NAMES.first())}$")
+_PREFIXED_TORCH = re.compile(rf".\.{re.escape(TORCH_NAMES.first())}$")
 
 #: what reading a damaged archive raises (ValueError: a malformed zip or .npy header)
 _DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)

@@ -76,10 +76,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..._dtypes import BUILTIN_PARAMS
-from ...formats._gru_block_cell import keras_reset_before_to_gru_block_cell
-from ...formats._keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
-                      RESET_BEFORE_NOTE)
-from ...formats._keras import TENSOR_NAMES as KERAS_NAMES
+from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
+from ...formats.keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
+                             RESET_BEFORE_NOTE)
+from ...formats.keras import TENSOR_NAMES as KERAS_NAMES
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
 from ._tf_bundle import BundleEntry, read_index

@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from ._dtypes import BUILTIN_PARAMS, names as dtype_names, widen_bfloat16
-from .errors import CudnnError, CudnnNotAvailableError
+from .._dtypes import BUILTIN_PARAMS, names as dtype_names, widen_bfloat16
+from ..errors import CudnnError, CudnnNotAvailableError
 
 __all__ = [
     "LIBRARY_ENV", "SONAME", "REQUIRED_MAJOR", "INSTALL_HINT",

@@ -14,13 +14,12 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from .._checks import flag
+from .._dtypes import BY_NAME
+from ..config import RNNConfig
 from . import _lib
-from ._checks import flag
-from ._dtypes import BY_NAME
-from ._lib import (AuxFlag, DataType, DirectionMode, MathType, RNNAlgo, RNNBiasMode, RNNDataLayout, RNNInputMode,
-                   RNNMode)
-from ._cudnn_streams import import_cupy
-from .config import RNNConfig
+from ._lib import AuxFlag, DataType, DirectionMode, MathType, RNNAlgo, RNNBiasMode, RNNDataLayout, RNNInputMode, RNNMode
+from ._streams import import_cupy
 
 __all__ = ["allow_tf32", "tf32_allowed", "TF32_ENV", "current_math_type", "PRECISIONS", "DATA_LAYOUTS", "rnn_fields",
            "CUDNN_ALGOS", "AutoRule", "AUTO_RULES", "choose_algo", "dtype_refusal", "compute_capability",

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import Array, array_kind, array_module
-from .config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
-from .layout import params_size
+from .._arrays import Array, array_kind, array_module
+from ..config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
+from ..layout import params_size
 
 __all__ = ["path_argument", "size_arguments", "ArgumentCheck"]
 

@@ -1,6 +1,6 @@
 """The reference backend: cuDNN's RNN math written out, on NumPy (or CuPy) arrays.
 
-The interface, and the shapes, of the cuDNN backend (``_cudnn``'s module docstring gives them).
+The interface, and the shapes, of the cuDNN backend (``cudnn_rnn._cudnn._backend``'s module docstring gives them).
 
 Per pseudo-layer, the cell of the mode: the step math, forward and backward, and how it is arranged
 to run fast, is ``_cells``; this module runs it over layers, directions and time. Every layer's
@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import _cells, _reserve, cpu
-from ._arrays import Array, array_module
+from .. import _reserve, cpu
+from .._arrays import Array, array_module
+from ..config import COMPUTE_DTYPES, RNNConfig
+from ..layout import ParamsLayout, params_layout
+from . import _cells
 from ._cells import LayerWeights
-from .config import COMPUTE_DTYPES, RNNConfig
-from .layout import ParamsLayout, params_layout
 
 __all__ = ["forward", "backward", "dropout_mask", "ReserveLayout"]
 
@@ -327,7 +328,7 @@ def _running(x: Array) -> Iterator[_Run]:
 
 def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
             *, is_training: bool, time_major: bool) -> tuple[Array, Array, Array | None, Array]:
-    """Run the network (the backend interface: ``_cudnn``'s module docstring)."""
+    """Run the network (the backend interface: ``cudnn_rnn._cudnn._backend``'s module docstring)."""
     with _running(x) as run:
         return _forward(config, x, h0, c0, params, lengths, is_training, time_major, run)
 

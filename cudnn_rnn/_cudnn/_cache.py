@@ -12,8 +12,8 @@ Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context,
 :data:`PLAN_CACHE_SIZE` plans per network) that owns and closes what it evicts;
 :func:`clear_caches` closes everything of the calling thread. Every cuDNN object is destroyed
 with its own GPU current, also when the garbage collector frees it. A new network checks the
-params layout against cuDNN once (``_cudnn_weight_space``); a new plan uploads its block without
-waiting (``_cudnn``'s module docstring: no host synchronisation). How a network's dropout state is
+params layout against cuDNN once (``_weight_space``); a new plan uploads its block without
+waiting (``_backend``'s module docstring: no host synchronisation). How a network's dropout state is
 set before a training forward: :class:`_DropoutState`; which algorithm a call's network runs, and
 what a refusal does: :meth:`_Context.network_and_plan`.
 """
@@ -27,17 +27,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import _lib, _reserve
-from ._cudnn_settings import DATA_LAYOUTS, PRECISIONS, choose_algo, current_math_type, rnn_fields
-from ._cudnn_streams import DeviceBuffers, copy, device_scope, import_cupy, use
-from ._cudnn_weight_space import layout_differences
+from .. import _reserve
+from ..config import LayoutKey, RNNConfig, numpy_dtype
+from ..errors import CudnnError
+from ..layout import params_size
+from . import _lib
 from ._descriptors import (DropoutDescriptor, Handle, LRUCache, Resource, RNNDataDescriptor, RNNDescriptor,
                            TensorDescriptor, live_counts)
 from ._dropout_rng import DropoutRNG, device_identity
 from ._lib import ForwardMode, MathType
-from .config import LayoutKey, RNNConfig, numpy_dtype
-from .errors import CudnnError
-from .layout import params_size
+from ._settings import DATA_LAYOUTS, PRECISIONS, choose_algo, current_math_type, rnn_fields
+from ._streams import DeviceBuffers, copy, device_scope, import_cupy, use
+from ._weight_space import layout_differences
 
 __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
            "clear_caches", "cache_info"]

@@ -36,7 +36,7 @@ from ._core import (
     reorder_gates,
     with_explicit_skip_input,
 )
-from ._keras import GATE_ORDERS as KERAS_GATE_ORDERS
+from .keras import GATE_ORDERS as KERAS_GATE_ORDERS
 
 #: gru_block_cell tensor -> its column blocks, in order
 BLOCK_COLUMNS: dict[str, tuple[str, ...]] = {"w_ru": ("r", "u"), "w_c": ("c",), "b_ru": ("r", "u"), "b_c": ("c",)}

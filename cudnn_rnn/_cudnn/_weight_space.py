@@ -7,8 +7,8 @@
 What it asks and compares: :func:`cudnn_rnn.check_layout_against_cudnn`. cuDNN answers an absent
 entry with a NULL address; where it refuses a query instead, its status is kept and named wherever the table
 has that entry, so a systematic refusal (every query, say) shows as itself rather than as missing
-weights. Every new network of the backend runs this once (``_cudnn_cache``), so that a params
-layout that disagrees with cuDNN fails loudly instead of computing garbage; ``_cudnn_layout_check``
+weights. Every new network of the backend runs this once (``_cache``), so that a params
+layout that disagrees with cuDNN fails loudly instead of computing garbage; ``_layout_check``
 runs it for any configuration.
 """
 
@@ -17,14 +17,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..config import RNNConfig, numpy_dtype
+from ..errors import CudnnError
+from ..layout import PROJECTION_ID, ParamEntry, params_layout
 from . import _lib
-from ._cudnn_settings import PRECISIONS
-from ._cudnn_streams import import_cupy
 from ._descriptors import RNNDescriptor, TensorDescriptor
 from ._lib import DataType
-from .config import RNNConfig, numpy_dtype
-from .errors import CudnnError
-from .layout import PROJECTION_ID, ParamEntry, params_layout
+from ._settings import PRECISIONS
+from ._streams import import_cupy
 
 __all__ = ["Reported", "WeightSpace", "cudnn_weights", "layout_differences"]
 

@@ -18,18 +18,23 @@ The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` nam
 loaded state is used as it is on the same GPU model and cuDNN (an exact resume); a state saved
 elsewhere is not used: the masks then start anew from (seed, step), deterministic but not those of
 the uninterrupted run (a warning says so).
+
+Every layer holds one, so this module imports nothing of the GPU's side: its methods that run on a
+GPU import ``_streams`` (and with it cuDNN's library) when first called.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._arrays import array_kind, copy_into
-from ._cudnn_streams import DeviceBuffers, copy, device_name, import_cupy, use
+from .._arrays import array_kind, copy_into
+
+if TYPE_CHECKING:
+    from ._streams import DeviceBuffers
 
 __all__ = ["DropoutRNG", "checked_state", "device_identity"]
 
@@ -45,6 +50,8 @@ def device_identity(device_id: int, states_size: int, cudnn_version: int) -> str
     Returns:
         e.g. ``"NVIDIA H100 80GB HBM3, cuDNN 92800, 4194304 bytes"``.
     """
+    from ._streams import device_name  # (the GPU side, and cuDNN's library with it, loads at first use)
+
     return f"{device_name(device_id)}, cuDNN {cudnn_version}, {states_size} bytes"
 
 
@@ -132,17 +139,23 @@ class DropoutRNG:
             copy_into(live.states, saved["states"])  # one copy, at the first forward after a load
         if live is None:
             return None
+        from ._streams import use
+
         use(live.buffers, stream, exclusive=True)
         return live.states
 
     def keep(self, device_id: int, device: str, working: Any, stream: Any) -> None:
         """After a training forward: the advanced state ``working`` (the network's) becomes the layer's."""
+        from ._streams import copy, use
+
         live = self._live or self._adopt(device_id, device, working.shape, stream)
         use(live.buffers, stream, exclusive=True)
         copy(live.states, working, stream)
 
     def _adopt(self, device_id: int, device: str, shape: tuple[int, ...], stream: Any) -> _Live:
         """A new state array of ``shape`` on the call's GPU (current), made the layer's own."""
+        from ._streams import DeviceBuffers, import_cupy
+
         states = import_cupy().empty(shape, dtype=np.uint8)
         self._live = _Live(device_id, device, states, DeviceBuffers(device_id, stream, states))
         return self._live

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ._arrays import Array
+from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "Workspace",
            "step_forward", "tanh", "lstm_hidden", "Factors", "factors", "unprojected_gradient", "step_backward"]
@@ -80,7 +80,7 @@ class ForwardWeights:
 
 
 def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
-    """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_reference``) for the forward."""
+    """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_backend``) for the forward."""
     order, n, scale = FORWARD_ORDER[mode], num_units, SCALES[mode]
 
     def arrange(stacked: Array) -> Array:

@@ -20,15 +20,20 @@ A typical step (``layer(x, ...)`` is ``layer.forward(x, ...)``)::
     dx, dh0, dc0 = layer.backward(dy)            # ADDS d loss / d params into layer.grad
     optimiser.step([layer.grad]); layer.zero_grad()
 
-The base class, :class:`RecurrentLayer`, lives in ``_recurrent_layer`` and Keras' initialisation in
-``_initializers``; this module exports both with the three layer classes.
+The package: the three classes here; their base, :class:`RecurrentLayer`, in ``_recurrent_layer``, with
+one constructor for all (its arguments and their docs: ``_constructor``; their checks: ``_args``); Keras'
+initialisation in ``_initializers``. This module exports the base and the initialisers with the classes.
 """
 
 from __future__ import annotations
 
+from ._constructor import ModeArgument
 from ._initializers import glorot_uniform, keras_init_params, orthogonal
-from ._layer_constructor import ModeArgument
 from ._recurrent_layer import RecurrentLayer
+
+# what cudnn_rnn.torch's modules share with the layers besides __all__ (each ``as`` marks a name exported from here)
+from ._args import ArgumentCheck as ArgumentCheck
+from ._recurrent_layer import SEED2_PERIOD as SEED2_PERIOD, constructor_arguments as constructor_arguments
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
 

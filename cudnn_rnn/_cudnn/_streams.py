@@ -20,9 +20,9 @@ import threading
 import weakref
 from typing import Any, Iterator
 
+from ..errors import CudnnNotAvailableError
 from . import _lib
 from ._descriptors import DeviceScope
-from .errors import CudnnNotAvailableError
 
 __all__ = ["import_cupy", "device_scope", "device_name", "copy", "DeviceBuffers", "use", "keeping_buffers_alive"]
 

@@ -10,23 +10,21 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from . import _graph_watch
-from ._arrays import Array, array_kind, array_module, beside, copy_into, to_host
-from ._dropout_rng import DropoutRNG
-from .config import RNNConfig, dtype_name
-from .formats import Converted, to_format
-from .formats._core import check_config
-from .layout import ParamEntry, params_layout
-from .params_file import (CONFIG_FIELDS, config_fields, parse_layer_state, read_params_file,
-                          write_params_file)
+from .._arrays import Array, array_kind, array_module, beside, copy_into, to_host
+from .._checks import checked_count, flag
+from .._cudnn import _graph_watch
+from .._cudnn._dropout_rng import DropoutRNG
+from ..config import RNNConfig, check_config, dtype_name
+from ..layout import ParamEntry, params_layout
+from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
+from ._args import ArgumentCheck, path_argument, size_arguments
+from ._constructor import ModeArgument, class_doc, class_signature, method_signature
 from ._initializers import keras_init_params
-from ._checks import checked_count, flag
-from ._layer_args import ArgumentCheck, path_argument, size_arguments
-from ._layer_constructor import ModeArgument, class_doc, class_signature, method_signature
-from .ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 
+if TYPE_CHECKING:
+    from ..formats import Converted
 
-__all__ = ["RecurrentLayer", "constructor_arguments"]
+__all__ = ["RecurrentLayer", "constructor_arguments", "SEED2_PERIOD"]
 
 #: bidirectional flag -> TF direction string
 _DIRECTION: dict[bool, str] = {False: "unidirectional", True: "bidirectional"}
@@ -41,7 +39,7 @@ _NAME_PREFIX: dict[tuple[str, str], str] = {
 }
 
 #: the step counter (= dropout seed2) stays a non-negative C int
-_SEED2_PERIOD = 2**31
+SEED2_PERIOD = 2**31
 
 
 # ---- the layer --------------------------------------------------------------------------------
@@ -240,7 +238,7 @@ class RecurrentLayer:
                 c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
         if lengths is not caller_lengths:  # a list became an array; an array goes to the op as it is
             _graph_watch.saw_call(caller_lengths, x)  # a CUDA graph being recorded watches the caller's list
-        seed2 = self.step % _SEED2_PERIOD
+        seed2 = self.step % SEED2_PERIOD
         outputs = forward_with_rng(x, h0, c0, self.params, lengths, self._dropout_rng, rnn_mode=config.rnn_mode,
                                    input_mode=config.input_mode, direction=config.direction, dropout=config.dropout,
                                    seed=config.seed, seed2=seed2, num_proj=config.num_proj,
@@ -309,6 +307,8 @@ class RecurrentLayer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write params, configuration and step counter to ``path``, exactly that path, as a params file
         (:mod:`cudnn_rnn.params_file`, which says how it is written); :meth:`load` restores an equal layer."""
+        from ..params_file import write_params_file  # (params_file, formats: loaded where a method needs them)
+
         write_params_file(path, self.params, self.config, self.step)
 
     @classmethod
@@ -328,6 +328,8 @@ class RecurrentLayer:
             TypeError: ``path`` is not a str or os.PathLike, or ``xp`` is not numpy or cupy.
             OSError: the file cannot be read (FileNotFoundError for a missing one).
         """
+        from ..params_file import read_params_file
+
         saved = read_params_file(path_argument(path))
         return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
 
@@ -382,6 +384,8 @@ class RecurrentLayer:
             model and cuDNN it was drawn on: a layer that loads it there resumes the same masks;
             elsewhere its masks start anew from (seed, step), with a warning.
         """
+        from ..params_file import config_fields
+
         return {"config": config_fields(self.config), "step": self.step, "params": self.params,
                 "dropout_rng": self._dropout_rng.state()}
 
@@ -414,6 +418,8 @@ class RecurrentLayer:
         Returns:
             A function of no arguments that loads ``state`` into this layer.
         """
+        from ..params_file import CONFIG_FIELDS, parse_layer_state
+
         saved = parse_layer_state(state, where)
         seed = self.config.seed if keep_seed else saved.config.seed
         # cuDNN's RNG state is the run's own: a layer that keeps its seed draws its own masks, and NumPy has none
@@ -438,6 +444,8 @@ class RecurrentLayer:
         """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``: ``state`` as
         :meth:`load_state_dict` takes and refuses it (another kind of layer than ``cls``'s, too), ``xp`` as for
         :meth:`load`."""
+        from ..params_file import parse_layer_state
+
         saved = parse_layer_state(state, "state_dict")
         params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was
         layer = cls._from_saved(saved.config, params, saved.step, xp, "state_dict", "from_state_dict")
@@ -462,6 +470,8 @@ class RecurrentLayer:
     def export(self, fmt: str, allow_approximation: bool = False) -> Converted:
         """:func:`cudnn_rnn.convert.to_format` of this layer's params and configuration: the weights in format
         ``fmt``, with that function's ``allow_approximation``, result and errors."""
+        from ..formats import to_format
+
         return to_format(fmt, self.params, self.config, allow_approximation=allow_approximation)
 
     # -- description -----------------------------------------------------------------------------

@@ -20,8 +20,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from .._arrays import Array
 from . import _cells
-from ._arrays import Array
 from ._cells import Factors, ForwardWeights, Workspace
 
 __all__ = ["step_forward", "factors", "step_backward", "KERNELS"]

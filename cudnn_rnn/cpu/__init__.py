@@ -1,4 +1,4 @@
-"""How the NumPy backend uses the CPU: how many BLAS threads each matrix product gets, and which cells run.
+"""The NumPy backend, and how it uses the CPU: how many BLAS threads each matrix product gets, and which cells run.
 
     cudnn_rnn.set_num_threads(4)        # every product of the NumPy backend on 4 threads
     cudnn_rnn.set_num_threads(None)     # back to the policy below
@@ -30,6 +30,10 @@ leaves them alone.
 one compiled pass per step (``_fused_cells``, with numba: ``pip install 'cudnn_rnn[fast]'``); both
 compute the same equations and agree to float rounding. ``"auto"`` takes the fused cells when numba
 imports. CuPy arrays never use either: they run cuDNN.
+
+The package is the reference backend: ``_backend`` runs the network over layers, directions and time
+(the backend interface ``cudnn_rnn.ops`` calls for NumPy arrays), ``_cells`` and ``_fused_cells`` are
+the step math; this module, its one public face, is how they use the CPU.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ._checks import shown
+from .._checks import shown
 
 __all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "THREAD_VARIABLES",
            "GRAIN", "LOAD_INTERVAL", "CELL_KINDS", "MAX_THREADS", "host_cores", "BlasThreads", "blas_threads"]

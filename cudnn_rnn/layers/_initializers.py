@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import RNNConfig, numpy_dtype
-from .layout import params_layout, params_size
+from ..config import RNNConfig, numpy_dtype
+from ..layout import params_layout, params_size
 
 __all__ = ["glorot_uniform", "orthogonal", "keras_init_params"]
 

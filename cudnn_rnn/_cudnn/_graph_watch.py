@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._arrays import Array, is_cupy_array
+from .._arrays import Array, is_cupy_array
 
 __all__ = ["Frozen", "recording", "saw_call", "abbreviated"]
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from .._arrays import Array
 from ..config import RNNConfig
-from . import _gru_block_cell as block
+from . import gru_block_cell as block
 from ._core import CellWeights, FormatFacts, Notes, ShapeReading, TensorNames, check_tensors, reorder_gates
 
 #: mygrad tensor -> (gru_block_cell tensor, its rows ("x", "h" or None for a bias), its column gate)

@@ -6,7 +6,7 @@
     cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
 
 Each check builds an uncached RNN descriptor on the calling thread's cached handle
-(:func:`_standalone_rnn`) and asks cuDNN where every matrix and bias sits (``_cudnn_weight_space``).
+(:func:`_standalone_rnn`) and asks cuDNN where every matrix and bias sits (``_weight_space``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
+from ..config import DIRECTIONS, DTYPES, MODES, RNNConfig
+from ..layout import PROJECTION_ID, LayoutAssumptions
 from . import _lib
-from ._cudnn_cache import thread_context
-from ._cudnn_settings import PRECISIONS, check_dtype_supported, rnn_fields
-from ._cudnn_streams import device_name, device_scope, import_cupy
-from ._cudnn_weight_space import cudnn_weights, layout_differences
+from ._cache import thread_context
 from ._descriptors import DropoutDescriptor, RNNDescriptor
-from .config import DIRECTIONS, DTYPES, MODES, RNNConfig
-from .layout import PROJECTION_ID, LayoutAssumptions
+from ._settings import PRECISIONS, check_dtype_supported, rnn_fields
+from ._streams import device_name, device_scope, import_cupy
+from ._weight_space import cudnn_weights, layout_differences
 
 __all__ = ["check_layout_against_cudnn", "layout_check_configs", "GridResult", "check_layout_grid",
            "grid_summary", "cudnn_layout_facts"]

@@ -11,12 +11,10 @@ x's dtype (empty when not training). ops.py guarantees T >= 1, B >= 1, dtypes, a
 
 How a call runs. Everything happens with the arrays' own GPU current (arrays on different GPUs
 are a ValueError) and on CuPy's current stream of that GPU. The call finds the calling thread's
-handle, network and plan for its device in ``_cudnn_cache`` (building what is missing), binds the
+handle, network and plan for its device in ``_cache`` (building what is missing), binds the
 handle to the stream, and makes three short cuDNN calls at most: cudnnRNNForward, then in
 backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into a zeroed buffer). The
-backend's modules (each docstring says its part), each importing only those after it: ``_cudnn``,
-``_cudnn_layout_check``, ``_cudnn_cache``, ``_cudnn_weight_space``, ``_cudnn_settings``,
-``_dropout_rng``, ``_cudnn_streams``.
+package's docstring lists the backend's other modules, each importing only those after it.
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
 without waiting (CuPy stages it in pinned memory), the reserve header is a device-to-device copy
@@ -36,7 +34,7 @@ What cuDNN refuses or leaves open is handled here:
   buffer of the wrong size raises ValueError.
 
 Dropout masks come from the network's RNG state, rewound to the call's seed before every training
-forward of an op call, or restored from a layer's own advancing RNG (``_cudnn_cache``,
+forward of an op call, or restored from a layer's own advancing RNG (``_cache``,
 ``_dropout_rng``); backprop reads the forward's masks from the reserve, and runs on a copy of it
 (see RESERVE_SURVIVES_BACKWARD). Masks differ from the reference backend's.
 """
@@ -47,13 +45,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, _lib, _reserve
-from ._cudnn_cache import BatchPlan, Network, thread_context
-from ._cudnn_settings import check_dtype_supported
-from ._cudnn_streams import copy, import_cupy, use
+from .. import _arrays, _reserve
+from ..config import RNNConfig, numpy_dtype
+from . import _lib
+from ._cache import BatchPlan, Network, thread_context
 from ._dropout_rng import DropoutRNG
 from ._lib import ForwardMode, WgradMode
-from .config import RNNConfig, numpy_dtype
+from ._settings import check_dtype_supported
+from ._streams import copy, import_cupy, use
 
 __all__ = ["forward", "backward", "reserve_elements", "RESERVE_SURVIVES_BACKWARD", "CUDNN_IGNORES_PADDING"]
 

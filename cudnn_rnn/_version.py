@@ -1,3 +1,0 @@
-"""The package's version: the one place it is written (pyproject.toml reads it from here when building)."""
-
-__version__ = "0.1.0"
