@@ -1,4 +1,4 @@
-"""Write small real TensorFlow checkpoints for tests/test_read_tf_checkpoint.py, with the frameworks' outputs.
+"""Write small real TensorFlow checkpoints for tests/oracle/test_read_tf_checkpoint.py, with the frameworks' outputs.
 
 Each case is a folder ``tests/golden/files/tf_checkpoint/{case}/`` holding the checkpoint as
 TensorFlow wrote it (the ``checkpoint`` state file, ``PREFIX.index``, ``PREFIX.data-00000-of-00001``)

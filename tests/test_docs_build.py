@@ -40,6 +40,9 @@ import benchmark_records  # noqa: E402  (the site's extensions, from docs/_ext)
 import params_layout_figure  # noqa: E402
 from docs_testing import ci_command_lines, fenced_blocks, markdown_section  # noqa: E402
 
+#: checks of the repository's sources, alike from the checkout and the wheel: CI runs them once (see .ci/run)
+pytestmark = pytest.mark.sources
+
 #: the public modules: each has a page under docs/api/, and every name of its ``__all__`` an entry
 PUBLIC_MODULES = ("cudnn_rnn", "cudnn_rnn.layers", "cudnn_rnn.config", "cudnn_rnn.layout", "cudnn_rnn.convert",
                   "cudnn_rnn.optim", "cudnn_rnn.cpu", "cudnn_rnn.distributed", "cudnn_rnn.cuda_graph",

@@ -32,6 +32,9 @@ from docs_testing import (
     toctree_pages,
 )
 
+#: checks of the repository's sources, alike from the checkout and the wheel: CI runs them once (see .ci/run)
+pytestmark = pytest.mark.sources
+
 
 # ---- which page runs where --------------------------------------------------------------------------
 def test_every_page_is_claimed_by_exactly_one_runner() -> None:

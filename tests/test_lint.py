@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: checks of the repository's sources, alike from the checkout and the wheel: CI runs them once (see .ci/run)
+pytestmark = pytest.mark.sources
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -11,7 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import cudnn_rnn
+
+#: checks of the repository's sources, alike from the checkout and the wheel: CI runs them once (see .ci/run)
+pytestmark = pytest.mark.sources
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(cudnn_rnn.__file__).resolve().parent

@@ -13,7 +13,7 @@ import pytest
 from docs_testing import pages_for, run_page
 from mpi_jobs import JOB_TIMEOUT, job_environment, mpiexec
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.sources]  # (sources: see tests/test_docs_guides.py)
 
 
 def launch(argv: Sequence[str], folder: Path) -> tuple[int, str, str]:

@@ -18,7 +18,7 @@ import torch  # noqa: E402, F401
 
 from docs_testing import pages_for, run_page  # noqa: E402
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.sources]  # (sources: see tests/test_docs_guides.py)
 
 
 @pytest.mark.parametrize("page", pages_for("oracle"))

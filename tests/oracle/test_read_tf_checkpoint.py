@@ -18,13 +18,15 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+pytest.importorskip("tensorflow")  # the reader parses the index with TensorFlow's protos (oracle extra)
+pytestmark = pytest.mark.oracle
 
 import cudnn_rnn  # noqa: E402
 from cudnn_rnn.convert.readers import FILE_KINDS, file_kind, read_file  # noqa: E402
 from tf_checkpoint_testing import compare, rewrite_index, run_ours, step_reset_before  # noqa: E402
 from rnn_testing import load_script, read_refusal  # noqa: E402
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "files" / "tf_checkpoint"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "files" / "tf_checkpoint"
 SETTINGS = ("the checkpoint keeps no layer settings: Keras's defaults are assumed (activation tanh, "
             "recurrent_activation sigmoid, go_backwards=False)")
 MERGE = "merge_mode='concat' is assumed (cuDNN concatenates the two directions)"
