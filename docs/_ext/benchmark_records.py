@@ -439,6 +439,25 @@ def has(*keys: str) -> Callable[[Any], bool]:
     return lambda data: isinstance(data, dict) and all(key in data for key in keys)
 
 
+
+IMPORT_SIDES: list[Column] = [
+    ("package", ("name",), text),
+    ("import ms", ("package_ms",), fixed(1)),
+    ("NumPy's ms", ("numpy_ms",), fixed(1)),
+    ("modules", ("modules",), count),
+]
+
+
+def import_tables(data: dict[str, Any]) -> list[Table | None]:
+    return [table_of(f"import cudnn_rnn on top of NumPy's import (median of {data['repeats']} fresh interpreters)",
+                     IMPORT_SIDES, data["sides"]),
+            facts_table("working tree / revision", [("ratio", data["ratio"], fixed(2))]),
+            targets_table(data.get("target", {}), data.get("target_met"))]
+
+
+def import_command(record: Record) -> str:
+    return f"python benchmarks/bench_import.py {record.data['revision']} --repeats {record.data['repeats']} --record"
+
 #: every kind of JSON record, in the order of the page; the first whose ``detect`` accepts a record takes it
 KINDS: dict[str, Kind] = {
     "cpu": Kind("CPU: the reference backend against PyTorch, ONNX Runtime and the GEMM floor",
@@ -462,6 +481,10 @@ KINDS: dict[str, Kind] = {
                     "op called directly on NumPy arrays, the same backend underneath; on a GPU, the JAX GRU "
                     "against a `lax.scan` GRU and the JAX LSTM against `jax.experimental.rnn.lstm`.",
                     has("bridges_cpu"), bridges_command, bridges_tables, bridges_plot),
+    "import": Kind("import cudnn_rnn: the working tree against a revision",
+                   "`benchmarks/bench_import.py`: the time `import cudnn_rnn` adds to NumPy's import, and how many "
+                   "of the package's modules it loads, in fresh interpreters, against the package at a git revision.",
+                   has("sides", "ratio"), import_command, import_tables, None),
     "gpu": Kind("GPU: the cuDNN backend against PyTorch's cuDNN RNNs",
                 "`benchmarks/bench_gpu.py` (stage `bench` of `scripts/gpu_check.sh`): a training step against "
                 "PyTorch's cuDNN LSTM/GRU in three precisions, eager and as a CUDA graph, the host overhead per "
