@@ -17,17 +17,15 @@ Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P a
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, cast
+from typing import Any, Callable, Mapping, Protocol, Sequence, cast
 
 from .._arrays import Array, array_module
 from .._checks import flag
 from ..config import RNNConfig, dtype_name
 from ..layout import params_layout, params_size
-from ._reading import MODE_BY_GATES, ConfigRead, ShapeReading, TensorShapes
+from ._reading import MODE_BY_GATES, ConfigRead, ParsedName, ShapeReading, TensorNames, TensorShapes, name_pattern
 
 __all__ = [
     "Converted",
@@ -116,78 +114,6 @@ class CellWeights:
 
     def replace(self, **changes: Any) -> "CellWeights":
         return dataclasses.replace(self, **changes)
-
-
-# ---- tensor names -------------------------------------------------------------------------------
-def name_pattern(template: str, choices: Mapping[str, Sequence[str]] | None = None) -> str:
-    """The regular expression of the names ``template`` spells.
-
-    Each ``{placeholder}`` becomes a named group: one of ``choices[placeholder]`` where given,
-    else a decimal number (a layer or an index). Match it whole (``re.fullmatch``).
-    """
-    choices = choices or {}
-    parts = []
-    for literal, placeholder, _, _ in string.Formatter().parse(template):
-        parts.append(re.escape(literal))
-        if placeholder is not None:
-            spellings = choices.get(placeholder)
-            alternatives = r"\d+" if spellings is None else "|".join(map(re.escape, dict.fromkeys(spellings)))
-            parts.append(f"(?P<{placeholder}>{alternatives})")
-    return "".join(parts)
-
-
-class ParsedName(NamedTuple):
-    """What a tensor name says: its field, layer and direction (0 forward, 1 backward)."""
-
-    field: str
-    layer: int
-    direction: int
-
-
-@dataclass(frozen=True)
-class TensorNames:
-    """A format's tensor names: one template per field, spelling a layer and a direction.
-
-    ``templates[field]`` holds ``{layer}`` (or another number, e.g. canonical's ``{index}``) and
-    the placeholder ``direction_key``, spelt ``directions[d]`` for direction d: torch's
-    ``"weight_ih_l{layer}{suffix}"`` with suffixes ``("", "_reverse")`` names ``weight_ih_l1_reverse``.
-    A template without placeholders names one tensor (gru_block_cell's ``w_ru``).
-    """
-
-    templates: Mapping[str, str]
-    directions: tuple[str, ...] = ("",)
-    direction_key: str = "direction"
-
-    def name(self, field: str, layer: int | str = 0, direction: int = 0, **numbers: int) -> str:
-        """The tensor name of ``field`` of ``layer`` and ``direction`` (``numbers`` fill other placeholders)."""
-        return self.templates[field].format(layer=layer, **numbers,
-                                            **{self.direction_key: self.directions[direction]})
-
-    @functools.cached_property
-    def _patterns(self) -> dict[str, re.Pattern[str]]:
-        choices = {self.direction_key: self.directions}
-        return {field: re.compile(name_pattern(template, choices)) for field, template in self.templates.items()}
-
-    def parse(self, name: str) -> ParsedName | None:
-        """The field, layer and direction ``name`` spells, or None when it is not one of these names."""
-        for field, pattern in self._patterns.items():
-            match = pattern.fullmatch(name)
-            if match is not None:
-                groups = match.groupdict()
-                direction = self.directions.index(groups[self.direction_key]) if self.direction_key in groups else 0
-                return ParsedName(field, int(groups.get("layer") or 0), direction)
-        return None
-
-    def first(self) -> str:
-        """The first field's name in layer 0 (every number 0), direction 0: one every file of the format has."""
-        field = next(iter(self.templates))
-        numbers = {placeholder: 0 for _, placeholder, _, _ in string.Formatter().parse(self.templates[field])
-                   if placeholder is not None and placeholder != self.direction_key}
-        return self.name(field, **numbers)
-
-    def signature(self) -> re.Pattern[str]:
-        """The pattern of :meth:`first`, which no other format's tensors are named."""
-        return re.compile(f"^{re.escape(self.first())}$")
 
 
 # ---- format specs -------------------------------------------------------------------------------

@@ -3,19 +3,92 @@
 
 from __future__ import annotations
 
+import functools
+import re
+import string
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
-if TYPE_CHECKING:
-    from ._core import FormatSpec
-
-__all__ = ["MODE_BY_GATES", "TensorShapes", "ConfigRead", "ShapeReading"]
+__all__ = ["MODE_BY_GATES", "TensorNames", "ParsedName", "name_pattern", "TensorShapes", "ConfigRead", "ShapeReading",
+           "NamedFormat"]
 
 
 #: gates per cell -> rnn_mode (one gate: rnn_tanh or rnn_relu, which no shape tells apart)
 MODE_BY_GATES: dict[int, str | None] = {4: "lstm", 3: "gru", 1: None}
 
 _Parsed = TypeVar("_Parsed")
+
+
+# ---- tensor names -------------------------------------------------------------------------------
+def name_pattern(template: str, choices: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The regular expression of the names ``template`` spells.
+
+    Each ``{placeholder}`` becomes a named group: one of ``choices[placeholder]`` where given,
+    else a decimal number (a layer or an index). Match it whole (``re.fullmatch``).
+    """
+    choices = choices or {}
+    parts = []
+    for literal, placeholder, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if placeholder is not None:
+            spellings = choices.get(placeholder)
+            alternatives = r"\d+" if spellings is None else "|".join(map(re.escape, dict.fromkeys(spellings)))
+            parts.append(f"(?P<{placeholder}>{alternatives})")
+    return "".join(parts)
+
+
+class ParsedName(NamedTuple):
+    """What a tensor name says: its field, layer and direction (0 forward, 1 backward)."""
+
+    field: str
+    layer: int
+    direction: int
+
+
+@dataclass(frozen=True)
+class TensorNames:
+    """A format's tensor names: one template per field, spelling a layer and a direction.
+
+    ``templates[field]`` holds ``{layer}`` (or another number, e.g. canonical's ``{index}``) and
+    the placeholder ``direction_key``, spelt ``directions[d]`` for direction d: torch's
+    ``"weight_ih_l{layer}{suffix}"`` with suffixes ``("", "_reverse")`` names ``weight_ih_l1_reverse``.
+    A template without placeholders names one tensor (gru_block_cell's ``w_ru``).
+    """
+
+    templates: Mapping[str, str]
+    directions: tuple[str, ...] = ("",)
+    direction_key: str = "direction"
+
+    def name(self, field: str, layer: int | str = 0, direction: int = 0, **numbers: int) -> str:
+        """The tensor name of ``field`` of ``layer`` and ``direction`` (``numbers`` fill other placeholders)."""
+        return self.templates[field].format(layer=layer, **numbers,
+                                            **{self.direction_key: self.directions[direction]})
+
+    @functools.cached_property
+    def _patterns(self) -> dict[str, re.Pattern[str]]:
+        choices = {self.direction_key: self.directions}
+        return {field: re.compile(name_pattern(template, choices)) for field, template in self.templates.items()}
+
+    def parse(self, name: str) -> ParsedName | None:
+        """The field, layer and direction ``name`` spells, or None when it is not one of these names."""
+        for field, pattern in self._patterns.items():
+            match = pattern.fullmatch(name)
+            if match is not None:
+                groups = match.groupdict()
+                direction = self.directions.index(groups[self.direction_key]) if self.direction_key in groups else 0
+                return ParsedName(field, int(groups.get("layer") or 0), direction)
+        return None
+
+    def first(self) -> str:
+        """The first field's name in layer 0 (every number 0), direction 0: one every file of the format has."""
+        field = next(iter(self.templates))
+        numbers = {placeholder: 0 for _, placeholder, _, _ in string.Formatter().parse(self.templates[field])
+                   if placeholder is not None and placeholder != self.direction_key}
+        return self.name(field, **numbers)
+
+    def signature(self) -> re.Pattern[str]:
+        """The pattern of :meth:`first`, which no other format's tensors are named."""
+        return re.compile(f"^{re.escape(self.first())}$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +143,16 @@ class ConfigRead:
     mode_question: str | None = None
 
 
+class NamedFormat(Protocol):
+    """What a reading asks of a format's spec (``_core.FormatSpec``): its name and its tensor names."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def names(self) -> TensorNames | None: ...
+
+
 @dataclass(frozen=True)
 class ShapeReading:
     """How a format whose tensors are alike in every layer tells its configuration.
@@ -104,7 +187,7 @@ class ShapeReading:
     mode_question: str = ""
     refuse: Callable[[TensorShapes, Mapping[str, Any]], str | None] | None = None
 
-    def __call__(self, spec: "FormatSpec", tensors: TensorShapes) -> ConfigRead:
+    def __call__(self, spec: NamedFormat, tensors: TensorShapes) -> ConfigRead:
         """Read ``tensors`` as format ``spec``'s (the one reading all such formats share)."""
         names = spec.names
         assert names is not None, f"format {spec.name!r} reads its shapes by its names"
