@@ -32,18 +32,27 @@ def test_mypy_strict_finds_nothing(tmp_path: Path) -> None:
     assert "Success: no issues found" in result.stdout, result.stdout
 
 
-def test_a_type_checker_checks_the_layers_constructor_arguments(tmp_path: Path) -> None:
-    # the classes take their arguments through one constructor; a type checker still sees their names and types
+def test_a_type_checker_sees_the_layers_arguments_and_the_names_that_load_at_first_use(tmp_path: Path) -> None:
+    # the classes take their arguments through one constructor; a type checker still sees their names and types;
+    # and it sees the names ``import cudnn_rnn`` loads at first use as their own, not as Any
     shutil.copytree(PACKAGE, tmp_path / "cudnn_rnn", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "user.py").write_text("from cudnn_rnn import GRU, LSTM\n"
+    (tmp_path / "user.py").write_text("from cudnn_rnn import GRU, LSTM, checkpoint\n"
                                       "LSTM(3, 4, 2, bidirectional=True, num_proj=2, dtype='float64')\n"
                                       "GRU(3, 4, bogus=1)\n"
-                                      "LSTM('3', 4)\n")
+                                      "LSTM('3', 4)\n"
+                                      "import cudnn_rnn\n"
+                                      "cudnn_rnn.convert.read_file(1)\n"
+                                      "cudnn_rnn.set_num_threads('4')\n"
+                                      "cudnn_rnn.LTSM\n"
+                                      "manager = checkpoint.CheckpointManager\n"
+                                      "adam = cudnn_rnn.optim.Adam\n")
     result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
                              "--no-incremental", "user.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[:2] for line in errors] == [["user.py", "3"], ["user.py", "4"]], result.stdout
+    assert [line.split(":")[:2] for line in errors] == [["user.py", str(n)] for n in (3, 4, 6, 7, 8)], result.stdout
     assert 'Unexpected keyword argument "bogus"' in errors[0] and '"str"' in errors[1], result.stdout
+    assert '"read_file" has incompatible type "int"' in errors[2] and '"set_num_threads"' in errors[3], result.stdout
+    assert 'has no attribute "LTSM"' in errors[4], result.stdout
 
 
 def test_the_settings_are_strict_with_no_blanket_ignores() -> None:
