@@ -131,33 +131,31 @@ def test_at_most_20_modules_sit_directly_under_the_package() -> None:
     assert {"_cudnn", "cpu", "layers", "formats", "convert"} <= packages, packages  # the backends, the layers, ...
 
 
-#: the op layer's way down to the two backends: each backend's interface module, by name
-BACKEND_INTERFACES = {"cudnn_rnn.cpu._backend", "cudnn_rnn._cudnn._backend"}
+#: the op layer's way down to the reference backend, whose package's public face is its CPU settings
+BACKEND_INTERFACES = {"cudnn_rnn.cpu._backend"}
 
 
 def _reaches_in(importer: str, target: str) -> bool:
-    """Whether ``importer`` takes ``target``, a private module of a public package that ``importer`` is not part
-    of (``cudnn_rnn.convert.readers._found`` -> ``cudnn_rnn.formats._core``). The package's own private modules
+    """Whether ``importer`` takes ``target``, a private module of a package that ``importer`` is not part of
+    (``cudnn_rnn.convert.into`` -> ``cudnn_rnn.convert.readers._zip``). The top package's own private modules
     (``cudnn_rnn._checks``) and private packages (``cudnn_rnn._cudnn``) are everyone's base."""
     parts = target.split(".")
-    for depth in range(2, len(parts)):
-        owner = ".".join(parts[:depth])
-        if parts[depth].startswith("_") and not parts[depth - 1].startswith("_"):
-            top = ".".join(parts[:2])  # the top-level public package the private module belongs to
-            return not (importer == top or importer.startswith(top + ".")) and owner != "cudnn_rnn"
-        if parts[depth - 1].startswith("_"):
-            return False
-    return False
+    depth = next((depth for depth in range(1, len(parts)) if parts[depth].startswith("_")), None)
+    if depth is None or depth == 1:  # a public module, or the top package's own
+        return False
+    owner = ".".join(parts[:depth])
+    return not (importer == owner or importer.startswith(owner + "."))
 
 
 def test_packages_meet_through_their_init() -> None:
-    """A module outside a public package takes the package's names from its ``__init__`` (or its public modules),
-    never from its private modules; the op's way down to the backends' interfaces aside."""
+    """A module outside a package takes the package's names from its ``__init__`` (or its public modules), never
+    from its private modules; the op's way down to the reference backend aside."""
     reaching = sorted(f"{importer} -> {target}" for importer, targets in _graph().items() for target in targets
                       if _reaches_in(importer, target) and target not in BACKEND_INTERFACES)
     assert not reaching, "imports that reach into another package's private modules:\n" + "\n".join(reaching)
     assert _reaches_in("cudnn_rnn.convert.saving", "cudnn_rnn.formats._core")
-    assert not _reaches_in("cudnn_rnn.convert.into", "cudnn_rnn.convert.readers._zip")  # within convert
+    assert _reaches_in("cudnn_rnn.convert.into", "cudnn_rnn.convert.readers._zip")  # a sibling's private module
+    assert not _reaches_in("cudnn_rnn.convert.readers._keras_file", "cudnn_rnn.convert.readers._zip")
     assert not _reaches_in("cudnn_rnn.ops", "cudnn_rnn._cudnn._graph_watch")  # a private package
     assert not _reaches_in("cudnn_rnn.formats._core", "cudnn_rnn._checks")  # the package's own base
 

@@ -50,7 +50,7 @@ from ..config import MODES, RNNConfig, check_config
 from ..files import extension, write_bytes, write_through_path
 from ..formats import check_params, to_format
 from ..formats import keras as keras_format
-from .readers._keras_file import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
+from .readers import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
 
 __all__ = ["export_keras", "write_keras", "KERAS_VERSION", "ENDINGS", "ARCHIVE_MEMBERS", "MODE_LAYERS"]
 

@@ -32,11 +32,9 @@ import numpy as np
 from ..._checks import flag
 from ...files import extension, write_through_path
 from ...formats import InexactConversionError
-from ..readers import FileReadError, FoundRNN, file_kind, listing, named, read_file
-from ..readers._keras_file import WEIGHTS_MEMBER, locate
-from ..readers._safetensors_file import checked_layout
+from ..readers import (WEIGHTS_MEMBER, FileReadError, FoundRNN, checked_layout, file_kind, listing, locate,
+                       member_data_offset, named, read_file)
 from ..saving import Written, as_found, converted
-from ..readers._zip import member_data_offset
 from ._stored import StoredTensor, check_members, fix_zip_checksums, patch
 from ._torch_zip import state_dicts
 

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...config import numpy_dtype
-from ..readers._zip import member_data_offset
+from ..readers import member_data_offset
 
 __all__ = ["StoredTensor", "patch", "fix_zip_checksums", "c_strides", "check_members"]
 

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._dtypes import BY_NAME, names
-from ..readers._found import FileReadError
-from ..readers._pickle_inspector import Pickled
-from ..readers._torch_file import SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, Layout, inspect_zip
-from ..readers._zip import member_data_offset
+from ..readers import (SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, FileReadError, Layout, Pickled, inspect_zip,
+                       member_data_offset)
 from ._stored import StoredTensor
 
 __all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES"]

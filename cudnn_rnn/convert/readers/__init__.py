@@ -33,6 +33,16 @@ from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpo
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
 from ._found import same_field as _same_field
 
+# what convert.into and the Keras writer share with the readers of the files they write (each ``as`` marks a name
+# exported from here): where a file's parts sit, as the readers find them
+from ._keras_file import CONFIG_MEMBER as CONFIG_MEMBER, METADATA_MEMBER as METADATA_MEMBER, locate as locate
+from ._keras_file import WEIGHTS_MEMBER as WEIGHTS_MEMBER
+from ._pickle_inspector import Pickled as Pickled
+from ._safetensors_file import checked_layout as checked_layout
+from ._torch_file import SEARCH_DEPTH as SEARCH_DEPTH, STORAGE_ITEMSIZES as STORAGE_ITEMSIZES, ZIP_MAGIC as ZIP_MAGIC
+from ._torch_file import Layout as Layout, inspect_zip as inspect_zip
+from ._zip import member_data_offset as member_data_offset
+
 __all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
            "file_kind", "read_file", "stack", "stack_problem", "choose", "listing", "named", "one_line",
            "CONFIG_FIELDS", "PARAMS_FORMAT"]
