@@ -1,4 +1,8 @@
-"""benchmarks/bench_import.py times ``import cudnn_rnn`` of the working tree against a git revision's."""
+"""benchmarks/bench_import.py times ``import cudnn_rnn`` of the working tree against a git revision's.
+
+It imports the checkout's own sources, so it is one of the checks of the repository's sources (the wheel's
+run in CI has none to import).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sources
 
 REPO = Path(__file__).resolve().parents[1]
 
