@@ -31,7 +31,7 @@ from ._arrays import Array, array_module
 from ._checks import flag
 from ._cudnn._dropout_rng import DropoutRNG
 from ._signature import PLATFORMS, Shape, Signature
-from .config import RNNConfig
+from .config import RNNConfig, check_config
 from .layers import keras_init_params
 from .ops import RNNGradients, RNNOutputs, backprop_from_residual, forward_with_rng
 
@@ -120,7 +120,6 @@ def init_params(config: RNNConfig, seed: int = 0) -> np.ndarray:
 
     Returns a host array [params_size] of ``config.dtype``.
     """
-    if not isinstance(config, RNNConfig):
-        raise TypeError(f"config must be a cudnn_rnn.RNNConfig; got {type(config).__name__}")
+    check_config(config)
     config.replace(seed=seed)  # refuses what a layer's seed refuses, in its words
     return keras_init_params(config, seed=seed, unit_forget_bias=config.has_cell)
