@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import cudnn_rnn
+from docs_testing import documented_names
 
 PACKAGE = Path(cudnn_rnn.__file__).resolve().parent  # the package under test: the checkout's, or the wheel's
 REPO = Path(__file__).resolve().parents[1]
@@ -93,16 +93,9 @@ def test_every_name_in_all_resolves() -> None:
     assert missing == []
 
 
-#: a documented name: a cross-reference of the docs (``{func}`cudnn_rnn.x```) or quoted code (```cudnn_rnn.x```)
-DOCUMENTED = re.compile(r"\{(?:py:)?(?:func|class|meth|attr|mod|data|exc|obj)\}`(?:[^`<]*<)?~?(cudnn_rnn[\w.]*)>?`"
-                        r"|`~?(cudnn_rnn(?:\.\w+)+)")
-
-
 def _documented_names() -> list[str]:
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    names = {first or second for page in pages
-             for first, second in DOCUMENTED.findall(page.read_text(encoding="utf-8"))}
-    return sorted(name.rstrip(".") for name in names if name)
+    return sorted({name for page in pages for name in documented_names(page.read_text(encoding="utf-8"))})
 
 
 def test_every_documented_name_resolves_after_a_plain_import() -> None:

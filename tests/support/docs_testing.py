@@ -277,6 +277,17 @@ def cudnn_rnn_names(code: str, context: Sequence[str] = ()) -> set[str]:
     return names
 
 
+def documented_names(text: str) -> list[str]:
+    """The ``cudnn_rnn`` names Markdown ``text`` cross-references (``{func}`cudnn_rnn.x```) or quotes
+    (```cudnn_rnn.x```), sorted, each once."""
+    names = set(_INLINE_NAME.findall(text))
+    for target in _ROLE.findall(text):
+        target = re.sub(r"^.*<(.+)>$", r"\1", target).lstrip("~")
+        if target.startswith("cudnn_rnn"):
+            names.add(target)
+    return sorted(names)
+
+
 def check_prose_names(page: Path) -> list[str]:
     """Resolve every ``cudnn_rnn`` name the page's text cross-references or quotes, and every
     ``cudnn-rnn`` subcommand it names; returns the names checked.
@@ -287,13 +298,8 @@ def check_prose_names(page: Path) -> list[str]:
     from cudnn_rnn.cli import SUBCOMMANDS
 
     text = page.read_text(encoding="utf-8")
-    checked = []
-    for target in _ROLE.findall(text):
-        target = re.sub(r"^.*<(.+)>$", r"\1", target).lstrip("~")
-        if target.startswith("cudnn_rnn"):
-            checked.append(target)
-    checked += _INLINE_NAME.findall(text)
-    for dotted in sorted(set(checked)):
+    checked = documented_names(text)
+    for dotted in checked:
         try:
             resolve(dotted)
         except AssertionError as error:
