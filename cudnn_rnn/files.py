@@ -11,7 +11,10 @@ the new one, never a torn one::
 ``<machine>`` is 12 hex digits naming the host and its PID namespace (a hash of the host name and,
 on Linux, ``/proc/self/ns/pid``): processes that share it see each other's process ids. ``<pid>``
 is the writing process's id, ``<random>`` makes the name unique. :func:`write_through_path`'s
-partial file ends in the target's extension too (``.partial.onnx``).
+partial file ends in the target's extension too (``.partial.onnx``). Where the partial name would be
+longer than the file system allows (a target name of more than about 210 bytes), ``<name>`` is
+shortened to its start, ``~`` and a hash of the whole name: every name the file system takes can
+be written.
 
 Three ways in, one path through: :func:`atomic_write` hands out a binary file object
 (``np.savez(f, ...)``, ``figure.savefig(f)``), :func:`write_bytes` writes bytes or a sequence
@@ -85,6 +88,16 @@ NPY_HEADER_READERS: dict[tuple[int, int], Callable[[IO[bytes]], tuple[tuple[int,
 
 #: the environment variable that slows writes down for fault-injection tests
 PAUSE_VARIABLE = "CUDNN_RNN_TEST_WRITE_PAUSE"
+
+#: the longest file name (bytes) of a file system that cannot be asked (``os.pathconf`` says where it can)
+_NAME_MAX = 255
+
+#: a partial file's name less its target's name and ending: ``.`` ``.<machine>`` ``.<pid>`` (at most 10
+#: digits) ``.<random>`` (8 characters) and the partial suffix
+_PARTIAL_OVERHEAD = 1 + 13 + 11 + 9 + len(PARTIAL_SUFFIX)
+
+#: the longest extension (bytes) a partial file's name repeats at its end
+_LONGEST_ENDING = 32
 
 #: the chunk size of a paused write
 _PAUSED_CHUNK = 64 * 1024
@@ -168,10 +181,40 @@ def extension(name: str) -> str:
     return name[-len(compound):] if compound else os.path.splitext(name)[1]
 
 
-def _leftover_name(name: str) -> re.Pattern[str]:
+def _name_max(folder: str) -> int:
+    """The longest file name (in bytes) the file system of ``folder`` takes (:data:`_NAME_MAX` where it cannot say)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError, TypeError):  # (no pathconf on Windows; a folder that is gone)
+        return _NAME_MAX
+
+
+def _partial_name(folder: str, name: str) -> tuple[str, str]:
+    """How the partial files of target ``name`` in ``folder`` name it: ``(stem, ending)``.
+
+    The stem is ``name`` itself while the longest partial name fits the file system's limit;
+    otherwise as much of ``name``'s start as fits, ``~`` and 16 hex digits hashing the whole name,
+    so that two targets never share a stem. The ending is ``name``'s extension, or ``""`` where an
+    extension that long leaves no room (longer than :data:`_LONGEST_ENDING` bytes).
+    """
+    ending = extension(name)
+    if len(os.fsencode(ending)) > _LONGEST_ENDING:
+        ending = ""
+    room = _name_max(folder) - _PARTIAL_OVERHEAD - len(os.fsencode(ending))
+    if len(os.fsencode(name)) <= room:
+        return name, ending
+    mark = "~" + hashlib.blake2b(os.fsencode(name), digest_size=8).hexdigest()
+    start = name
+    while start and len(os.fsencode(start + mark)) > room:
+        start = start[:-1]
+    return start + mark, ending
+
+
+def _leftover_name(folder: str, name: str) -> re.Pattern[str]:
     """The names of the partial files of target ``name`` (this form, with machine and pid, and the earlier one)."""
-    return re.compile(rf"\.{re.escape(name)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
-                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(extension(name))})?")
+    stem, ending = _partial_name(folder, name)
+    return re.compile(rf"\.{re.escape(stem)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
+                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(ending)})?")
 
 
 def _process_lives(pid: int) -> bool | None:
@@ -211,7 +254,7 @@ def remove_leftovers(path: PathLike) -> list[str]:
         The absolute paths of the files removed (empty when there were none).
     """
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    pattern, machine = _leftover_name(name), _machine()
+    pattern, machine = _leftover_name(folder, name), _machine()
     try:
         entries = os.listdir(folder)
     except OSError:
@@ -234,8 +277,10 @@ def remove_leftovers(path: PathLike) -> list[str]:
 
 
 @contextlib.contextmanager
-def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tuple[int, str]]:
+def _partial_file(path: PathLike, with_ending: bool = False) -> Iterator[tuple[int, str]]:
     """A new partial file beside ``path`` (descriptor, name), moved onto ``path`` on success.
+
+    Its name ends in ``path``'s extension too where ``with_ending`` says (and the name allows it).
 
     The leftovers of earlier killed writes of ``path`` are removed first (:func:`remove_leftovers`).
     On any exception (or a KeyboardInterrupt) the partial file is removed and the target is
@@ -246,7 +291,9 @@ def _partial_file(path: PathLike, suffix: str = PARTIAL_SUFFIX) -> Iterator[tupl
     if os.path.isdir(target):
         raise IsADirectoryError(f"{os.fspath(path)!r} is a folder; cannot write a file there")
     remove_leftovers(target)
-    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.{_machine()}.{os.getpid()}.", suffix=suffix)
+    stem, ending = _partial_name(folder, name)
+    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{stem}.{_machine()}.{os.getpid()}.",
+                                           suffix=PARTIAL_SUFFIX + (ending if with_ending else ""))
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(descriptor, _mode_for(target))
@@ -309,8 +356,7 @@ def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
         path: the file to write (replaced if it exists).
         write: called once with the temporary path; it must write the whole file there.
     """
-    ending = extension(os.path.basename(os.path.abspath(os.fspath(path))))
-    with _partial_file(path, PARTIAL_SUFFIX + ending) as (descriptor, partial):
+    with _partial_file(path, with_ending=True) as (descriptor, partial):
         os.close(descriptor)
         write(partial)
         _fsync(partial)

@@ -203,6 +203,88 @@ def test_a_failing_path_writer_leaves_the_target_untouched(target: Path, error: 
     assert listing(target.parent) == ["model.bin"]
 
 
+# ---- names as long as the file system takes ----------------------------------------------------------------
+def longest_name(folder: Path, ending: str, char: str = "m") -> str:
+    """A file name of ``char`` repeated and ``ending``, as many bytes long as ``folder``'s file system takes."""
+    room = os.pathconf(folder, "PC_NAME_MAX") - len(ending.encode())
+    return char * (room // len(char.encode())) + ending
+
+
+@pytest.mark.parametrize("length", [218, 219, 250, 255])
+def test_a_name_of_any_legal_length_is_written_atomically(tmp_path: Path, length: int) -> None:
+    """OUT names of 219-255 bytes (longer than a partial name's extra 40 allow) write like short ones."""
+    assert os.pathconf(tmp_path, "PC_NAME_MAX") == 255
+    name = "m" * (length - len(".npz")) + ".npz"
+    target = tmp_path / name
+    with atomic_write(target) as handle:
+        np.savez(handle, a=np.arange(3))
+        partial, = [entry for entry in listing(tmp_path) if entry != name]
+        assert len(partial.encode()) <= 255
+    with np.load(target) as archive:
+        assert archive["a"].tolist() == [0, 1, 2]
+    write_bytes(target, b"again")
+    assert target.read_bytes() == b"again" and listing(tmp_path) == [name]
+
+
+@pytest.mark.parametrize("ending, char", [(".onnx", "m"), (".weights.h5", "é"), ("", "模")])
+def test_write_through_path_lends_a_legal_path_for_the_longest_names(tmp_path: Path, ending: str, char: str) -> None:
+    """The lent path of a 255-byte name (multibyte characters too) still ends in the target's extension."""
+    name = longest_name(tmp_path, ending, char)
+    seen: list[str] = []
+
+    def writer(path: str) -> None:
+        seen.append(path)
+        Path(path).write_bytes(b"made by a path writer")
+
+    write_through_path(tmp_path / name, writer)
+    lent = Path(seen[0]).name
+    assert lent.endswith(PARTIAL_SUFFIX + ending) and len(lent.encode()) <= 255
+    assert (tmp_path / name).read_bytes() == b"made by a path writer" and listing(tmp_path) == [name]
+
+
+def test_a_layer_saves_to_and_loads_from_a_250_byte_name(tmp_path: Path) -> None:
+    """What a user writes goes through the same path: a layer saved under a 250-byte name loads back."""
+    layer = cudnn_rnn.LSTM(3, 4, seed=5)
+    target = tmp_path / ("m" * (250 - len(".npz")) + ".npz")
+    layer.save(target)
+    assert listing(tmp_path) == [target.name]
+    np.testing.assert_array_equal(cudnn_rnn.LSTM.load(target).params, layer.params)
+
+
+def test_two_long_names_with_one_start_get_their_own_partial_names(tmp_path: Path) -> None:
+    """Shortened partial names keep a hash of the whole name: two targets differing only at their end
+    never take each other's partial file for a leftover of theirs."""
+    first, second = (longest_name(tmp_path, ending) for ending in (".a.npz", ".b.npz"))
+    with atomic_write(tmp_path / first) as handle:
+        handle.write(b"first")
+        partial, = [entry for entry in listing(tmp_path)]
+        assert remove_leftovers(tmp_path / second) == []
+        write_bytes(tmp_path / second, b"second")
+        assert partial in listing(tmp_path)
+    assert (tmp_path / first).read_bytes() == b"first" and (tmp_path / second).read_bytes() == b"second"
+
+
+def test_a_killed_write_of_a_long_name_is_cleaned_up_by_the_next(tmp_path: Path) -> None:
+    """The shortened partial name still names its writer, so the next write of that target removes it."""
+    target = tmp_path / longest_name(tmp_path, ".bin")
+    target.write_bytes(OLD)
+    code = "import sys\nfrom cudnn_rnn.files import write_bytes\nwrite_bytes(sys.argv[1], bytes(1 << 20))\n"
+    before = set(listing(tmp_path))
+    process = start_writer(code, str(target), pause="0.02")
+    try:
+        limit = time.monotonic() + 20
+        while set(listing(tmp_path)) == before and time.monotonic() < limit and process.poll() is None:
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.communicate(timeout=20)
+    left, = set(listing(tmp_path)) - before
+    assert WRITER.fullmatch(left) is not None and len(left.encode()) <= 255
+    assert target.read_bytes() == OLD
+    write_bytes(target, b"new")
+    assert listing(tmp_path) == [target.name] and target.read_bytes() == b"new"
+
+
 # ---- a real kill in the middle of a write --------------------------------------------------------------------
 def test_a_process_killed_mid_write_leaves_the_old_file_whole(target: Path) -> None:
     """SIGKILL mid-write: the target has exactly the old bytes, and the partial file is the only leftover."""
