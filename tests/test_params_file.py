@@ -32,6 +32,40 @@ def test_params_files_are_complete(tmp_path: Path, name: str) -> None:
     assert layer.config == config and layer.params.tobytes() == params.tobytes() and layer.step == 0
 
 
+GOLDEN_FILES = Path(__file__).parent / "golden" / "files"
+
+
+@pytest.mark.parametrize("model, kind", [("torch/lstm_float64.pt", "a PyTorch file (torch.save)"),
+                                         ("torch/whole_lstm.pt", "a PyTorch file (torch.save)"),
+                                         ("keras/keras3_float64.keras", "a Keras 3 .keras archive"),
+                                         ("keras/keras2_model.h5", "an HDF5 file"),
+                                         ("onnx/torch_lstm_L2_bi_opset14.onnx", "an ONNX model")])
+def test_loading_a_model_file_says_how_to_load_it(model: str, kind: str) -> None:
+    """LSTM.load of a model file (not a params file) names its kind and the two ways to load the RNN in it."""
+    path = str(GOLDEN_FILES / model)
+    with pytest.raises(ValueError) as refused:
+        cudnn_rnn.LSTM.load(path)
+    message = str(refused.value)
+    assert "is not a" in message and f"It is {kind}" in message, message
+    assert f"cudnn_rnn.convert.read_file({path!r})[0].to_layer()" in message
+    assert f"`cudnn-rnn convert {path} OUT.npz`" in message
+    if model.startswith("torch/lstm"):  # what the message says works
+        layer = read_file(path)[0].to_layer()
+        assert isinstance(layer, cudnn_rnn.LSTM)
+
+
+def test_an_npz_of_torch_tensors_gets_the_hint_and_other_npz_files_do_not(tmp_path: Path) -> None:
+    """An .npz is a model file where read_file finds a format's tensors in it; arrays of no format get no hint."""
+    config = RNNConfig("lstm", 1, 4, 3)
+    found = read_file(GOLDEN_FILES / "torch" / "lstm_float64.pt")[0]
+    np.savez(tmp_path / "torch_tensors.npz", **found.tensors)
+    np.savez(tmp_path / "other.npz", a=random_params(config, 1))
+    with pytest.raises(ValueError, match=r"It is a NumPy \.npz archive, a model file: load the RNN"):
+        cudnn_rnn.LSTM.load(tmp_path / "torch_tensors.npz")
+    with pytest.raises(ValueError, match=r"it holds \['a'\]$"):
+        cudnn_rnn.LSTM.load(tmp_path / "other.npz")
+
+
 @pytest.mark.parametrize("change, match", [
     (lambda a: a.update(format=np.array(2)), "has params-file format"),
     (lambda a: a.update(config=np.array("{not json")), "'config' is not valid JSON"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import shlex
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ from .._arrays import Array, array_kind, array_module
 from ..config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from ..layout import params_size
 
-__all__ = ["path_argument", "size_arguments", "ArgumentCheck"]
+__all__ = ["path_argument", "model_file_hint", "size_arguments", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -44,6 +45,25 @@ def path_argument(path: object, name: str = "path") -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
     return text
+
+
+def model_file_hint(path: str) -> str:
+    """What to say after "not a params file" when ``path`` is a model file that
+    :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): how to load the RNN it holds.
+
+    Asked only once a load has failed, so the readers are imported here and nowhere earlier.
+    """
+    from ..convert.readers import FILE_KINDS, FileReadError, file_kind, read_file
+
+    try:
+        kind = file_kind(path)
+        if kind is FILE_KINDS["npz"]:  # an .npz is a model file only where it holds a format's tensors
+            read_file(path)
+    except (FileReadError, ValueError, TypeError, OSError):
+        return ""
+    return (f". It is {kind.description}, a model file: load the RNN it holds with "
+            f"cudnn_rnn.convert.read_file({path!r})[0].to_layer(), or convert it to a params file with "
+            f"`cudnn-rnn convert {shlex.quote(path)} OUT.npz`")
 
 
 def size_arguments(config: RNNConfig) -> list[str]:

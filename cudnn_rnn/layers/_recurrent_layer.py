@@ -17,7 +17,7 @@ from .._cudnn._dropout_rng import DropoutRNG
 from ..config import RNNConfig, check_config, dtype_name
 from ..layout import ParamEntry, params_layout
 from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
-from ._args import ArgumentCheck, path_argument, size_arguments
+from ._args import ArgumentCheck, model_file_hint, path_argument, size_arguments
 from ._constructor import ModeArgument, class_doc, class_signature, method_signature
 from ._initializers import keras_init_params
 
@@ -324,13 +324,19 @@ class RecurrentLayer:
             xp: the array module of the new layer: numpy (None, the default) or cupy.
 
         Raises:
-            ValueError: not a whole layer file, another layer kind, or params not matching the config.
+            ValueError: not a whole layer file (for a model file :func:`cudnn_rnn.convert.read_file`
+                reads, the message says how to load the RNN it holds), another layer kind, or params
+                not matching the config.
             TypeError: ``path`` is not a str or os.PathLike, or ``xp`` is not numpy or cupy.
             OSError: the file cannot be read (FileNotFoundError for a missing one).
         """
         from ..params_file import read_params_file
 
-        saved = read_params_file(path_argument(path))
+        path = path_argument(path)
+        try:
+            saved = read_params_file(path)
+        except ValueError as error:
+            raise ValueError(f"{error}{model_file_hint(path)}") from None
         return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
 
     @classmethod
