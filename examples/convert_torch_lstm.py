@@ -9,7 +9,7 @@ NumPy reference backend, or cuDNN with CuPy arrays) and onnxruntime. The script 
 largest relative difference of each output against PyTorch and exits with status 1 if any
 exceeds 1e-5.
 
-Run:  python examples/convert_torch_lstm.py [--keep DIR]     (needs torch, onnx, onnxruntime)
+Run:  python examples/convert_torch_lstm.py [--out DIR]     (needs torch, onnx, onnxruntime)
 """
 
 from __future__ import annotations
@@ -46,10 +46,16 @@ def run_torch(lstm: torch.nn.LSTM, x: np.ndarray, h0: np.ndarray, c0: np.ndarray
     return y.numpy(), h.numpy(), c.numpy()
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
+    """``--out DIR`` (as every example takes it; ``--keep DIR``, its former name, still works)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", type=Path, help="write params.npz and lstm.onnx into this folder")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", "--keep", type=Path, dest="out", metavar="DIR",
+                        help="write params.npz and lstm.onnx into this folder (default: a temporary one)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
 
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(INPUT_SIZE, NUM_UNITS, num_layers=NUM_LAYERS, bidirectional=True).eval()
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'exact' if converted.exact else converted.approximations}")
 
     with tempfile.TemporaryDirectory() as scratch:
-        return compare(lstm, config, params, args.keep or Path(scratch))
+        return compare(lstm, config, params, args.out or Path(scratch))
 
 
 def compare(lstm: torch.nn.LSTM, config: RNNConfig, params: np.ndarray, folder: Path) -> int:

@@ -7,6 +7,7 @@ h_n and c_n must equal ``cudnn_rnn_v3``'s output, output_h and output_c.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -134,9 +135,23 @@ def test_skip_input_equals_torch_with_identity_input_matrices() -> None:
 @pytest.mark.oracle
 def test_convert_torch_lstm_example_runs_and_agrees(tmp_path) -> None:
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, str(root / "examples" / "convert_torch_lstm.py"), "--keep", str(tmp_path)],
+    result = subprocess.run([sys.executable, str(root / "examples" / "convert_torch_lstm.py"), "--out", str(tmp_path)],
                             capture_output=True, text=True, cwd=root, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(root)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all outputs agree" in result.stdout
     assert (tmp_path / "lstm.onnx").is_file() and (tmp_path / "params.npz").is_file()
+
+
+@pytest.mark.oracle
+def test_convert_torch_lstm_example_takes_out_and_keep_as_its_former_name() -> None:
+    """The output folder is --out, as in every example; --keep, the name it had, means the same."""
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("convert_torch_lstm", root / "examples" / "convert_torch_lstm.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    parser = example.argument_parser()
+    assert parser.parse_args(["--out", "a"]).out == parser.parse_args(["--keep", "a"]).out == Path("a")
+    assert parser.parse_args([]).out is None
+    assert "--out DIR, --keep DIR" in parser.format_help()
