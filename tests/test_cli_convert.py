@@ -215,6 +215,23 @@ def test_output_file_types(tmp_path: Path, torch_file: Path, capsys: pytest.Capt
     refused(capsys, convert_argv(torch_file, tmp_path / name), match=match.replace("'OUT'", repr(str(tmp_path / name))))
 
 
+@pytest.mark.parametrize("name, to, note", [
+    ("out.safetensors", "keras", "holds the keras format's tensor names; torch's nn.LSTM.load_state_dict loads "
+                                 "--to torch"),
+    ("out.npz", "torch", "holds the torch format's tensor names; cudnn_rnn.LSTM.load loads --to params"),
+    ("out.safetensors", "torch", None),
+    ("out.npz", "params", None),
+])
+def test_a_format_its_container_s_framework_does_not_load_is_said_in_one_line(
+        tmp_path: Path, torch_file: Path, capsys: pytest.CaptureFixture, name: str, to: str, note: str | None) -> None:
+    """Written, and said on the output: which format OUT holds, and which --to the framework that loads such a
+    file takes (nothing said where OUT holds that format)."""
+    assert main(convert_argv(torch_file, tmp_path / name, to=to)) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if "format's tensor names" in line]
+    assert notes == ([f"note: {tmp_path / name} {note}"] if note else []), out
+
+
 def test_a_model_file_holds_its_own_format(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "m.onnx").write_bytes(b"\x08\x07")
     refused(capsys, convert_argv(tmp_path / "m.onnx", tmp_path / "p.npz"),

@@ -19,7 +19,9 @@ as it is (:func:`cudnn_rnn.convert.write_file`), and ``--to`` defaults to that f
   (``--to keras``; needs h5py).
 * ``.onnx``: a runnable ONNX model (``--to onnx``; needs onnx).
 
-An OUT whose container cannot hold ``--to``'s format is refused, naming both.
+An OUT whose container cannot hold ``--to``'s format is refused, naming both. One that holds it, but
+not as its framework loads it (``--to keras`` into a ``.pt``, which ``nn.LSTM.load_state_dict`` would
+refuse), is written with a ``note:`` line naming the ``--to`` that framework loads.
 
 ``--into MODEL`` writes OUT as a copy of the user's own model file MODEL in which the converted
 RNN's tensors replace those of MODEL's RNN (one Keras layer per network layer), inferred where
@@ -46,7 +48,7 @@ from ..convert import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
-from ..convert.saving import CONTAINERS, Written, container_of, suffixes_for, write_file
+from ..convert.saving import CONTAINERS, Written, container_of, layer_class_name, suffixes_for, write_file
 from ..formats import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
@@ -261,6 +263,12 @@ def _run(args: argparse.Namespace) -> None:
           f"{args.output}")
     for note in found.notes:
         print(f"note: {note}")
+    if args.into is None:
+        container = container_of(args.output, "OUT")
+        if written.fmt != container.default:
+            loader = container.default_loader.format(layer=layer_class_name(config))
+            print(f"note: {args.output} holds the {written.fmt} format's tensor names; {loader} loads --to "
+                  f"{container.default}")
     if written.approximations:
         print("approximated (the result computes a different function):")
         for sentence in written.approximations:

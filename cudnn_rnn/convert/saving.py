@@ -41,7 +41,7 @@ from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
 __all__ = ["CONTAINERS", "Container", "Request", "Written", "container_of", "suffixes_for", "as_found", "converted",
-           "write_file"]
+           "layer_class_name", "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
@@ -86,6 +86,9 @@ class Container:
         writer: how it is written.
         writes_from: the format its writer takes (the params buffer, for the model exporters); None: the
             format written.
+        default_loader: what loads the default format from such a file, ``{layer}`` standing for the
+            class name of the RNN (``"LSTM"``): where another format is written, the command line says
+            so; empty for a container of one format.
     """
 
     suffix: str
@@ -95,6 +98,7 @@ class Container:
     kind: str
     writer: Writer
     writes_from: str | None = None
+    default_loader: str = ""
 
     @property
     def default(self) -> str:
@@ -157,8 +161,12 @@ def _write_npz(request: Request) -> str:
         return _write_named_npz(request)
     config = request.config
     write_params_file(request.path, request.tensors[PARAMS_FORMAT], config)
-    layer_class = {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
-    return f"a params file (params and configuration: cudnn_rnn.{layer_class}.load reads it)"
+    return f"a params file (params and configuration: cudnn_rnn.{layer_class_name(config)}.load reads it)"
+
+
+def layer_class_name(config: RNNConfig) -> str:
+    """The class name of an RNN of ``config``, the same in cudnn_rnn and torch.nn: LSTM, GRU or RNN."""
+    return {"lstm": "LSTM", "gru": "GRU"}.get(config.rnn_mode, "RNN")
 
 
 def _keras(weights_only: bool) -> Writer:
@@ -181,17 +189,21 @@ def _write_onnx(request: Request) -> str:
 
 
 # ---- the table -------------------------------------------------------------------------------------------------
-_TORCH_SAVE = Container(PT, _first("torch"), "a torch.save file", "torch.load", "torch", _named(_save_pt))
+#: what loads the torch format's tensors from a file
+_STATE_DICT_LOADER = "torch's nn.{layer}.load_state_dict"
+
+_TORCH_SAVE = Container(PT, _first("torch"), "a torch.save file", "torch.load", "torch", _named(_save_pt),
+                        default_loader=_STATE_DICT_LOADER)
 
 #: OUT's ending -> its container (a name ending in ``.weights.h5`` is Keras weights, not ``.h5``); the endings are
 #: ``cudnn_rnn._containers.ENDINGS``, in its order
 CONTAINERS: dict[str, Container] = {container.suffix: container for container in (
     Container(NPZ, _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load",
-              "npz", _write_npz),
+              "npz", _write_npz, default_loader="cudnn_rnn.{layer}.load"),
     _TORCH_SAVE,
     replace(_TORCH_SAVE, suffix=PTH),
     Container(SAFETENSORS, _first("torch"), "a safetensors file", "safetensors.torch.load_file", "safetensors",
-              _named(_save_safetensors)),
+              _named(_save_safetensors), default_loader=_STATE_DICT_LOADER),
     Container(KERAS, ("keras",), "a Keras 3 model", "keras.saving.load_model", "keras", _keras(False),
               writes_from=PARAMS_FORMAT),
     Container(KERAS_WEIGHTS, ("keras",), "a Keras 3 weights file", "keras.Model.load_weights", "hdf5", _keras(True),

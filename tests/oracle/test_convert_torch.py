@@ -20,6 +20,7 @@ import torch
 import cudnn_rnn
 from convert_testing import random_params, relative_error, rng_for
 from cudnn_rnn import RNNConfig
+from cudnn_rnn.cli.convert import main as cli_convert
 from cudnn_rnn.convert import from_format, to_format
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
@@ -155,3 +156,21 @@ def test_convert_torch_lstm_example_takes_out_and_keep_as_its_former_name() -> N
     assert parser.parse_args(["--out", "a"]).out == parser.parse_args(["--keep", "a"]).out == Path("a")
     assert parser.parse_args([]).out is None
     assert "--out DIR, --keep DIR" in parser.format_help()
+
+
+@pytest.mark.oracle
+def test_cli_says_when_a_pt_file_holds_names_nn_lstm_does_not_load(tmp_path: Path, capsys) -> None:
+    """--to keras into model.pt: written, with one line saying nn.LSTM loads --to torch, which is true of
+    torch's own load_state_dict: it refuses the keras names and takes the torch ones."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 4)
+    torch.save(lstm.state_dict(), tmp_path / "model.pt")
+    assert cli_convert(["--to", "keras", str(tmp_path / "model.pt"), str(tmp_path / "out.pt")]) == 0
+    out = capsys.readouterr().out
+    assert (f"note: {tmp_path / 'out.pt'} holds the keras format's tensor names; torch's nn.LSTM.load_state_dict "
+            "loads --to torch") in out.splitlines()
+    with pytest.raises(RuntimeError, match="Missing key"):
+        torch.nn.LSTM(3, 4).load_state_dict(torch.load(tmp_path / "out.pt"))
+    assert cli_convert(["--to", "torch", str(tmp_path / "model.pt"), str(tmp_path / "torch.pt")]) == 0
+    assert "tensor names" not in capsys.readouterr().out
+    torch.nn.LSTM(3, 4).load_state_dict(torch.load(tmp_path / "torch.pt"))
