@@ -265,7 +265,7 @@ def _run(args: argparse.Namespace) -> None:
         print(f"note: {note}")
     if args.into is None:
         container = container_of(args.output, "OUT")
-        if written.fmt != container.default:
+        if container.default_loader and written.fmt != container.default:
             loader = container.default_loader.format(layer=layer_class_name(config))
             print(f"note: {args.output} holds the {written.fmt} format's tensor names; {loader} loads --to "
                   f"{container.default}")

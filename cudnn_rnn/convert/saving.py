@@ -86,9 +86,10 @@ class Container:
         writer: how it is written.
         writes_from: the format its writer takes (the params buffer, for the model exporters); None: the
             format written.
-        default_loader: what loads the default format from such a file, ``{layer}`` standing for the
-            class name of the RNN (``"LSTM"``): where another format is written, the command line says
-            so; empty for a container of one format.
+        default_loader: the framework's loader that takes only the default format from such a file,
+            ``{layer}`` standing for the class name of the RNN (``"LSTM"``): where another format is
+            written, the command line says so. Empty where none is (a container of one format; an .npz,
+            which holds any format's named tensors for ``np.load``).
     """
 
     suffix: str
@@ -199,7 +200,7 @@ _TORCH_SAVE = Container(PT, _first("torch"), "a torch.save file", "torch.load", 
 #: ``cudnn_rnn._containers.ENDINGS``, in its order
 CONTAINERS: dict[str, Container] = {container.suffix: container for container in (
     Container(NPZ, _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load",
-              "npz", _write_npz, default_loader="cudnn_rnn.{layer}.load"),
+              "npz", _write_npz),
     _TORCH_SAVE,
     replace(_TORCH_SAVE, suffix=PTH),
     Container(SAFETENSORS, _first("torch"), "a safetensors file", "safetensors.torch.load_file", "safetensors",
