@@ -17,6 +17,7 @@ import numbers
 import os
 import shlex
 import types
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,19 +50,27 @@ def path_argument(path: object, name: str = "path") -> str:
 
 def model_file_hint(path: str) -> str:
     """What to say after "not a params file" when ``path`` is a model file that
-    :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): how to load the RNN it holds.
+    :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): its kind, and how to load its RNN.
 
-    Asked only once a load has failed, so the readers are imported here and nowhere earlier.
+    An .npz is such a file where a member is named as only one format's tensors are (the formats'
+    signatures, as the .npz reader guesses a format). Asked only once a load has failed, so what it
+    needs is imported here.
     """
-    from ..convert.readers import FILE_KINDS, FileReadError, file_kind, read_file
+    from .._containers import MODEL_FILE_KINDS, model_file_kind
 
     try:
-        kind = file_kind(path)
-        if kind is FILE_KINDS["npz"]:  # an .npz is a model file only where it holds a format's tensors
-            read_file(path)
-    except (FileReadError, ValueError, TypeError, OSError):
+        kind = model_file_kind(path)
+        if kind == "npz":
+            from ..formats import FORMAT_SPECS
+
+            with zipfile.ZipFile(path) as archive:
+                names = [name.removesuffix(".npy") for name in archive.namelist()]
+            if not any(spec.signature.search(name) for spec in FORMAT_SPECS.values() if spec.signature
+                       for name in names):
+                return ""
+    except (ValueError, OSError, zipfile.BadZipFile):
         return ""
-    return (f". It is {kind.description}, a model file: load the RNN it holds with "
+    return (f". It is {MODEL_FILE_KINDS[kind]}, a model file: load the RNN it holds with "
             f"cudnn_rnn.convert.read_file({path!r})[0].to_layer(), or convert it to a params file with "
             f"`cudnn-rnn convert {shlex.quote(path)} OUT.npz`")
 

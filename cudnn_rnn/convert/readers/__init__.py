@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._checks import flag
-from ..._containers import KERAS_WEIGHTS, ONNX
+from ..._containers import MODEL_FILE_KINDS, model_file_kind
 from ...config import DIRECTIONS
-from ..._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
 from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
@@ -61,8 +59,7 @@ class FileKind:
     """One kind of model file.
 
     Attributes:
-        name: the kind's name (a key of :data:`FILE_KINDS`).
-        description: what it is, with its article, for messages ("an ONNX model").
+        name: the kind's name (a key of :data:`FILE_KINDS` and ``MODEL_FILE_KINDS``).
         read: the reader module's ``read(path, kind, options) -> [FoundRNN, ...]``.
         formats: the ``fmt`` formats such a file can hold (None: any, as for .npz).
         options: the options of :data:`OPTION_USES` it takes; :func:`read_file` refuses the others.
@@ -70,49 +67,34 @@ class FileKind:
     """
 
     name: str
-    description: str
     read: Callable[[str, str, ReadOptions], list[FoundRNN]]
     formats: tuple[str, ...] | None
     options: tuple[str, ...]
     naming: str
 
+    @property
+    def description(self) -> str:
+        """What it is, with its article, for messages ("an ONNX model")."""
+        return MODEL_FILE_KINDS[self.name]
+
 
 #: kind name -> the kind
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
-    FileKind("npz", "a NumPy .npz archive", _npz_file.read, None, ("prefix",),
+    FileKind("npz", _npz_file.read, None, ("prefix",),
              "an .npz archive names its RNNs by file, or by key prefix for a parent module's torch tensors"),
-    FileKind("keras", "a Keras 3 .keras archive", _keras_file.read, ("keras",), (),
+    FileKind("keras", _keras_file.read, ("keras",), (),
              "a Keras file names its RNNs by layer"),
-    FileKind("hdf5", "an HDF5 file (Keras .weights.h5 or legacy Keras 2 .h5 model)", _keras_file.read, ("keras",), (),
+    FileKind("hdf5", _keras_file.read, ("keras",), (),
              "a Keras file names its RNNs by layer"),
-    FileKind("torch", "a PyTorch file (torch.save)", _torch_file.read, ("torch",), ("key", "prefix", "trust_pickle"),
+    FileKind("torch", _torch_file.read, ("torch",), ("key", "prefix", "trust_pickle"),
              "a PyTorch file names its RNNs by key prefix"),
-    FileKind("safetensors", "a safetensors file", _safetensors_file.read, ("torch",), ("prefix",),
+    FileKind("safetensors", _safetensors_file.read, ("torch",), ("prefix",),
              "a safetensors file names its RNNs by key prefix"),
-    FileKind("onnx", "an ONNX model", _onnx_file.read, ("onnx",), (),
+    FileKind("onnx", _onnx_file.read, ("onnx",), (),
              "an ONNX model names its RNNs by node"),
-    FileKind("tf_checkpoint", "a TensorFlow checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell"),
+    FileKind("tf_checkpoint", _tf_checkpoint.read, ("tf_cell", "keras", "gru_block_cell"),
              (), "a TensorFlow checkpoint names its RNNs by variable scope"),
 )}
-
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-ZIP_LOCAL_HEADER = b"PK\x03\x04"  # a zip archive's first bytes; its directory sits at the end
-SAFETENSORS_OPENING = ord("{")  # the header's first byte, after its 8-byte little-endian length
-PICKLE_PROTOCOL_OPCODE = 0x80   # the first byte of a pickle of protocol 2 or later
-ONNX_IR_VERSION_TAG = 0x08      # ModelProto field 1 (ir_version), varint: the first byte of every ONNX model
-
-
-def _tf_checkpoint_path(path: str) -> bool:
-    """Whether ``path`` names a TensorFlow checkpoint: its prefix, ``.index``, a ``.data-*`` shard, the
-    ``checkpoint`` state file, a SavedModel's ``saved_model.pb``, or a folder holding one."""
-    if os.path.isdir(path):
-        return os.path.isfile(os.path.join(path, "checkpoint")) or any(
-            name.endswith(".index") for name in os.listdir(path)) or os.path.isdir(os.path.join(path, "variables"))
-    base, folder = os.path.basename(path), os.path.dirname(path)
-    if base == "saved_model.pb":
-        return os.path.isdir(os.path.join(folder, "variables"))
-    return ((not os.path.exists(path) and os.path.isfile(path + ".index")) or base.endswith(".index")
-            or base == "checkpoint" or bool(re.search(r"\.data-\d+-of-\d+$", base)))
 
 
 def file_kind(path: str) -> FileKind:
@@ -124,63 +106,10 @@ def file_kind(path: str) -> FileKind:
     Raises:
         FileReadError: missing, empty, unreadable, or of no kind that can be read.
     """
-    if _tf_checkpoint_path(path):
-        return FILE_KINDS["tf_checkpoint"]
-    if not os.path.isfile(path):
-        raise FileReadError(path, "no such file" if not os.path.exists(path) else "not a regular file")
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(16)
-            file_size = os.fstat(handle.fileno()).st_size
-    except OSError as error:
-        raise FileReadError(path, f"cannot open it: {error.strerror or error}") from None
-    if not head:
-        raise FileReadError(path, "the file is empty")
-    if head.startswith(HDF5_SIGNATURE):
-        return FILE_KINDS["hdf5"]
-    if zipfile.is_zipfile(path):
-        return _zip_kind(path)
-    if head.startswith(ZIP_LOCAL_HEADER):
-        raise FileReadError(path, "a zip archive without its central directory (.keras, .npz and torch.save files are "
-                                  "zip archives): the file is truncated or corrupt")
-    # before the one-byte pickle and ONNX checks: a safetensors header length's low byte may be 0x80 or 0x08
-    header_length = _safetensors_header_length(head)
-    if header_length is not None and HEADER_LENGTH.size + header_length <= file_size:
-        return FILE_KINDS["safetensors"]  # (its reader refuses a header over MAX_HEADER_BYTES, naming the bound)
-    if head[0] == PICKLE_PROTOCOL_OPCODE:
-        return FILE_KINDS["torch"]
-    if path.lower().endswith(ONNX) or head[0] == ONNX_IR_VERSION_TAG:
-        return FILE_KINDS["onnx"]
-    if header_length is not None and header_length <= MAX_HEADER_BYTES:
-        raise FileReadError(path, f"a truncated safetensors file: its header is {header_length} bytes, and only "
-                                  f"{file_size - HEADER_LENGTH.size} follow its length")
-    known = ", ".join(kind.description for kind in FILE_KINDS.values())
-    raise FileReadError(path, f"not a model file of a known kind ({known}); it starts with bytes {head[:8].hex(' ')}")
-
-
-def _safetensors_header_length(head: bytes) -> int | None:
-    """The header length n of a file starting with ``head`` when it starts as a safetensors file does (a
-    u64 n >= 2, then ``{``), else None; it is one when 8 + n fits in the file."""
-    if len(head) <= HEADER_LENGTH.size or head[HEADER_LENGTH.size] != SAFETENSORS_OPENING:
-        return None
-    (length,) = HEADER_LENGTH.unpack_from(head)
-    return int(length) if length >= 2 else None
-
-
-def _zip_kind(path: str) -> FileKind:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError) as error:
-        raise FileReadError(path, f"a damaged zip archive ({one_line(error)})") from None
-    if "config.json" in names and any(name.endswith(KERAS_WEIGHTS) for name in names):
-        return FILE_KINDS["keras"]
-    if any(name == "data.pkl" or name.endswith("/data.pkl") for name in names):
-        return FILE_KINDS["torch"]
-    if all(name.endswith(".npy") for name in names):
-        return FILE_KINDS["npz"]
-    raise FileReadError(path, "a zip archive that is neither a .keras model, a torch.save file nor an .npz archive; "
-                              f"it holds {sorted(names)[:8]}")
+        return FILE_KINDS[model_file_kind(path)]
+    except ValueError as error:
+        raise FileReadError(path, str(error)) from None
 
 
 def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: str | None = None,
