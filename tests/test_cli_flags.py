@@ -9,7 +9,7 @@ import pytest
 
 from cudnn_rnn.cli import convert
 from cudnn_rnn.cli._flags import FLAGS, in_flags
-from cudnn_rnn.convert import read_file
+from cudnn_rnn.convert import read_file, write_into
 from cudnn_rnn.convert.readers import CONFIG_FIELDS, FoundRNN, choose
 
 
@@ -19,7 +19,8 @@ def test_every_flag_is_an_option_of_convert_and_every_argument_a_python_one() ->
     options = {option for action in parser._actions for option in action.option_strings}
     assert set(FLAGS.values()) <= options
     python = (set(inspect.signature(read_file).parameters) | set(inspect.signature(choose).parameters)
-              | set(inspect.signature(FoundRNN.to_params).parameters) | set(CONFIG_FIELDS))
+              | set(inspect.signature(FoundRNN.to_params).parameters) | set(inspect.signature(write_into).parameters)
+              | set(CONFIG_FIELDS))
     assert set(FLAGS) <= python
 
 

@@ -9,6 +9,7 @@ tensors' bytes and (in a zip archive) their member's CRC-32 fields; the model is
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 import zipfile
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_rnn import GRU, LSTM, RNNConfig
+from cudnn_rnn import GRU, LSTM, RNN, RNNConfig
 from cudnn_rnn._safetensors import encode
 from cudnn_rnn.cli.convert import main as convert_main
 from cudnn_rnn.convert import (InexactConversionError, from_format, read_file, stack, to_format, write_file,
@@ -215,6 +216,140 @@ def test_what_cannot_be_written_into_is_refused(tmp_path: Path) -> None:
         write_into(model, tmp_path / "out.pt", "lstm")
 
 
+# ---- storage shared with the RNN's tensors ----------------------------------------------------------------------
+class TiedTagger(torch.nn.Module):
+    """encoder.rnn (an nn.LSTM(4, 4)) and a decoder whose weight is the LSTM's weight_hh_l0: tied weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Module()
+        self.encoder.rnn = torch.nn.LSTM(4, 4)
+        self.decoder = torch.nn.Linear(4, 16, bias=False)  # weight (16, 4), weight_hh_l0's shape
+        self.decoder.weight = self.encoder.rnn.weight_hh_l0
+
+
+def new_torch_tensors(layer: LSTM) -> dict[str, np.ndarray]:
+    return to_format("torch", layer.params, layer.config).value
+
+
+def test_tied_weights_are_refused_unless_change_shared(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    tied = TiedTagger()
+    model, out = tmp_path / "tied.pt", tmp_path / "out.pt"
+    torch.save(tied.state_dict(), model)
+    before = sha(model)
+    layer = LSTM(4, 4, seed=3)
+    with pytest.raises(ValueError, match=r"^tensor 'encoder.rnn.weight_hh_l0' of model '.*tied.pt' shares its storage "
+                                         r"with tensor 'decoder.weight' \(tied weights, or a view\), which would "
+                                         r"change with the RNN: pass change_shared=True to let"):
+        write_into(model, out, layer)
+    assert not out.exists() and not list(tmp_path.glob(".out.pt*")) and sha(model) == before
+    write_into(model, out, layer, change_shared=True)
+    new = new_torch_tensors(layer)
+    loaded = TiedTagger()
+    loaded.load_state_dict(torch.load(out))
+    assert np.array_equal(loaded.decoder.weight.detach().numpy(), new["weight_hh_l0"])  # it changed with the RNN
+    saved = torch.load(out)
+    assert saved["decoder.weight"].untyped_storage().data_ptr() == saved["encoder.rnn.weight_hh_l0"].untyped_storage(
+        ).data_ptr()  # and is still tied
+    untied = {key: value.clone() for key, value in tied.state_dict().items()}  # no sharing: written as before
+    torch.save(untied, model)
+    write_into(model, out, layer)
+    saved = torch.load(out)
+    assert torch.equal(saved["decoder.weight"], untied["decoder.weight"])
+    assert np.array_equal(saved["encoder.rnn.weight_hh_l0"].numpy(), new["weight_hh_l0"])
+
+
+def test_a_saved_view_of_an_rnn_weight_is_refused_unless_change_shared(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    state = torch.nn.LSTM(4, 4).state_dict()
+    state["probe"] = state["weight_ih_l0"][4:8]  # a view: rows 4 to 8 of the same storage
+    model, out = tmp_path / "view.pt", tmp_path / "out.pt"
+    torch.save(state, model)
+    layer = LSTM(4, 4, seed=4)
+    with pytest.raises(ValueError, match=r"tensor 'weight_ih_l0' of model .* shares its storage with tensor 'probe' "
+                                         r"\(tied weights, or a view\).*pass change_shared=True"):
+        write_into(model, out, layer)
+    write_into(model, out, layer, change_shared=True)
+    saved = torch.load(out)
+    assert np.array_equal(saved["probe"].numpy(), new_torch_tensors(layer)["weight_ih_l0"][4:8])
+
+
+def test_sharing_is_found_anywhere_in_a_checkpoint_and_only_where_elements_meet(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    state = torch.nn.LSTM(4, 4).state_dict()
+    model, out = tmp_path / "checkpoint.pt", tmp_path / "out.pt"
+    layer = LSTM(4, 4, seed=5)
+    refused = {  # checkpoint -> the other tensor named
+        "optimizer/state/0/exp_avg": {"model": state, "optimizer": {"state": {0: {"exp_avg": state["bias_hh_l0"]}}}},
+        "ema/x/1": {"model": state, "ema": {"x": [torch.zeros(2), state["bias_ih_l0"][3:]]}},
+        "ema/weight_ih_l0": {"model": state, "ema": state},  # the same mapping twice: the same tensors
+    }
+    for other, checkpoint in refused.items():
+        torch.save(checkpoint, model)
+        with pytest.raises(ValueError, match=f"shares its storage with tensor '{other}'"):
+            write_into(model, out, layer, key="model")
+        write_into(model, out, layer, key="model", change_shared=True)
+    # the RNN's tensors as views of one flat storage (as cuDNN keeps them), a tensor interleaved with one of them
+    # (every other column), another tensor in that storage past them: no element shared, so written as before
+    flat = torch.arange(200, dtype=torch.float32)
+    interleaved = torch.zeros(16, 8)
+    flattened, start = {}, 0
+    for key, value in state.items():
+        flattened[key] = flat[start:start + value.numel()].view(value.shape)
+        start += value.numel()
+    flattened["weight_ih_l0"] = interleaved[:, ::2]
+    flattened["odd_columns"], flattened["tail"] = interleaved[:, 1::2], flat[start:]
+    torch.save(flattened, model)
+    write_into(model, out, layer)
+    saved, new = torch.load(out), new_torch_tensors(layer)
+    assert torch.equal(saved["odd_columns"], torch.zeros(16, 4)) and torch.equal(saved["tail"], flat[start:])
+    for key, value in new.items():
+        assert np.array_equal(saved[key].numpy(), value), key
+    flattened["column_2"] = interleaved[:, 2]  # a column of weight_ih_l0: shared
+    torch.save(flattened, model)
+    with pytest.raises(ValueError, match="tensor 'weight_ih_l0' of model .* shares its storage with tensor 'column_2'"):
+        write_into(model, out, layer)
+
+
+def test_two_tied_rnn_tensors_take_new_values_only_where_they_agree(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    rnn = torch.nn.RNN(4, 4)
+    rnn.weight_hh_l0 = rnn.weight_ih_l0  # (4, 4) both: tied inside the RNN
+    model, out = tmp_path / "self_tied.pt", tmp_path / "out.pt"
+    torch.save(rnn.state_dict(), model)
+    layer = RNN(4, 4, seed=6)
+    for change_shared in (False, True):  # no file can hold both: refused either way
+        with pytest.raises(ValueError, match=r"tensors 'weight_ih_l0' and 'weight_hh_l0' share storage in the model "
+                                             r"\(tied\) and their new values differ there"):
+            write_into(model, out, layer, change_shared=change_shared)
+        assert not out.exists() and not list(tmp_path.glob(".out.pt*"))
+    tensors = new_torch_tensors(layer)
+    tensors["weight_hh_l0"] = tensors["weight_ih_l0"].copy()
+    write_into(model, out, (from_format("torch", tensors, layer.config).value, layer.config))
+    saved = torch.load(out)
+    assert np.array_equal(saved["weight_hh_l0"].numpy(), tensors["weight_ih_l0"])
+    assert saved["weight_hh_l0"].untyped_storage().data_ptr() == saved["weight_ih_l0"].untyped_storage().data_ptr()
+
+
+def test_a_safetensors_file_whose_tensors_overlap_is_refused(tmp_path: Path) -> None:
+    tensors = new_torch_tensors(LSTM(4, 4, seed=1))
+    header, data = {}, b""
+    for key, value in tensors.items():
+        header[key] = {"dtype": "F32", "shape": list(value.shape),
+                       "data_offsets": [len(data), len(data) + value.nbytes]}
+        data += value.astype("<f4").tobytes()
+    header["decoder.weight"] = dict(header["weight_hh_l0"])  # the same bytes: tied, by hand
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    model, out = tmp_path / "overlap.safetensors", tmp_path / "out.safetensors"
+    write_bytes(model, struct.pack("<Q", len(text)) + text + data)
+    for change_shared in (False, True):  # the safetensors package refuses such a file: nothing can load it
+        with pytest.raises(FileReadError, match="a damaged safetensors file: invalid offset for tensor"):
+            write_into(model, out, LSTM(4, 4, seed=2), change_shared=change_shared)
+    assert not out.exists()
+
+
 # ---- safetensors ----------------------------------------------------------------------------------------------
 def test_a_safetensors_state_dict_changes_only_in_the_rnns_bytes(tmp_path: Path) -> None:
     state = {key: value.numpy() for key, value in tagger(torch.nn.GRU(4, 6, bidirectional=True)).state_dict().items()}
@@ -302,6 +437,26 @@ def test_the_command_line_writes_into_a_model(tmp_path: Path, capsys: pytest.Cap
     assert "--to does not apply with --into" in capsys.readouterr().err
 
 
+def test_the_command_line_refuses_shared_storage_unless_change_shared(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    torch.manual_seed(0)
+    model, out = tmp_path / "tied.pt", tmp_path / "out.pt"
+    torch.save(TiedTagger().state_dict(), model)
+    layer = LSTM(4, 4, seed=3)
+    layer.save(tmp_path / "params.npz")
+    argv = [str(tmp_path / "params.npz"), str(out), "--into", str(model)]
+    assert convert_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: tensor 'encoder.rnn.weight_hh_l0' of model" in err
+    assert "shares its storage with tensor 'decoder.weight'" in err and "pass --change-shared to let" in err
+    assert not out.exists()
+    assert convert_main([*argv, "--change-shared"]) == 0
+    capsys.readouterr()
+    assert np.array_equal(torch.load(out)["decoder.weight"].numpy(), new_torch_tensors(layer)["weight_hh_l0"])
+    assert convert_main([str(tmp_path / "params.npz"), str(tmp_path / "x.pt"), "--change-shared"]) == 2
+    assert "--change-shared applies with --into MODEL only" in capsys.readouterr().err
+
+
 def test_with_into_in_must_hold_one_rnn(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     model = tmp_path / "model.pt"
     torch.save(tagger().state_dict(), model)
@@ -335,6 +490,8 @@ def test_a_bfloat16_keras_model_takes_bfloat16_weights(tmp_path: Path) -> None:
     (lambda: write_into("a.pt", "b.pt", LSTM(2, 3), prefix=3), TypeError, "prefix must be a str or None; got int 3"),
     (lambda: write_into("a.pt", "b.pt", LSTM(2, 3), name=[]), TypeError,
      "name must be a layer name, a non-empty list of them, or None"),
+    (lambda: write_into("a.pt", "b.pt", LSTM(2, 3), change_shared="yes"), TypeError,
+     "change_shared must be a bool; got str 'yes'"),
 ])
 def test_bad_arguments_are_named(call, error: type, match: str) -> None:
     with pytest.raises(error, match=match):

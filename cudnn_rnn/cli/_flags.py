@@ -27,7 +27,7 @@ from ..convert.readers import CONFIG_FIELDS, one_line
 
 __all__ = ["FLAGS", "in_flags", "error_line"]
 
-#: Python argument (of read_file, choose, FoundRNN.with_hints, to_params) -> the flag that gives it
+#: Python argument (of read_file, choose, FoundRNN.with_hints, to_params, write_into) -> the flag that gives it
 FLAGS: dict[str, str] = {
     "fmt": "--from",
     "key": "--key",
@@ -36,6 +36,7 @@ FLAGS: dict[str, str] = {
     "names": "--name",
     "stack_all": "--stack",
     "allow_approximation": "--allow-approximation",
+    "change_shared": "--change-shared",
     "rnn_mode": "--rnn-mode",
     "num_layers": "--num-layers",
     "num_units": "--num-units",

@@ -26,7 +26,8 @@ refuse), is written with a ``note:`` line naming the ``--to`` that framework loa
 ``--into MODEL`` writes OUT as a copy of the user's own model file MODEL in which the converted
 RNN's tensors replace those of MODEL's RNN (one Keras layer per network layer), inferred where
 MODEL leaves no doubt (:func:`cudnn_rnn.convert.write_into`); IN must then hold one RNN (or
-``--stack`` its layers).
+``--stack`` its layers). A MODEL whose other tensors share storage with the RNN's (tied weights,
+views) is refused, naming both, unless ``--change-shared`` lets them take the new values.
 
 The command refuses unreadable or mismatched input with one message line and exit status 2,
 never writes over its input, and replaces an existing output only with ``--force``. An OUT it
@@ -196,6 +197,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     into.add_argument("--into", metavar="MODEL",
                       help="a torch.save or safetensors state_dict, or a Keras .keras/.weights.h5 file; never "
                            "modified. --prefix (torch, safetensors), --name (Keras) and --key then choose in MODEL")
+    into.add_argument("--change-shared", action="store_true",
+                      help="let the tensors of MODEL that share storage with the RNN (tied weights, views) take "
+                           "the new values too; without it, such a MODEL is refused, naming both tensors")
     parser.add_argument("--allow-approximation", action="store_true",
                         help="accept a conversion that changes the function (e.g. cuDNN GRU <-> GRUBlockCell); "
                              "what changed is printed")
@@ -231,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> None:
     if args.into is None:
+        if args.change_shared:
+            raise CommandError("--change-shared applies with --into MODEL only")
         try:
             container = container_of(args.output, "OUT")
         except ValueError as error:
@@ -254,7 +260,7 @@ def _run(args: argparse.Namespace) -> None:
     else:
         written = _writing(args.output, lambda: write_into(
             args.into, args.output, found, prefix=args.prefix, name=args.name, key=args.key,
-            allow_approximation=args.allow_approximation))
+            allow_approximation=args.allow_approximation, change_shared=args.change_shared))
     parts = found.parts or (found,)
     formats = "+".join(dict.fromkeys(part.fmt for part in parts))
     print(f"converted {found.name} ({found.source}, format {formats}) -> {written.fmt} ({describe(config)}, "

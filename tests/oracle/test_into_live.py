@@ -1,7 +1,8 @@
 """Converted weights loaded and run by the frameworks themselves: .safetensors into nn.LSTM/GRU/RNN through
 ``safetensors.torch.load_file``; ``convert --into`` a parent module's state_dict (torch.save and safetensors)
 and a multi-layer Keras model, each then run whole by its framework and compared with the reference
-backend on the same inputs (float32 to 1e-5 relative to the largest output).
+backend on the same inputs (float32 to 1e-5 relative to the largest output); a model whose output layer is
+tied to its LSTM, refused unless ``--change-shared``, then run with the tied layer holding the new weights.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest  # noqa: E402
 
 from cudnn_rnn import GRU, LSTM, RNN, cudnn_rnn_v3  # noqa: E402
 from cudnn_rnn.cli.convert import main as convert_main  # noqa: E402
-from cudnn_rnn.convert import write_file, write_into  # noqa: E402
+from cudnn_rnn.convert import to_format, write_file, write_into  # noqa: E402
 from rnn_testing import relative_error  # noqa: E402
 
 torch = pytest.importorskip("torch")
@@ -106,6 +107,42 @@ def test_into_a_parent_module_then_run_it(tmp_path: Path, suffix: str) -> None:
     for key, value in tagger.state_dict().items():  # everything else is the model's own
         if not key.startswith("encoder.rnn."):
             assert torch.equal(tuned.state_dict()[key], value), key
+
+
+class TiedModel(torch.nn.Module):
+    """embed -> rnn (nn.LSTM(6, 6)) -> project, whose weight is the LSTM's weight_hh_l0 (tied, both (24, 6))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(13, 6)
+        self.rnn = torch.nn.LSTM(6, 6)
+        self.project = torch.nn.Linear(6, 24, bias=False)
+        self.project.weight = self.rnn.weight_hh_l0
+
+    def forward(self, tokens):
+        y, _ = self.rnn(self.embed(tokens))
+        return self.project(y)
+
+
+def test_into_a_tied_model_only_with_change_shared_then_run_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    torch.manual_seed(1)
+    tied = TiedModel()
+    torch.save(tied.state_dict(), tmp_path / "model.pt")
+    layer = LSTM(6, 6, seed=9)
+    layer.save(tmp_path / "params.npz")
+    argv = [str(tmp_path / "params.npz"), str(tmp_path / "tuned.pt"), "--into", str(tmp_path / "model.pt")]
+    assert convert_main(argv) == 2
+    assert "tensor 'rnn.weight_hh_l0' of model" in capsys.readouterr().err
+    assert convert_main([*argv, "--change-shared"]) == 0
+    tuned = TiedModel()
+    tuned.load_state_dict(torch.load(tmp_path / "tuned.pt"))
+    tokens = torch.from_numpy(np.random.default_rng(4).integers(0, 13, (5, 2)))
+    with torch.no_grad():
+        got = tuned(tokens).numpy()
+        embedded = tied.embed(tokens).numpy()
+    y, _, _ = layer.forward(embedded, time_major=True, training=False)
+    weight_hh = to_format("torch", layer.params, layer.config).value["weight_hh_l0"]
+    assert relative_error(got, y @ weight_hh.T) < 1e-5  # the tied layer holds the new weight_hh_l0
 
 
 def test_into_a_multi_layer_keras_model_then_run_it(tmp_path: Path) -> None:

@@ -12,10 +12,16 @@ layers as the network has).
 
 Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the
 members holding them): every other tensor and the rest of the file stay byte for byte, and
-MODEL itself is never written. The replaced tensors must have the shapes of MODEL's tensors:
-otherwise a one-line refusal names the first tensor that differs (a gate count, a direction, a
-size). Values are stored in MODEL's dtype, exactly or (with ``allow_approximation``) rounded.
-Before OUT takes its name, it is read back and the replaced tensors compared.
+MODEL itself is never written. A torch.save file may keep another tensor in bytes of the RNN's
+(weights tied to one of the RNN's, a view of one saved beside it), which would change with them:
+such a MODEL is refused, naming both tensors, unless ``change_shared=True`` lets the tensors that
+share the RNN's storage take its new values. Two of the RNN's own tensors may share storage only
+where their new values agree. (A safetensors file cannot share storage, nor can an HDF5 file.)
+
+The replaced tensors must have the shapes of MODEL's tensors: otherwise a one-line refusal names
+the first tensor that differs (a gate count, a direction, a size). Values are stored in MODEL's
+dtype, exactly or (with ``allow_approximation``) rounded. Before OUT takes its name, it is read
+back and the replaced tensors compared.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from ..readers import (WEIGHTS_MEMBER, FileReadError, FoundRNN, checked_layout, 
                        member_data_offset, named, read_file)
 from ..saving import Written, as_found, converted
 from ._stored import StoredTensor, check_members, fix_zip_checksums, patch
-from ._torch_zip import state_dicts
+from ._torch_zip import shared_tensor, state_dicts
 
 __all__ = ["write_into", "INTO_KINDS"]
 
@@ -60,7 +66,7 @@ def _suffix(path: str) -> str:
 
 def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: Any, *, prefix: str | None = None,
                name: str | Sequence[str] | None = None, key: str | None = None,
-               allow_approximation: bool = False) -> Written:
+               allow_approximation: bool = False, change_shared: bool = False) -> Written:
     """Write a copy of ``model`` to ``out`` with ``rnn``'s weights in place of its RNN's (see the module docstring).
 
     Args:
@@ -70,6 +76,8 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         prefix, key: as :func:`~cudnn_rnn.convert.read_file` takes them, for MODEL.
         name: Keras files: the layer to fill, or one layer per cuDNN layer of a multi-layer network.
         allow_approximation: accept a conversion, or a rounding into MODEL's dtype, that changes the function.
+        change_shared: let MODEL's tensors that share storage with the RNN's (tied weights, views) take the
+            new values with them; otherwise such a MODEL is refused.
 
     Returns:
         :class:`~cudnn_rnn.convert.Written`: ``what`` names the RNN replaced and the tensor count.
@@ -77,7 +85,8 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
     Raises:
         FileReadError: MODEL cannot be read, or holds no such RNN.
         ValueError: an option that does not apply, no single RNN to replace (listing them), a tensor
-            whose shape differs (naming it), ``out`` naming ``model`` or ending otherwise.
+            whose shape differs (naming it), a tensor that shares storage with the RNN's (naming both;
+            unless ``change_shared``), ``out`` naming ``model`` or ending otherwise.
         InexactConversionError: the conversion or the rounding into MODEL's dtype changes the function.
         TypeError: ``rnn`` is of no accepted kind.
         OSError: ``out`` cannot be written (nothing is left behind).
@@ -92,6 +101,7 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
             isinstance(name, (list, tuple)) and name and all(isinstance(item, str) for item in name)):
         raise TypeError(f"name must be a layer name, a non-empty list of them, or None; got {name!r:.60}")
     flag("allow_approximation", allow_approximation)
+    flag("change_shared", change_shared)
     model_path, out_path = os.fspath(model), os.fspath(out)
     kind = file_kind(model_path)
     if kind.name not in INTO_KINDS:
@@ -107,16 +117,19 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
     fmt = INTO_KINDS[kind.name]
     result = converted(source, fmt, allow_approximation=allow_approximation)
     tensors = dict(result.value)
+    trail: tuple[str, ...] | None = None  # (the torch.save mapping holding the RNN)
     if fmt == "torch":
         if name is not None:
             raise ValueError(f"name= picks a Keras layer; model {model_path!r} is {kind.description}: use prefix=")
-        target, slots = _torch_slots(model_path, kind.name, prefix, key, tensors)
+        target, slots, trail = _torch_slots(model_path, kind.name, prefix, key, tensors)
     else:
         if prefix is not None or key is not None:
             raise ValueError(f"prefix= and key= pick a PyTorch RNN; model {model_path!r} is {kind.description}: "
                              "use name=")
         target, slots = _keras_slots(model_path, kind.name, name, tensors, config.num_layers)
     writes, notes = _values(slots, tensors, allow_approximation)
+    if trail is not None and not change_shared:
+        _refuse_shared(model_path, trail, writes)
     members = sorted({stored.member for stored, _ in writes.values() if stored.member})
 
     def write(partial: str) -> None:
@@ -151,20 +164,23 @@ def _pick_one(path: str, candidates: list[FoundRNN], tensors: Mapping[str, np.nd
 
 
 def _torch_slots(path: str, kind: str, prefix: str | None, key: str | None,
-                 tensors: Mapping[str, np.ndarray]) -> tuple[str, dict[str, _Slot]]:
+                 tensors: Mapping[str, np.ndarray]) -> tuple[str, dict[str, _Slot], tuple[str, ...] | None]:
+    """What to replace in a torch.save or safetensors file: the RNN's description, its slots, and the trail of
+    the torch.save mapping that holds it (None: a safetensors file)."""
     found = [item for item in read_file(path, prefix=prefix, key=key) if item.fmt == "torch"]
     if not found:
         raise FileReadError(path, "it holds no nn.LSTM, nn.GRU or nn.RNN state_dict whose tensors could be replaced")
     chosen = _pick_one(path, found, tensors, "prefix=")
-    places = safetensors_places(path) if kind == "safetensors" else _torch_places(path, chosen, key)
+    trail, places = (None, safetensors_places(path)) if kind == "safetensors" else _torch_places(path, chosen, key)
     start = f"{chosen.name}." if any(name.startswith(f"{chosen.name}.") for name in places) else ""
     slots = {name: _Slot(start + name, places.get(start + name), tuple(value.shape))
              for name, value in chosen.tensors.items()}
-    return f"the RNN under {start!r}" if start else f"the RNN {chosen.name}", slots
+    return f"the RNN under {start!r}" if start else f"the RNN {chosen.name}", slots, trail
 
 
-def _torch_places(path: str, chosen: FoundRNN, key: str | None) -> dict[str, StoredTensor]:
-    """Where the torch file keeps the tensors of ``chosen`` (the mapping that holds its first weight)."""
+def _torch_places(path: str, chosen: FoundRNN, key: str | None) -> tuple[tuple[str, ...], dict[str, StoredTensor]]:
+    """Where the torch file keeps the tensors of ``chosen``: the trail of the mapping that holds its first
+    weight, and the mapping's tensors."""
     first = next(iter(chosen.tensors))
     mappings = [mapping for mapping in state_dicts(path) if (key is None or mapping.trail[:1] == (key,))
                 and (f"{chosen.name}.{first}" in mapping.tensors or first in mapping.tensors
@@ -176,7 +192,17 @@ def _torch_places(path: str, chosen: FoundRNN, key: str | None) -> dict[str, Sto
     for name, why in mapping.others.items():
         if name == first or name.startswith(f"{chosen.name}."):
             raise FileReadError(path, f"tensor {name!r} cannot be replaced in place: {why}")
-    return mapping.tensors
+    return mapping.trail, mapping.tensors
+
+
+def _refuse_shared(path: str, trail: tuple[str, ...], writes: Mapping[str, tuple[StoredTensor, np.ndarray]]) -> None:
+    """Refuse a torch.save MODEL in which another tensor shares storage with a replaced one, naming both."""
+    shared = shared_tensor(path, trail, list(writes))
+    if shared is not None:
+        mine, other = shared
+        raise ValueError(f"tensor {mine!r} of model {path!r} shares its storage with tensor {other!r} (tied "
+                         "weights, or a view), which would change with the RNN: pass change_shared=True to let "
+                         "the tensors that share the RNN's storage take its new values")
 
 
 def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors: Mapping[str, np.ndarray],

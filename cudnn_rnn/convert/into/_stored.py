@@ -2,7 +2,8 @@
 
 A stored tensor is found by a locator (``_torch_zip.state_dicts``, the Keras reader's ``locate``,
 ``safetensors_places``) in a file that was read and checked first; :func:`patch` and
-:func:`fix_zip_checksums` check again what they may write, and write nothing else.
+:func:`fix_zip_checksums` check again what they may write, and write nothing else. The bytes a
+tensor's elements take are its :class:`Extent`; :func:`overlapping` tells whether two tensors share any.
 """
 
 from __future__ import annotations
@@ -12,14 +13,64 @@ import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ...config import numpy_dtype
 from ..readers import member_data_offset
 
-__all__ = ["StoredTensor", "patch", "fix_zip_checksums", "c_strides", "check_members"]
+__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "fix_zip_checksums", "c_strides", "check_members"]
+
+#: the work :func:`numpy.shares_memory` may do to tell exactly whether two strided tensors share a byte (beyond
+#: it, they count as sharing one); tensors as files store them (a few dimensions) need far less. (numpy's stubs
+#: spell only its two named bounds, -1 and 0; it takes any.)
+_MAX_SHARING_WORK: Any = 1 << 20
+
+#: what numpy raises when that work is not enough (numpy.exceptions from numpy 1.25 on)
+_TOO_HARD: type[Exception] = getattr(np, "exceptions", np).TooHardError
+
+
+@dataclass(frozen=True)
+class Extent:
+    """The bytes of a file that one tensor's elements take, whatever their type.
+
+    Attributes:
+        member: the zip member holding them, or None (a file that is no archive).
+        offset: the byte offset of the first element in the file.
+        shape: the tensor's shape.
+        strides: bytes between neighbours along each axis.
+        itemsize: bytes per element.
+    """
+
+    member: str | None
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    itemsize: int
+
+    def span(self) -> tuple[int, int]:
+        """The first byte and one past the last byte it touches."""
+        if any(size == 0 for size in self.shape):
+            return self.offset, self.offset
+        low = self.offset + sum(min(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
+        high = self.offset + sum(max(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
+        return low, high + self.itemsize
+
+
+def overlapping(buffer: mmap.mmap, first: Extent, second: Extent) -> bool:
+    """Whether two tensors of the file mapped as ``buffer`` share a byte: in the same member, within the
+    same span, and exactly (:func:`numpy.shares_memory`), not only interleaved. One that cannot be told
+    (an extent past the file's end, strides too intricate) counts as sharing."""
+    (low, high), (other_low, other_high) = first.span(), second.span()
+    if first.member != second.member or not (low < other_high and other_low < high):
+        return False
+    try:
+        views = [np.ndarray(extent.shape, np.dtype(f"V{extent.itemsize}"), buffer=buffer, offset=extent.offset,
+                            strides=extent.strides) for extent in (first, second)]
+        return bool(np.shares_memory(views[0], views[1], max_work=_MAX_SHARING_WORK))
+    except (ValueError, TypeError, _TOO_HARD):
+        return True
 
 
 @dataclass(frozen=True)
@@ -56,13 +107,14 @@ class StoredTensor:
         stored: np.dtype = numpy_dtype(self.dtype).newbyteorder(">" if self.byteorder == ">" else "<")
         return stored
 
+    @property
+    def extent(self) -> Extent:
+        """The bytes of the file its elements take."""
+        return Extent(self.member, self.offset, self.shape, self.strides, self.numpy_dtype.itemsize)
+
     def span(self) -> tuple[int, int]:
         """The first byte and one past the last byte it touches."""
-        if any(size == 0 for size in self.shape):
-            return self.offset, self.offset
-        low = self.offset + sum(min(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
-        high = self.offset + sum(max(0, (size - 1) * stride) for size, stride in zip(self.shape, self.strides))
-        return low, high + self.numpy_dtype.itemsize
+        return self.extent.span()
 
 
 def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
@@ -77,20 +129,38 @@ def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
 def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray]]) -> None:
     """Write each array at its stored place in the mapped file.
 
+    Two tensors that share bytes (tied in the file) are both written only where their new values agree
+    there, so that each reads back as written.
+
     Raises:
-        ValueError: a stored tensor reaches outside the file, or two overlap (naming them).
+        ValueError: a stored tensor reaches outside the file, or two share bytes and their new values differ
+            there (naming them).
     """
-    spans = sorted((*stored.span(), key) for key, (stored, _) in writes.items())
-    for (low, high, key) in spans:
+    for key, (stored, _) in writes.items():
+        low, high = stored.span()
         if low < 0 or high > len(mapped):
             raise ValueError(f"tensor {key!r} is stored at bytes [{low}, {high}), outside the file's {len(mapped)}")
-    for (_, high, key), (low, _, other) in zip(spans, spans[1:]):
-        if low < high:
-            raise ValueError(f"tensors {key!r} and {other!r} share bytes of the file; cannot write both")
     for stored, values in writes.values():
         view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset,
                           strides=stored.strides)
         view[...] = values
+        del view
+    keys = list(writes)
+    for index, key in enumerate(keys):
+        for other in keys[index + 1:]:
+            if overlapping(mapped, writes[key][0].extent, writes[other][0].extent) and not (
+                    _reads_back(mapped, *writes[key]) and _reads_back(mapped, *writes[other])):
+                raise ValueError(f"tensors {key!r} and {other!r} share storage in the model (tied) and their new "
+                                 "values differ there: one storage cannot hold both; give them the same values, "
+                                 "or save the model with the two untied")
+
+
+def _reads_back(mapped: mmap.mmap, stored: StoredTensor, values: np.ndarray) -> bool:
+    """Whether the mapped file holds ``values`` at ``stored``'s place."""
+    view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset, strides=stored.strides)
+    same = np.array_equal(view, values, equal_nan=True)
+    del view  # (the map cannot close while an array looks into it)
+    return bool(same)
 
 
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # central directory header, 46 bytes

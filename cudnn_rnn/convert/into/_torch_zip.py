@@ -9,21 +9,26 @@ the tensor's elements lie in member ``data/<key>`` from element ``offset`` on, `
 elements apart. The archive and its pickle are checked as the PyTorch reader checks them
 (``_torch_file.inspect_zip``). Every mapping of the pickle (a state_dict, or one inside a checkpoint dict,
 ``SEARCH_DEPTH`` deep, as the reader searches) whose values include tensors is listed.
+
+Tensors may share a storage (tied weights, a view saved beside its base), and the pickle may name one
+tensor, or one mapping, in several places: :func:`shared_tensor` finds another tensor, anywhere in
+the pickle, whose elements share bytes with one of a mapping's tensors.
 """
 
 from __future__ import annotations
 
 import mmap
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from ..._dtypes import BY_NAME, names
 from ..readers import (SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, FileReadError, Layout, Pickled, inspect_zip,
                        member_data_offset)
-from ._stored import StoredTensor
+from ._stored import Extent, StoredTensor, overlapping
 
-__all__ = ["StateDict", "state_dicts", "STORAGE_DTYPES"]
+__all__ = ["StateDict", "state_dicts", "shared_tensor", "STORAGE_DTYPES"]
 
 #: torch's typed storage classes -> the dtype of their elements (the ones an RNN's weights can have)
 STORAGE_DTYPES: dict[str, str] = {storage: name for storage, name in names("torch_storage").items()
@@ -87,8 +92,9 @@ def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str
     return stored
 
 
-def state_dicts(path: str) -> list[StateDict]:
-    """Every mapping of tensors in the torch.save zip archive ``path``, with where each tensor lies.
+@contextmanager
+def _opened(path: str) -> Iterator[tuple[Layout, mmap.mmap]]:
+    """The checked layout of the torch.save zip archive ``path`` and the file, mapped for reading.
 
     Raises:
         FileReadError: not a torch.save zip archive (a legacy torch.save file cannot be written in
@@ -103,23 +109,148 @@ def state_dicts(path: str) -> list[StateDict]:
             raise FileReadError(path, "a TorchScript archive: save the weights with torch.save(model.state_dict(), "
                                       "path) and write into that")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            found: list[StateDict] = []
+            yield layout, mapped
 
-            def walk(value: Any, trail: tuple[str, ...]) -> None:
-                items = _items(value)
-                if items is None or len(trail) > SEARCH_DEPTH:
-                    return
-                mapping = StateDict(trail)
-                for key, item in items:
-                    place = _tensor(item, layout, mapped)
-                    if isinstance(place, StoredTensor) and isinstance(key, str):
-                        mapping.tensors[key] = place
-                    elif isinstance(place, str) and isinstance(key, str):
-                        mapping.others[key] = place
-                    elif isinstance(key, str):
-                        walk(item, (*trail, key))
-                if mapping.tensors or mapping.others:
-                    found.append(mapping)
 
-            walk(layout.root, ())
+def state_dicts(path: str) -> list[StateDict]:
+    """Every mapping of tensors in the torch.save zip archive ``path``, with where each tensor lies.
+
+    Raises:
+        FileReadError: as :func:`_opened`.
+    """
+    with _opened(path) as (layout, mapped):
+        found: list[StateDict] = []
+
+        def walk(value: Any, trail: tuple[str, ...]) -> None:
+            items = _items(value)
+            if items is None or len(trail) > SEARCH_DEPTH:
+                return
+            mapping = StateDict(trail)
+            for key, item in items:
+                place = _tensor(item, layout, mapped)
+                if isinstance(place, StoredTensor) and isinstance(key, str):
+                    mapping.tensors[key] = place
+                elif isinstance(place, str) and isinstance(key, str):
+                    mapping.others[key] = place
+                elif isinstance(key, str):
+                    walk(item, (*trail, key))
+            if mapping.tensors or mapping.others:
+                found.append(mapping)
+
+        walk(layout.root, ())
     return found
+
+
+# ---- tensors that share storage ----------------------------------------------------------------------------
+def _is_record(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 5 and value[0] == "storage"
+
+
+def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
+    """The bytes a pickled tensor of any type takes, all its storage's for a storage record met alone (or a
+    tensor of an unknown kind, whose record is met inside it); None for anything else."""
+    if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
+        value = value.args[0]
+    record = value.args[0] if isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and value.args else value
+    if not _is_record(record):
+        return None
+    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
+    start, itemsize = member_data_offset(mapped, info), STORAGE_ITEMSIZES.get(getattr(record[1], "name", ""), 1)
+    if record is not value and len(value.args) >= 4:
+        offset, shape, strides = value.args[1], _sequence(value.args[2]), _sequence(value.args[3])
+        if isinstance(offset, int) and shape is not None and strides is not None and len(shape) == len(strides):
+            return Extent(info.filename, start + offset * itemsize, shape,
+                          tuple(stride * itemsize for stride in strides), itemsize)
+    return Extent(info.filename, start, (info.compress_size,), (1,), 1)
+
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    """What a pickled object holds, each with its key (None: a part that no key of the user's names)."""
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    if isinstance(value, (set, frozenset)):
+        return [(None, item) for item in value]
+    if isinstance(value, Pickled):
+        items = _items(value)
+        return [(None, item) for item in (*value.args, value.state)] + (
+            items if items is not None else [(None, item) for item in value.items])
+    return []
+
+
+def _linked(value: Any) -> bool:
+    """Whether ``value`` is an object of the pickle that it may refer to in several places."""
+    return isinstance(value, (dict, list, tuple, set, frozenset, Pickled))
+
+
+def _places(root: Any, layout: Layout, mapped: mmap.mmap) -> tuple[dict[int, list[tuple[Any, Any]]],
+                                                                    dict[int, tuple[Any, Extent]]]:
+    """Every object of the pickle (each walked once): ``places``, its id -> the first two (object holding it,
+    its key there); ``extents``, a tensor's (or a storage record's) id -> (it, the bytes it takes)."""
+    places: dict[int, list[tuple[Any, Any]]] = {id(root): []}
+    extents: dict[int, tuple[Any, Extent]] = {}
+    stack = [root]
+    while stack:
+        value = stack.pop()
+        extent = _extent(value, layout, mapped)
+        if extent is not None:
+            extents[id(value)] = (value, extent)
+            continue
+        for key, item in _children(value):
+            if _linked(item):
+                seen = id(item) in places
+                if len(places.setdefault(id(item), [])) < 2:
+                    places[id(item)].append((value, key))
+                if not seen:
+                    stack.append(item)
+    return places, extents
+
+
+def shared_tensor(path: str, trail: tuple[str, ...], names: Sequence[str]) -> tuple[str, str] | None:
+    """One of ``names`` (tensors of the mapping at ``trail``, as :func:`state_dicts` lists it) and another tensor
+    of the pickle whose elements share bytes with it (tied to it, a view of it, or the tensor itself, or a
+    mapping holding it, in another place too), or None where there is none.
+
+    The other tensor is named by its keys (and list indices) from the pickle's top, those of ``trail``
+    left out inside its mapping: ``"decoder.weight"``, ``"ema/encoder.rnn.weight_ih_l0"``.
+
+    Raises:
+        FileReadError: as :func:`state_dicts`.
+    """
+    with _opened(path) as (layout, mapped):
+        root = layout.root
+        chain = [root]  # the objects from the top down to the mapping, along trail
+        for step in trail:
+            chain.append([item for key, item in _items(chain[-1]) or () if key == step][-1])
+        mine = {tensor: [item for key, item in _items(chain[-1]) or () if key == tensor][-1] for tensor in names}
+        places, extents = _places(root, layout, mapped)
+
+        def named(holder: Any, key: Any) -> str:
+            keys = [key]
+            while holder is not root:  # (the first places lead back to the top)
+                holder, key = places[id(holder)][0]
+                keys.append(key)
+            keys = [part for part in reversed(keys) if part is not None]
+            return "/".join(str(part) for part in (keys[len(trail):] if tuple(keys[:len(trail)]) == trail else keys))
+
+        own = {(id(chain[-1]), tensor) for tensor in names}
+        for tensor, item in mine.items():
+            for holder, key in places[id(item)]:
+                if (id(holder), key) not in own:  # the same tensor in another place
+                    return tensor, named(holder, key)
+            for depth, holder in enumerate(chain[1:]):
+                for parent, key in places[id(holder)]:
+                    if parent is not chain[depth] or key != trail[depth]:  # a mapping on the way, in another place
+                        return tensor, "/".join((named(parent, key), *trail[depth + 1:], tensor))
+        ids = {id(item) for item in mine.values()}
+        by_member: dict[str | None, list[tuple[int, Extent]]] = {}
+        for other, (_, other_extent) in extents.items():
+            if other not in ids and places[other]:
+                by_member.setdefault(other_extent.member, []).append((other, other_extent))
+        for tensor, item in mine.items():
+            extent = extents[id(item)][1]
+            for other, other_extent in by_member.get(extent.member, ()):
+                if overlapping(mapped, extent, other_extent):
+                    return tensor, named(*places[other][0])
+    return None
