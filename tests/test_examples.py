@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,46 @@ def test_char_lm_validation_loss_falls(tmp_path: Path) -> None:
     readout = np.load(tmp_path / "readout.npz")
     assert readout["weight"].shape == (lstm.config.num_units, metrics["vocab_size"])
     assert len(str(readout["vocab"])) == metrics["vocab_size"]
+
+
+#: what the README says its first command's run takes on two CPU cores
+RUN_PROMISE = re.compile(r"the run takes under (\d+) s on two CPU cores")
+
+
+def test_the_readme_run_takes_what_the_readme_says(tmp_path: Path) -> None:
+    """The README's first command, timed as a newcomer meets it: the full settings in a fresh process on two
+    cores with numba compiling from scratch, for a tenth of the full run's steps; then the same again with
+    numba's cache warm, whose training time is what each further tenth costs. The whole run, predicted as
+    the first process's time plus nine tenths of training, fits what the README says."""
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    promise = RUN_PROMISE.search(readme)
+    assert promise, "the README says how long its first command's run takes on two CPU cores"
+    script = str(EXAMPLES / "train_char_lm.py")
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    usage = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, check=True, cwd=REPO,
+                           env=env).stdout
+    full_steps = int(re.search(r"\(default (\d+),", " ".join(usage.split()))[1])  # type: ignore[index]
+    steps = full_steps // 10
+    two_cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else None
+
+    def run() -> tuple[float, float]:
+        """(seconds the process took, seconds it says it trained) for ``steps`` steps."""
+        started = time.perf_counter()
+        on_two_cores = (lambda: os.sched_setaffinity(0, two_cores)) if two_cores else None
+        result = subprocess.run([sys.executable, script, "--backend", "numpy", "--steps", str(steps), "--out",
+                                 str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300,
+                                cwd=REPO, preexec_fn=on_two_cores)
+        assert result.returncode == 0, result.stdout + result.stderr
+        trained = re.search(rf"trained {steps} steps in ([\d.]+)s", result.stdout)
+        assert trained, result.stdout
+        return time.perf_counter() - started, float(trained[1])
+
+    first_seconds, _ = run()  # numba compiles here, as on a newcomer's first run
+    _, training = run()
+    predicted = first_seconds + (full_steps - steps) / steps * training
+    assert predicted < int(promise[1]), (f"the full run would take about {predicted:.0f} s here ({first_seconds:.1f} "
+                                         f"s for its first {steps} steps, {training:.1f} s for each further "
+                                         f"{steps}): the README says under {promise[1]} s")
 
 
 def test_char_lm_jax_validation_loss_falls(tmp_path: Path) -> None:
