@@ -347,19 +347,18 @@ def test_a_full_disk_while_writing_is_refused(tmp_path: Path, torch_file: Path, 
 
 def test_a_write_past_the_file_size_limit_is_refused(tmp_path: Path, torch_file: Path) -> None:
     """A real failing write: the command run with a 1 KiB file size limit (EFBIG mid-write), as a module."""
-    import resource
     import subprocess
-
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
     target = tmp_path / "p.npz"
     target.write_bytes(b"keep me")
     repo = Path(cudnn_rnn.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "cudnn_rnn", "convert", *convert_argv(torch_file, target, "--force")]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=limit_file_size)
+    # the limit is set by the child itself (a preexec_fn would fork this process, whose threads may include JAX's)
+    limited = ("import resource, runpy; resource.setrlimit(resource.RLIMIT_FSIZE, (1024, "
+               "resource.getrlimit(resource.RLIMIT_FSIZE)[1])); runpy.run_module('cudnn_rnn', run_name='__main__')")
+    command = [sys.executable, "-c", limited, "convert", *convert_argv(torch_file, target, "--force")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     too_large = os.strerror(errno.EFBIG)  # "File too large"
     assert result.returncode == 2, result.stderr
     assert result.stderr == f"cudnn-rnn convert: error: cannot write OUT {str(target)!r}: " \

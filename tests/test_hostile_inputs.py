@@ -10,8 +10,9 @@ refused with ValueError or TypeError, checkpoints with CheckpointError, params f
 exits 0 or 2 with one ``error:`` line and no traceback. The layers' ``lengths`` must be ints in
 [0, T] and ``training`` a bool, or the refusal names them.
 
-Each test runs its whole property in one forked child under an address-space limit and a deadline
-(tests/support/hostile.py): a hang, a crash or a MemoryError fails the test naming the example.
+Each test runs its whole property in one child process (a fresh interpreter running the test again, never
+a fork) under an address-space limit and a deadline (tests/support/hostile.py): a hang, a crash or a
+MemoryError fails the test naming the example.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ from hypothesis import strategies as st
 
 import cudnn_rnn
 from cudnn_rnn import GRU, LSTM, RNN, CheckpointError, RNNConfig, checkpoint, optim
-from cudnn_rnn.cpu import _backend as _reference  # noqa: F401  (imported before the fork, so no example pays for it)
+from cudnn_rnn.cpu import _backend as _reference  # noqa: F401  (imported with the module: no example pays for it)
 from cudnn_rnn.checkpoint import _container
 from cudnn_rnn.cli import main as cli_main
 from cudnn_rnn.convert import FORMATS, from_format, to_format
 from cudnn_rnn.layers import RecurrentLayer
 from cudnn_rnn.params_file import write_params_file
-from hostile import (BAD_FLOATS, EXAMPLE_SECONDS, HUGE_INTS, NEGATIVE_INTS, NOT_NUMBERS, REAL_OVERFLOWS, Hang, V,
-                     guarded, huge, run_in_child)
+from hostile import (BAD_FLOATS, EXAMPLE_SECONDS, HUGE_INTS, NEGATIVE_INTS, NOT_NUMBERS, REAL_OVERFLOWS, START_SECONDS,
+                     Hang, V, guarded, huge, run_in_child)
 
 #: the wall clock a whole property may take in its child before it is killed as a hang
 WALL_SECONDS = 60.0
@@ -53,7 +54,7 @@ ARGUMENT_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError)
 
 #: pytest-timeout's mark where it is installed: a second guard around the child's own deadline
 _second_guard: Callable[[Callable[..., Any]], Callable[..., Any]] = (
-    pytest.mark.timeout(WALL_SECONDS + 30) if importlib.util.find_spec("pytest_timeout") is not None
+    pytest.mark.timeout(START_SECONDS + WALL_SECONDS + 30) if importlib.util.find_spec("pytest_timeout") is not None
     else (lambda function: function))
 
 
@@ -271,7 +272,7 @@ PINNED_OP_EDITS: list[list[tuple[str, str, Any]]] = [
 
 
 @_second_guard
-def test_forward_op_refuses_hostile_arguments(tmp_path: Path) -> None:
+def test_forward_op_refuses_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """cudnn_rnn_v3: a valid small call with one or two arguments made hostile."""
 
     @_settings(150)
@@ -284,7 +285,7 @@ def test_forward_op_refuses_hostile_arguments(tmp_path: Path) -> None:
         _apply_op_edits(call, kwargs, arrays, edits)
         refused_or_done(lambda: cudnn_rnn.cudnn_rnn_v3(**arrays, **kwargs))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 BACKPROP_ARRAYS = OP_ARRAYS + ("output", "output_h", "output_c", "output_backprop", "output_h_backprop",
@@ -317,7 +318,7 @@ backprop_attribute_edit = st.tuples(st.just("attribute"), st.sampled_from([a for
 
 
 @_second_guard
-def test_backprop_op_refuses_hostile_arguments(tmp_path: Path) -> None:
+def test_backprop_op_refuses_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """cudnn_rnn_backprop_v3 after a valid training forward, with one or two arguments made hostile."""
 
     @_settings(120)
@@ -347,7 +348,7 @@ def test_backprop_op_refuses_hostile_arguments(tmp_path: Path) -> None:
                 attributes[name] = value.value
         refused_or_done(lambda: cudnn_rnn.cudnn_rnn_backprop_v3(**arrays, **attributes))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 #: sizes no layout may be built for before they are refused (or counted in closed form)
@@ -361,7 +362,7 @@ size_values = st.one_of(hostile_scalars, st.sampled_from(ODD_DTYPES))
 
 
 @_second_guard
-def test_params_functions_refuse_hostile_arguments(tmp_path: Path) -> None:
+def test_params_functions_refuse_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """cudnn_rnn_params_size, cudnn_rnn_params_to_canonical and cudnn_rnn_canonical_to_params."""
     listy = st.sampled_from(sorted(LIST_CHANGES))
 
@@ -399,7 +400,7 @@ def test_params_functions_refuse_hostile_arguments(tmp_path: Path) -> None:
         refused_or_done(lambda: cudnn_rnn.cudnn_rnn_canonical_to_params(weights=given_weights, biases=biases,
                                                                         **kwargs))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 def _object_array(items: list[Any]) -> np.ndarray:
@@ -428,7 +429,7 @@ PINNED_CONFIG_EDITS: list[list[tuple[str, V]]] = PINNED_SIZE_EDITS + [
 
 
 @_second_guard
-def test_config_refuses_hostile_fields(tmp_path: Path) -> None:
+def test_config_refuses_hostile_fields(request: pytest.FixtureRequest) -> None:
     """RNNConfig(...) and RNNConfig.replace(...) with one to three hostile fields (dropout=10**400 included)."""
 
     @_settings(200)
@@ -447,7 +448,7 @@ def test_config_refuses_hostile_fields(tmp_path: Path) -> None:
         base = RNNConfig(**VALID_CONFIG)
         refused_or_done(lambda: base.replace(**{name: value.value for name, value in edits}))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 # ---- the format converters ------------------------------------------------------------------------------------
@@ -460,7 +461,7 @@ TENSORS_CHANGES: dict[str, Callable[[dict[Any, Any], str], Any]] = {
 
 
 @_second_guard
-def test_convert_refuses_hostile_arguments(tmp_path: Path) -> None:
+def test_convert_refuses_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """cudnn_rnn.convert.to_format / from_format with hostile formats, params, tensors, configs and flags."""
     hostile_configs = st.sampled_from([V("None", None), V("dict of fields", dict(VALID_CONFIG)), V("'lstm'", "lstm"),
                                        V("2**31 layers", ("lstm", 2**31, 1, 1)), V("2**40 units", ("gru", 1, 2**40, 1)),
@@ -500,7 +501,7 @@ def test_convert_refuses_hostile_arguments(tmp_path: Path) -> None:
             named[first] = changed(valid[first], params_change)
         refused_or_done(lambda: from_format(given_fmt, named, given_config, allow_approximation=allow.value))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 # ---- the layers -----------------------------------------------------------------------------------------------
@@ -512,7 +513,7 @@ XP_VALUES: list[V] = [V("math module", math), V("'numpy'", "numpy"), V("np.rando
 
 
 @_second_guard
-def test_layer_constructors_refuse_hostile_arguments(tmp_path: Path) -> None:
+def test_layer_constructors_refuse_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """LSTM/GRU/RNN(...) with one or two hostile arguments (huge sizes and dropout=10**400 included)."""
 
     @_settings(150)
@@ -529,7 +530,7 @@ def test_layer_constructors_refuse_hostile_arguments(tmp_path: Path) -> None:
                 kwargs[name] = value.value
         refused_or_done(lambda: LAYER_CLASSES[cls](**kwargs))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -588,7 +589,7 @@ gradient_edit = st.tuples(st.sampled_from(["dy", "dh", "dc"]), array_changes)
 
 
 @_second_guard
-def test_layer_forward_backward_refuse_hostile_arguments(tmp_path: Path) -> None:
+def test_layer_forward_backward_refuse_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """layer.forward(x, lengths, h0, c0, time_major=..., training=...) then layer.backward(dy, dh, dc)."""
 
     @_settings(150)
@@ -622,7 +623,7 @@ def test_layer_forward_backward_refuse_hostile_arguments(tmp_path: Path) -> None
             grads[name] = changed(like, value)
         refused_or_done(lambda: layer.backward(**grads))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 #: lengths a layer must refuse (as TypeError or ValueError naming ``lengths``): only ints in [0, T] are lengths
@@ -654,7 +655,7 @@ def _lengths_for(value: Any, batch: int, time: int) -> Any:
 
 
 @_second_guard
-def test_layer_forward_refuses_lengths_that_are_not_ints_in_range(tmp_path: Path) -> None:
+def test_layer_forward_refuses_lengths_that_are_not_ints_in_range(request: pytest.FixtureRequest) -> None:
     """forward(lengths=[1.5, 2.7] / ['1', '2'] / [True, False] / [2**40, 1] ...) is a refusal naming lengths."""
 
     @_settings(80)
@@ -666,11 +667,11 @@ def test_layer_forward_refuses_lengths_that_are_not_ints_in_range(tmp_path: Path
         refused_naming(lambda: layer.forward(call.x(), lengths=bad, time_major=call.time_major, training=training),
                        "lengths")
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 @_second_guard
-def test_layer_forward_refuses_training_that_is_not_a_bool(tmp_path: Path) -> None:
+def test_layer_forward_refuses_training_that_is_not_a_bool(request: pytest.FixtureRequest) -> None:
     """forward(training='no' / {} / 1 / None ...) is a refusal naming training: only True, False or np.bool_."""
 
     @_settings(40)
@@ -681,7 +682,7 @@ def test_layer_forward_refuses_training_that_is_not_a_bool(tmp_path: Path) -> No
         refused_naming(lambda: layer.forward(call.x(), time_major=call.time_major, training=training.value),
                        "training")
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 PINNED_STATE_EDITS: list[tuple[str, V]] = [("dropout", _value("10**400")), ("dropout", _value("Fraction(10**400)")),
@@ -694,7 +695,7 @@ DROPOUT_RNG_VALUES: list[V] = [V("{}", {}), V("{'device': 1, 'states': 2}", {"de
 
 
 @_second_guard
-def test_layer_states_and_from_params_refuse_hostile_input(tmp_path: Path) -> None:
+def test_layer_states_and_from_params_refuse_hostile_input(request: pytest.FixtureRequest) -> None:
     """load_state_dict / from_state_dict / from_params with hostile states, configs, params, steps and modules."""
     targets = st.sampled_from(["load_state_dict", "from_state_dict", "from_params"])
 
@@ -728,7 +729,7 @@ def test_layer_states_and_from_params_refuse_hostile_input(tmp_path: Path) -> No
             step: Any = state.get("step") if isinstance(state, dict) else None
             refused_or_done(lambda: LSTM.from_params(params, config, xp=module, step=step))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 # ---- the optimisers -------------------------------------------------------------------------------------------
@@ -769,7 +770,7 @@ PINNED_OPTIMISER_CASES: list[tuple[str, str, str, V, str, bool]] = [
 
 
 @_second_guard
-def test_optimisers_refuse_hostile_arguments(tmp_path: Path) -> None:
+def test_optimisers_refuse_hostile_arguments(request: pytest.FixtureRequest) -> None:
     """optim.SGD / optim.Adam / optim.clip_grad_norm, their step and load_state_dict (lr=10**400 included)."""
     values = st.one_of(hostile_scalars, st.sampled_from(BETAS))
 
@@ -811,7 +812,7 @@ def test_optimisers_refuse_hostile_arguments(tmp_path: Path) -> None:
             state[argument] = hostile
         refused_or_done(lambda: optimiser.load_state_dict(state))
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 # ---- the params-file reader ------------------------------------------------------------------------------------
@@ -936,7 +937,7 @@ PINNED_FILE_EDITS: list[tuple[str, str, V]] = [
 
 
 @_second_guard
-def test_params_file_reader_refuses_hostile_files(tmp_path: Path) -> None:
+def test_params_file_reader_refuses_hostile_files(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """LSTM.load(path): hostile config (10**400, deep nesting), members, claimed shapes, raw bytes, paths."""
     members = st.sampled_from(["params", "config", "step", "format"])
     edits = st.one_of(
@@ -961,11 +962,11 @@ def test_params_file_reader_refuses_hostile_files(tmp_path: Path) -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 @_second_guard
-def test_params_file_reader_refuses_paths_that_are_not_files(tmp_path: Path) -> None:
+def test_params_file_reader_refuses_paths_that_are_not_files(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """LSTM.load(path) of a FIFO (no writer: opening it blocks), a folder, a path under a file, /dev/null, nothing.
 
     Every path is tried (a hang on one does not hide the others); all that fail are named together.
@@ -992,7 +993,7 @@ def test_params_file_reader_refuses_paths_that_are_not_files(tmp_path: Path) -> 
                 failures.append(f"LSTM.load(<{kind}>): {type(error).__name__}: {error}")
         assert not failures, "\n".join(failures)
 
-    run_in_child(every_path, tmp_path, WALL_SECONDS)
+    run_in_child(every_path, request, WALL_SECONDS)
 
 
 # ---- the checkpoint reader -------------------------------------------------------------------------------------
@@ -1059,7 +1060,7 @@ def _set_at(tree: Any, path: tuple[Any, ...], value: Any) -> Any:
 
 
 @_second_guard
-def test_checkpoint_reader_refuses_hostile_contents(tmp_path: Path) -> None:
+def test_checkpoint_reader_refuses_hostile_contents(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """checkpoint.load: files with a valid checksum whose contents or arrays are hostile; paths that are not files."""
 
     @_settings(150)
@@ -1096,7 +1097,7 @@ def test_checkpoint_reader_refuses_hostile_contents(tmp_path: Path) -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)
 
 
 # ---- the command ------------------------------------------------------------------------------------------------
@@ -1197,7 +1198,8 @@ def _cli_output(work: Path, kind: str, source: str) -> str:
 
 
 @_second_guard
-def test_cli_refuses_hostile_flags_and_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_refuses_hostile_flags_and_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              request: pytest.FixtureRequest) -> None:
     """``cudnn-rnn inspect/convert``: exit 0 or 2, one ``error:`` line, never a traceback (OUT's folder missing,
     OUT a folder, OUT under a file, FIFOs, huge sizes in flags and files)."""
 
@@ -1234,4 +1236,4 @@ def test_cli_refuses_hostile_flags_and_paths(tmp_path: Path, capsys: pytest.Capt
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    run_in_child(prop, tmp_path, WALL_SECONDS)
+    run_in_child(prop, request, WALL_SECONDS)

@@ -548,8 +548,12 @@ def names_in_golden_file(file: str) -> list[str]:
 
 
 def test_a_daemonic_process_reads_too() -> None:
-    """A pool worker, which multiprocessing lets start no processes of its own, reads in its child interpreter."""
-    with multiprocessing.get_context("fork").Pool(1) as pool:
+    """A pool worker, which multiprocessing lets start no processes of its own, reads in its child interpreter.
+
+    The worker is spawned (a fresh interpreter that imports this module): a fork of this process, where JAX
+    may have threads running, could deadlock.
+    """
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.map(names_in_golden_file, ["keras2_model.h5"]) == [[n for n, *_ in FOUND["keras2_model.h5"]]]
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shutil
 import struct
 import subprocess
@@ -54,12 +53,15 @@ ADDRESS_SPACE = 3 * 2**30
 #: the reader calls the child makes on ``path`` (``work``: a folder of its own; ``rnn``: a small LSTM)
 CHILD = """
 import json, resource, sys, time, warnings
+caller, path, work, address_space = sys.argv[1:5]
+# the limit before anything else: the imports and the reader run under it (set here, not between fork and exec
+# in the parent, a process with threads: JAX's, among others)
+resource.setrlimit(resource.RLIMIT_AS, (int(address_space), int(address_space)))
 import cudnn_rnn
 from cudnn_rnn import checkpoint
 from cudnn_rnn.convert import read_file
 from cudnn_rnn.convert.into import write_into
 
-caller, path, work = sys.argv[1:4]
 rnn = cudnn_rnn.LSTM(2, 3)
 calls = {"checkpoint.load": lambda: checkpoint.load(path), "read_file": lambda: read_file(path),
          "write_into": lambda: write_into(path, work + "/out.safetensors", rnn),
@@ -85,15 +87,11 @@ print(json.dumps({"seconds": seconds, "peak": peak, "outcome": outcome,
 READERS = ["checkpoint.load", "read_file", "write_into"]
 
 
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
 def in_child(caller: str, path: Path, work: Path) -> dict[str, Any]:
     """What ``caller`` did with ``path`` in a child process: seconds, peak (bytes), outcome, warnings."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-c", CHILD, caller, str(path), str(work)], capture_output=True, text=True,
-                          env=env, preexec_fn=_limit_address_space, timeout=120)
+    done = subprocess.run([sys.executable, "-c", CHILD, caller, str(path), str(work), str(ADDRESS_SPACE)],
+                          capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return report

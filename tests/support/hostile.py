@@ -1,9 +1,11 @@
 """Hostile values, and running a property in a child process that can neither hang the run nor eat the machine.
 
-:func:`run_in_child` forks (Linux), and the child runs the whole property (every hypothesis example) under
-an address-space limit, writing a description of each example to a file before running it; the parent waits
-with a wall-clock deadline. A hang, a kill by a signal (SIGSEGV ...), a MemoryError or any other failure
-fails the test with the last example and the child's report. :func:`guarded` wraps a property so that each
+:func:`run_in_child` runs the test again in a child process, a fresh interpreter (never a fork of this
+process, where JAX or another library may have threads running): its own pytest runs the one test up to
+:func:`run_in_child`, which there runs the whole property (every hypothesis example) under an address-space
+limit, writing a description of each example to a file before running it; the parent waits with a
+wall-clock deadline. A hang, a kill by a signal (SIGSEGV ...), a MemoryError or any other failure fails
+the test with the last example and the child's report. :func:`guarded` wraps a property so that each
 example is described first and interrupted (:class:`Hang`, which hypothesis does not catch, so it does not
 spend minutes shrinking a hang) when it runs too long.
 
@@ -18,8 +20,8 @@ import math
 import os
 import resource
 import signal
+import subprocess
 import sys
-import time
 import traceback
 import warnings
 from decimal import Decimal
@@ -30,13 +32,18 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 import pytest
 
-__all__ = ["V", "Hang", "EXAMPLE_SECONDS", "guarded", "run_in_child", "describe", "HUGE_INTS", "NEGATIVE_INTS",
-           "BAD_FLOATS", "NOT_NUMBERS", "REAL_OVERFLOWS", "HUGE_SIZE", "huge"]
+__all__ = ["V", "Hang", "EXAMPLE_SECONDS", "START_SECONDS", "guarded", "run_in_child", "describe", "HUGE_INTS",
+           "NEGATIVE_INTS", "BAD_FLOATS", "NOT_NUMBERS", "REAL_OVERFLOWS", "HUGE_SIZE", "huge"]
 
-#: the address space the child may add to what it has at the fork
+#: the address space the child may add to what it has when the property starts (its imports done)
 MEMORY_HEADROOM = 3 * 2**29  # 1.5 GiB
 #: one example running longer than this is a hang
 EXAMPLE_SECONDS = 5.0
+#: what the child's start may add to the property's wall clock: the interpreter, pytest, the test module's
+#: imports and the test up to run_in_child (a second or two on two cores)
+START_SECONDS = 60.0
+#: set in the child's environment: the folder of the parent's files, which tells run_in_child it is the child
+CHILD_FOLDER = "CUDNN_RNN_TESTING_HOSTILE_CHILD"
 
 #: the leading dimension of the broadcast (never allocated) arrays
 HUGE_SIZE = 2**40
@@ -154,7 +161,7 @@ def _expire(signum: int, frame: object) -> None:
 
 
 def _child(body: Callable[[], None], progress: Path, report: Path, stuck: Path) -> int:
-    """Run ``body`` in the forked child; returns its exit status (0: passed)."""
+    """Run ``body`` in the child; returns its exit status (0: passed)."""
     global _progress, _stuck
     _progress = progress
     _stuck = open(stuck, "w")  # noqa: SIM115  (kept open for faulthandler until the child exits)
@@ -180,49 +187,67 @@ def _child(body: Callable[[], None], progress: Path, report: Path, stuck: Path) 
     return 0
 
 
-def run_in_child(body: Callable[[], None], folder: Path, seconds: float) -> None:
-    """Run ``body`` (a whole hypothesis property) in a forked child; fail the test on anything but success.
+def _files(folder: Path) -> tuple[Path, Path, Path]:
+    """Where the child describes the example it starts, reports how the property ended, and dumps a stuck one."""
+    return folder / "last_example.txt", folder / "report.txt", folder / "stuck.txt"
 
-    The child gets :data:`MEMORY_HEADROOM` more address space than it starts with and ``seconds`` of wall
-    clock: a hang is killed, a crash is reported by its signal, each with the last example it started.
+
+def run_in_child(body: Callable[[], None], request: pytest.FixtureRequest, seconds: float) -> None:
+    """Run ``body`` (a whole hypothesis property) in a child process; fail the test on anything but success.
+
+    The child is a fresh interpreter whose pytest runs this test (``request``'s) again, and this call there
+    runs ``body`` and ends the child. ``body`` gets :data:`MEMORY_HEADROOM` more address space than the child
+    has when it starts it, and ``seconds`` of wall clock (:data:`START_SECONDS` more for the child's start): a
+    hang is killed, a crash is reported by its signal, each with the last example it started. The files
+    (and the child's pytest's own ``tmp_path``) are in this test's ``tmp_path``.
     """
-    progress, report, stuck = folder / "last_example.txt", folder / "report.txt", folder / "stuck.txt"
+    parent_folder = os.environ.pop(CHILD_FOLDER, None)
+    if parent_folder is not None:  # the child: run the property, and never return into its pytest
+        code = 1
+        try:
+            code = _child(body, *_files(Path(parent_folder)))
+        finally:
+            os._exit(code)
+    folder: Path = request.getfixturevalue("tmp_path")
+    progress, report, stuck = _files(folder)
     progress.write_text("(no example started)")
     report.write_text("")
     stuck.write_text("")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        status = 1
+    # (--assert=plain: the properties' asserts carry their own messages, and the child's start takes half the time
+    # without rewriting hypothesis and the test module)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--assert=plain",
+               f"--basetemp={folder / 'child'}", request.node.nodeid]
+    with open(folder / "child_output.txt", "w+") as output:
+        child = subprocess.Popen(command, cwd=request.config.rootpath, env={**os.environ, CHILD_FOLDER: str(folder)},
+                                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
+        status: int | None = None
         try:
-            status = _child(body, progress, report, stuck)
+            status = child.wait(timeout=START_SECONDS + seconds)
+        except subprocess.TimeoutExpired:
+            pass  # (status None: a hang)
         finally:
-            os._exit(status)
-    end = time.monotonic() + seconds
-    status = 0
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.02)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail(f"HANG: the property was still running after {seconds} s and was killed; last example "
-                    f"started:\n  {progress.read_text()}", pytrace=False)
+            if child.poll() is None:  # past its deadline, or this run interrupted: the child ends here
+                child.kill()
+                child.wait()
+        output.seek(0)
+        printed = output.read()
     last = progress.read_text()
+    if status is None:
+        pytest.fail(f"HANG: the child was still running after {START_SECONDS + seconds} s and was killed; last "
+                    f"example started:\n  {last}", pytrace=False)
     if stuck.read_text():
         pytest.fail(f"HANG: an example ran for more than {2 * EXAMPLE_SECONDS} s, stuck where the alarm could not "
                     f"interrupt it:\n  {last}\n{stuck.read_text()[-6000:]}", pytrace=False)
-    if os.WIFSIGNALED(status):
-        name = signal.Signals(os.WTERMSIG(status)).name
+    if status < 0:
+        name = signal.Signals(-status).name
         pytest.fail(f"CRASH: the child died of {name}; last example started:\n  {last}", pytrace=False)
-    code = os.WEXITSTATUS(status)
-    if code == 0:
+    if not report.read_text():
+        pytest.fail(f"the child ended (exit status {status}) without running the property; it printed:\n"
+                    f"{printed[-6000:]}", pytrace=False)
+    if status == 0:
         return
-    if code == 3:
+    if status == 3:
         pytest.fail(f"HANG: an example ran for more than {EXAMPLE_SECONDS} s (interrupted there, not shrunk):\n"
                     f"  {last}", pytrace=False)
-    what = "MEMORY" if code == 4 else "FAILED"
+    what = "MEMORY" if status == 4 else "FAILED"
     pytest.fail(f"{what} (a hypothesis failure ends with its minimal example):\n{report.read_text()}", pytrace=False)
