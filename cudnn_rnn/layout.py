@@ -19,13 +19,17 @@ Layout (as far as public sources tell; see :data:`UNCONFIRMED` for the rest)::
 
 The canonical form (TF's ``CudnnRNNParamsToCanonical``) lists, per pseudo-layer, the
 matrices in linLayerID order followed by the projection, and the 2G biases.
+
+The table holds each loop above (a region) as two patterns, a pseudo-layer of layer 0's and one of
+a layer above's: every pseudo-layer of a run has the same entries, so where an entry sits is
+arithmetic, and a layout costs the same however many layers it has (:class:`ParamsLayout`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from ._arrays import Array, array_module
@@ -124,24 +128,124 @@ class ParamEntry:
 
 
 @dataclass(frozen=True)
-class ParamsLayout:
-    """Every entry of one configuration's params buffer.
+class _Slot:
+    """Where one entry of a pseudo-layer sits in that pseudo-layer's part of a :class:`_Region`.
 
-    Each argument is kept as the attribute of the same name. The methods take ``params``, a [size]
-    params buffer of this layout (NumPy or CuPy) or its gradient, and ``pseudo_layer``, k = layer * D
-    + dir, and return views into ``params`` (writes go through).
+    Args:
+        kind, lin_layer_id, shape: as :class:`ParamEntry`'s.
+        offset: elements from the start of the pseudo-layer's part to the entry.
+    """
+
+    kind: Literal["matrix", "bias"]
+    lin_layer_id: int
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        """The number of elements, the product of ``shape``."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class _Region:
+    """A stretch of the buffer that holds one part per pseudo-layer, k = 0 .. L*D-1 in turn, end to end.
+
+    Layer 0's D pseudo-layers have one pattern of entries, every pseudo-layer above another, so where
+    pseudo-layer k's part starts is arithmetic: the table holds two patterns, not L*D of them.
+
+    Args:
+        start: the element offset of the region.
+        directions: D.
+        patterns: the slots of a part of layer 0's pseudo-layers, then of a layer above's, each in buffer
+            order, end to end from 0.
+        strides: the elements of each pattern's part.
+    """
+
+    start: int
+    directions: int
+    patterns: tuple[tuple[_Slot, ...], tuple[_Slot, ...]]
+    strides: tuple[int, int]
+
+    def begin(self, pseudo_layer: int) -> int:
+        """The element offset of ``pseudo_layer``'s part."""
+        d = self.directions
+        return self.start + min(pseudo_layer, d) * self.strides[0] + max(pseudo_layer - d, 0) * self.strides[1]
+
+
+#: (kind, lin_layer_id) -> the slot of that entry in a pattern, with its region
+_Where = dict[tuple[str, int], tuple[_Region, _Slot]]
+
+
+@dataclass(frozen=True)
+class ParamsLayout:
+    """Every entry of one configuration's params buffer, from a table of two patterns per region.
+
+    Each argument is kept as the attribute of the same name. The table walks cuDNN's buffer order
+    for one pseudo-layer of layer 0 and one of a layer above, per region of the buffer (the matrices,
+    the projections where they come after all matrices, the biases); where pseudo-layer k's entries
+    sit follows by arithmetic, so looking one up costs the same however many layers there are. Only
+    :attr:`weights` and :attr:`biases` list them all (made when first asked for).
+
+    The methods take ``params``, a [size] params buffer of this layout (NumPy or CuPy) or its
+    gradient, and ``pseudo_layer``, k = layer * D + dir, and return views into ``params`` (writes go
+    through).
 
     Args:
         config: the configuration (only its ``layout_key`` fields matter).
-        weights: matrices in canonical order.
-        biases: biases in canonical order.
+        facts: the layout facts assumed.
+
+    Attributes:
         size: total number of elements (``cudnn_rnn_params_size``).
     """
 
     config: RNNConfig
-    weights: tuple[ParamEntry, ...]
-    biases: tuple[ParamEntry, ...]
-    size: int
+    facts: LayoutAssumptions
+    size: int = field(init=False)
+    _regions: tuple[_Region, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        regions, size = _regions(self.config, self.facts)
+        object.__setattr__(self, "_regions", regions)
+        object.__setattr__(self, "size", size)
+
+    @functools.cached_property
+    def weights(self) -> tuple[ParamEntry, ...]:
+        """The matrices in canonical order (per pseudo-layer, by linLayerID, the projection last)."""
+        return self._listed("matrix")
+
+    @functools.cached_property
+    def biases(self) -> tuple[ParamEntry, ...]:
+        """The biases in canonical order (per pseudo-layer, by linLayerID)."""
+        return self._listed("bias")
+
+    def _listed(self, kind: str) -> tuple[ParamEntry, ...]:
+        patterns = [sorted((slot.lin_layer_id, region, slot) for region, slot in where.values() if slot.kind == kind)
+                    for where in self._where]
+        d = self.config.num_directions
+        return tuple(self._entry(k, region, slot) for k in range(self.config.num_pseudo_layers)
+                     for _, region, slot in patterns[k >= d])
+
+    @functools.cached_property
+    def _where(self) -> tuple[_Where, ...]:
+        """Per pattern (layer 0's pseudo-layers, those above), each entry's region and slot."""
+        return tuple({(slot.kind, slot.lin_layer_id): (region, slot) for region in self._regions
+                      for slot in region.patterns[above]} for above in (0, 1))
+
+    def _entry(self, pseudo_layer: int, region: _Region, slot: _Slot) -> ParamEntry:
+        g, lin_id = self.config.num_gates, slot.lin_layer_id
+        side: Literal["input", "recurrent", "projection"]
+        if lin_id == PROJECTION_ID:
+            side, gate = "projection", "proj"
+        else:
+            side, gate = ("input" if lin_id < g else "recurrent"), self.config.mode.gates[lin_id % g]
+        offset = region.begin(pseudo_layer) + slot.offset
+        return ParamEntry(slot.kind, pseudo_layer, lin_id, side, gate, slot.shape, offset)
+
+    def _find(self, pseudo_layer: int, lin_layer_id: int, kind: str) -> tuple[_Region, _Slot] | None:
+        if not 0 <= pseudo_layer < self.config.num_pseudo_layers:
+            return None
+        return self._where[pseudo_layer >= self.config.num_directions].get((kind, lin_layer_id))
 
     def entry(self, pseudo_layer: int, lin_layer_id: int, kind: str = "matrix") -> ParamEntry | None:
         """Look an entry up by its cuDNN coordinates.
@@ -151,13 +255,16 @@ class ParamsLayout:
 
         Returns:
             The entry, or None when the buffer has none there (layer 0's input matrices under
-            skip_input, a projection's bias, an ID out of range).
+            skip_input, a projection's bias, an ID or pseudo-layer out of range).
         """
-        return self._index.get((pseudo_layer, lin_layer_id, kind))
+        found = self._find(pseudo_layer, lin_layer_id, kind)
+        return None if found is None else self._entry(pseudo_layer, *found)
 
-    @functools.cached_property
-    def _index(self) -> dict[tuple[int, int, str], ParamEntry]:
-        return {(e.pseudo_layer, e.lin_layer_id, e.kind): e for e in self.weights + self.biases}
+    def runs(self) -> tuple[range, ...]:
+        """The pseudo-layers in runs whose entries have the same shapes and lie equally far apart: layer 0's
+        ``range(0, D)`` and, with more than one layer, ``range(D, L*D)`` (what :meth:`stack` takes)."""
+        d, k = self.config.num_directions, self.config.num_pseudo_layers
+        return (range(0, d),) + ((range(d, k),) if k > d else ())
 
     def view(self, params: Array, entry: ParamEntry) -> Array:
         """A view of one entry inside a params buffer.
@@ -170,6 +277,41 @@ class ParamsLayout:
             The view, shaped ``entry.shape``.
         """
         return params[entry.offset:entry.stop].reshape(entry.shape)
+
+    def stack(self, params: Array, pseudo_layers: range, lin_layer_id: int, kind: str = "matrix",
+              count: int = 1) -> Array:
+        """``count`` entries of each of several pseudo-layers, from linLayerID ``lin_layer_id`` on, as one view.
+
+        Args:
+            params: the buffer.
+            pseudo_layers: consecutive pseudo-layers (step 1) inside one of :meth:`runs`.
+            lin_layer_id, kind: the first entry's, as :class:`ParamEntry`'s.
+            count: how many entries of consecutive linLayerIDs (they lie end to end: the G gates of one side).
+
+        Returns:
+            The ``[len(pseudo_layers), count*rows, cols]`` view (``[len(pseudo_layers), count*rows]`` for
+            biases), or None where the buffer has no such entry.
+
+        Raises:
+            ValueError: ``pseudo_layers`` not consecutive inside one run, or ``count`` entries from
+                ``lin_layer_id`` on that are not all there with one shape.
+        """
+        if pseudo_layers.step != 1 or not any(pseudo_layers.start in run and pseudo_layers.stop - 1 in run
+                                              for run in self.runs()):
+            raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
+                             f"got {pseudo_layers}")
+        found = self._find(pseudo_layers.start, lin_layer_id, kind)
+        if found is None:
+            return None
+        region, head = found
+        pattern = self._where[pseudo_layers.start >= self.config.num_directions]
+        tail = pattern.get((kind, lin_layer_id + count - 1))
+        if tail is None or tail[1].shape != head.shape or tail[1].offset != head.offset + (count - 1) * head.size:
+            raise ValueError(f"{count} {kind} entries from linLayerID {lin_layer_id} on are not one block")
+        base, stride = region.begin(pseudo_layers.start), region.strides[pseudo_layers.start >= region.directions]
+        parts = params[base:base + len(pseudo_layers) * stride].reshape(len(pseudo_layers), stride)
+        block = parts[:, head.offset:head.offset + count * head.size]
+        return block.reshape(len(pseudo_layers), count * head.shape[0], *head.shape[1:])
 
     def gate_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
         """The G stacked input or recurrent matrices of one pseudo-layer as one view.
@@ -200,10 +342,12 @@ class ParamsLayout:
 
     def _block(self, params: Array, pseudo_layer: int, side: str, kind: str) -> Array:
         g = self.config.num_gates
-        head = self.entry(pseudo_layer, 0 if side == "input" else g, kind)
-        if head is None:
+        found = self._find(pseudo_layer, 0 if side == "input" else g, kind)
+        if found is None:
             return None
-        return params[head.offset:head.offset + g * head.size].reshape(g * head.shape[0], *head.shape[1:])
+        region, head = found
+        offset = region.begin(pseudo_layer) + head.offset
+        return params[offset:offset + g * head.size].reshape(g * head.shape[0], *head.shape[1:])
 
     def projection(self, params: Array, pseudo_layer: int) -> Array:
         """The projection matrix of one pseudo-layer as a view.
@@ -218,66 +362,57 @@ class ParamsLayout:
         return None if entry is None else self.view(params, entry)
 
 
-def _entries(config: RNNConfig, facts: LayoutAssumptions) -> tuple[list[ParamEntry], list[ParamEntry], int]:
-    """Walk cuDNN's buffer order and return (canonical weights, canonical biases, size)."""
+#: an entry as the walk of cuDNN's buffer order meets it: (kind, lin_layer_id, shape)
+_Walked = tuple[Literal["matrix", "bias"], int, tuple[int, ...]]
+
+
+def _patterns(config: RNNConfig, facts: LayoutAssumptions, layer: int) -> list[list[_Walked]]:
+    """Walk cuDNN's buffer order for one pseudo-layer of ``layer``: per region (the matrices, the projections
+    after all matrices, the biases), its entries in buffer order."""
     g, n, p = config.num_gates, config.num_units, config.state_size
-    d = config.num_directions
-    gates = config.mode.gates
-    offset = 0
+    width = config.layer_input_size(layer)
+    matrices: list[_Walked] = []
+    projections: list[_Walked] = []
+    biases: list[_Walked] = []
+    for lin_id in range(2 * g):
+        is_input = lin_id < g
+        if not (is_input and layer == 0 and config.skip_input):
+            matrices.append(("matrix", lin_id, (n, width if is_input else p)))
+    if config.num_proj:
+        after_all = facts.projection_position == "after_all_matrices"
+        (projections if after_all else matrices).append(("matrix", PROJECTION_ID, (p, n)))
+    for lin_id in range(2 * g):
+        is_input = lin_id < g
+        if not (is_input and layer == 0 and config.skip_input and not facts.skip_input_keeps_input_biases):
+            biases.append(("bias", lin_id, (n,)))
+    return [matrices, projections, biases]
 
-    def make(kind: Literal["matrix", "bias"], k: int, lin_id: int, shape: tuple[int, ...]) -> ParamEntry:
-        nonlocal offset
-        side: Literal["input", "recurrent", "projection"]
-        if lin_id == PROJECTION_ID:
-            side, gate = "projection", "proj"
-        else:
-            side, gate = ("input" if lin_id < g else "recurrent"), gates[lin_id % g]
-        entry = ParamEntry(kind, k, lin_id, side, gate, shape, offset)
-        offset += entry.size
-        return entry
 
-    matrices: dict[tuple[int, int], ParamEntry] = {}
-    projections: dict[int, ParamEntry] = {}
-
-    def add_projection(k: int) -> None:
-        projections[k] = make("matrix", k, PROJECTION_ID, (p, n))
-
-    for k in range(config.num_pseudo_layers):
-        layer = k // d
-        width = config.layer_input_size(layer)
-        for lin_id in range(2 * g):
-            is_input = lin_id < g
-            if is_input and layer == 0 and config.skip_input:
-                continue
-            matrices[k, lin_id] = make("matrix", k, lin_id, (n, width if is_input else p))
-        if config.num_proj and facts.projection_position == "after_pseudo_layer":
-            add_projection(k)
-    if config.num_proj and facts.projection_position == "after_all_matrices":
-        for k in range(config.num_pseudo_layers):
-            add_projection(k)
-
-    biases: list[ParamEntry] = []
-    for k in range(config.num_pseudo_layers):
-        for lin_id in range(2 * g):
-            is_input = lin_id < g
-            if is_input and k < d and config.skip_input and not facts.skip_input_keeps_input_biases:
-                continue
-            biases.append(make("bias", k, lin_id, (n,)))
-
-    weights: list[ParamEntry] = []
-    for k in range(config.num_pseudo_layers):
-        weights.extend(matrices[k, i] for i in range(2 * g) if (k, i) in matrices)
-        if k in projections:
-            weights.append(projections[k])
-    return weights, biases, offset
+def _regions(config: RNNConfig, facts: LayoutAssumptions) -> tuple[tuple[_Region, ...], int]:
+    """The regions of ``config``'s buffer (a region no pseudo-layer has entries in left out) and its size."""
+    d, k = config.num_directions, config.num_pseudo_layers
+    regions: list[_Region] = []
+    start = 0
+    for first, above in zip(_patterns(config, facts, 0), _patterns(config, facts, 1)):
+        patterns: list[tuple[_Slot, ...]] = []
+        for walk in (first, above):
+            slots, offset = [], 0
+            for kind, lin_id, shape in walk:
+                slots.append(_Slot(kind, lin_id, shape, offset))
+                offset += math.prod(shape)
+            patterns.append(tuple(slots))
+        strides = (sum(s.size for s in patterns[0]), sum(s.size for s in patterns[1]))
+        if strides != (0, 0):
+            regions.append(_Region(start, d, (patterns[0], patterns[1]), strides))
+            start += d * strides[0] + (k - d) * strides[1]
+    return tuple(regions), start
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_layout(key: LayoutKey, facts: LayoutAssumptions) -> ParamsLayout:
     mode, input_mode, direction, layers, units, input_size, proj = key
     config = RNNConfig(mode, layers, units, input_size, input_mode=input_mode, direction=direction, num_proj=proj)
-    weights, biases, size = _entries(config, facts)
-    return ParamsLayout(config, tuple(weights), tuple(biases), size)
+    return ParamsLayout(config, facts)
 
 
 def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> int:

@@ -191,3 +191,42 @@ def test_closed_forms_equal_the_walked_layout_over_a_grid(facts: LayoutAssumptio
 def test_entry_sizes_are_exact_python_ints_at_any_size() -> None:
     entry = ParamEntry("matrix", 0, 0, "input", "i", (10**10, 10**10), 10**19)
     assert entry.size == 10**20 and type(entry.size) is int and entry.stop == 10**19 + 10**20
+
+
+@pytest.mark.parametrize("facts", FACTS, ids=lambda f: f"{f.projection_position}-{f.skip_input_keeps_input_biases}")
+def test_stacked_views_hold_each_pseudo_layers_entries(facts: LayoutAssumptions) -> None:
+    for config in GRID:
+        layout = params_layout(config, facts)
+        params = np.arange(layout.size, dtype=np.float64)
+        g, d = config.num_gates, config.num_directions
+        assert layout.runs() == ((range(0, d),) + ((range(d, config.num_pseudo_layers),) if config.num_layers > 1
+                                                    else ()))
+        for run in layout.runs():
+            for entry in layout.weights + layout.biases:
+                if entry.pseudo_layer in run:
+                    stacked = layout.stack(params, run, entry.lin_layer_id, entry.kind)
+                    assert np.shares_memory(stacked, params)
+                    np.testing.assert_array_equal(stacked[entry.pseudo_layer - run.start], layout.view(params, entry))
+            for side, first in (("input", 0), ("recurrent", g)):
+                for kind, block in (("matrix", layout.gate_block), ("bias", layout.bias_block)):
+                    stacked = layout.stack(params, run, first, kind, count=g)
+                    for k in run:
+                        expected = block(params, k, side)
+                        assert (stacked is None) == (expected is None), (config, side, kind)
+                        if stacked is not None:
+                            np.testing.assert_array_equal(stacked[k - run.start], expected)
+        if config.num_layers > 1:
+            with pytest.raises(ValueError, match="inside one of"):
+                layout.stack(params, range(0, d + 1), g, count=g)
+
+
+def test_a_million_layer_layout_is_looked_up_without_listing_its_entries() -> None:
+    """Where an entry sits is arithmetic on two per-pseudo-layer patterns: nothing is made per layer."""
+    config = RNNConfig("lstm", 10**6, 4, 3, direction="bidirectional", num_proj=2)
+    layout = params_layout(config)
+    last = layout.entry(2 * 10**6 - 1, 7, "bias")
+    assert last is not None and last.stop == layout.size == params_size(config)
+    first_bias, last_matrix = layout.entry(0, 0, "bias"), layout.entry(2 * 10**6 - 1, PROJECTION_ID)
+    assert first_bias is not None and last_matrix is not None and first_bias.offset == last_matrix.stop
+    assert layout.entry(2 * 10**6, 0) is None
+    assert "weights" not in vars(layout) and "biases" not in vars(layout)

@@ -54,8 +54,9 @@ _RAISES: dict[str, str] = {
                  "that is not numpy or cupy.",
     "ValueError": "{mode}an unknown mode string, a size that is not positive or above a C int, a params buffer no "
                   "array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).",
-    "MemoryError": "a params buffer that an array can hold but this machine cannot (NumPy's refusal, at once, "
-                   "before any layer is initialised).",
+    "MemoryError": "a params buffer (or its gradient) that an array can hold but this machine cannot allocate; the "
+                   "message names the sizes (``num_layers``, ...) and the bytes needed (a buffer too big is refused "
+                   "at once, before any layer is initialised).",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import RNNConfig, numpy_dtype
-from ..layout import params_layout, params_size
+from ..layout import PROJECTION_ID, ParamsLayout, params_layout, params_size
 
 __all__ = ["glorot_uniform", "orthogonal", "keras_init_params"]
 
@@ -44,10 +44,27 @@ def orthogonal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
         A float64 [rows, cols] array with orthonormal rows if rows <= cols, orthonormal columns
         otherwise.
     """
-    normal = rng.standard_normal((max(rows, cols), min(rows, cols)))
+    return _orthonormal(rng.standard_normal((max(rows, cols), min(rows, cols))), rows, cols)
+
+
+def _orthonormal(normal: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """:func:`orthogonal` of its standard normal draws, for one kernel or a stack of them.
+
+    Args:
+        normal: [..., max(rows, cols), min(rows, cols)] float64 draws.
+        rows, cols: the kernels' shape.
+
+    Returns:
+        The [..., rows, cols] kernels, each as :func:`orthogonal` makes it from its own draws.
+    """
     q, r = np.linalg.qr(normal)
-    q *= np.sign(np.diag(r))
-    return q.T if rows < cols else q
+    q *= np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+    return np.swapaxes(q, -1, -2) if rows < cols else q
+
+
+#: float64 elements of the recurrent kernels' draws stacked for a batch of pseudo-layers (:func:`_draw`), which bounds
+#: the initialiser's temporaries to a few MiB besides the buffer (or a few times one recurrent kernel, where more)
+_BATCH_ELEMENTS = 2**17
 
 
 def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: bool = True) -> np.ndarray:
@@ -68,9 +85,10 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
       bias bR_f is 1.0 and its input bias bW_f stays 0, as Keras' single LSTM bias maps to
       cuDNN's recurrent bias (input biases zero).
 
-    Draws are made in float64 from ``numpy.random.default_rng(seed mod 2**32)`` and cast to
-    ``config.dtype``, so the buffer depends only on (config, seed, unit_forget_bias), not on
-    the backend.
+    Draws are made in float64 from ``numpy.random.default_rng(seed mod 2**32)``, in that order,
+    and cast to ``config.dtype`` as they are written into the buffer, so the buffer depends only
+    on (config, seed, unit_forget_bias), not on the backend. Besides the buffer, the temporaries
+    are those of a batch of pseudo-layers' draws (a few MiB), however many layers there are.
 
     Args:
         config: the configuration of the buffer.
@@ -79,21 +97,40 @@ def keras_init_params(config: RNNConfig, *, seed: int = 0, unit_forget_bias: boo
 
     Returns:
         a host NumPy array of ``cudnn_rnn_params_size`` elements and ``config.dtype``.
+
+    Raises:
+        MemoryError: the buffer cannot be allocated (NumPy's refusal, before anything is drawn).
     """
-    params = np.zeros(params_size(config), dtype=np.float64)  # a buffer too big fails here, before the layout
+    params = np.zeros(params_size(config), dtype=numpy_dtype(config.dtype))  # too big fails here, before any draw
     layout = params_layout(config)
     rng = np.random.default_rng(seed % 2**32)
-    g, n, p = config.num_gates, config.num_units, config.state_size
-    for k in range(config.num_pseudo_layers):
-        w = layout.gate_block(params, k, "input")
-        if w is not None:
-            w[...] = glorot_uniform(rng, w.shape[1], g * n).T
-        layout.gate_block(params, k, "recurrent")[...] = orthogonal(rng, p, g * n).T
-        proj = layout.projection(params, k)
-        if proj is not None:
-            proj[...] = glorot_uniform(rng, n, p).T
+    g = config.num_gates
+    for run in layout.runs():
+        batch = max(1, _BATCH_ELEMENTS // layout.stack(params, run[:1], g, count=g).size)
+        for start in range(run.start, run.stop, batch):
+            _draw(rng, layout, params, range(start, min(start + batch, run.stop)))
         if unit_forget_bias and config.rnn_mode == "lstm":
-            forget = layout.entry(k, g + config.mode.gates.index("f"), "bias")
-            assert forget is not None, "every pseudo-layer has its recurrent biases"
-            layout.view(params, forget)[...] = 1.0
-    return params.astype(numpy_dtype(config.dtype))
+            layout.stack(params, run, g + config.mode.gates.index("f"), "bias")[...] = 1.0
+    return params
+
+
+def _draw(rng: np.random.Generator, layout: ParamsLayout, params: np.ndarray, pseudo_layers: range) -> None:
+    """Draw the matrices of ``pseudo_layers`` (consecutive, inside one of ``layout.runs()``) into ``params``.
+
+    Each pseudo-layer's draws come in :func:`keras_init_params`' order, one pseudo-layer after the
+    other, as if each were drawn alone: its input and projection kernels go into the buffer as they are
+    drawn, its recurrent kernel's normal draws into a stack whose QR decompositions run as one call.
+    """
+    g = layout.config.num_gates
+    inputs = layout.stack(params, pseudo_layers, 0, count=g)  # [B, G*N, width], None under skip_input
+    recurrent = layout.stack(params, pseudo_layers, g, count=g)  # [B, G*N, P]
+    projections = layout.stack(params, pseudo_layers, PROJECTION_ID)  # [B, P, N], None without projection
+    gn, p = recurrent.shape[1:]
+    normals = np.empty((len(pseudo_layers), max(p, gn), min(p, gn)))  # orthogonal(rng, p, gn)'s draws, stacked
+    for j in range(len(pseudo_layers)):
+        if inputs is not None:
+            inputs[j] = glorot_uniform(rng, inputs.shape[2], gn).T
+        rng.standard_normal(out=normals[j])
+        if projections is not None:
+            projections[j] = glorot_uniform(rng, projections.shape[2], p).T
+    recurrent[...] = np.swapaxes(_orthonormal(normals, p, gn), 1, 2)

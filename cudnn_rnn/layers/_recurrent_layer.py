@@ -14,8 +14,8 @@ from .._arrays import Array, array_kind, array_module, beside, copy_into, to_hos
 from .._checks import checked_count, flag
 from .._cudnn import _graph_watch
 from .._cudnn._dropout_rng import DropoutRNG
-from ..config import RNNConfig, check_config, dtype_name
-from ..layout import ParamEntry, params_layout
+from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
+from ..layout import ParamEntry, params_layout, params_size
 from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 from ._args import ArgumentCheck, model_file_hint, path_argument, size_arguments
 from ._constructor import ModeArgument, class_doc, class_signature, method_signature
@@ -69,6 +69,25 @@ def _entry_name(entry: ParamEntry, num_directions: int) -> str:
     suffix = f"_l{layer}" + ("_reverse" if reverse else "")
     prefix = _NAME_PREFIX[entry.kind, entry.side]
     return prefix + suffix if entry.side == "projection" else f"{prefix}_{entry.gate}{suffix}"
+
+
+def _memory_refusal(cls: type, config: RNNConfig, error: MemoryError) -> str:
+    """What a constructor says when its buffers cannot be allocated.
+
+    Args:
+        cls: the layer's class.
+        config: the layer's configuration.
+        error: NumPy's (or CuPy's) refusal.
+
+    Returns:
+        The call (its sizes), the bytes its params buffer and gradient need, and ``error``'s words.
+    """
+    elements = params_size(config)
+    size = elements * ITEMSIZES[config.dtype]
+    name = f"{cls.__module__.partition('.')[0]}.{cls.__qualname__}"  # cudnn_rnn.LSTM for the library's classes
+    return (f"{name}({', '.join(constructor_arguments(config))}) needs {size} bytes for its params buffer "
+            f"({elements} elements of {config.dtype}) and as many for its gradient, more than could be allocated "
+            f"({str(error) or type(error).__name__}); fewer num_layers or num_units, or a narrower dtype, need less")
 
 
 def constructor_arguments(config: RNNConfig) -> list[str]:
@@ -146,18 +165,26 @@ class RecurrentLayer:
         config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode, direction=direction,
                            num_proj=num_proj, dropout=dropout, seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
         module = _array_module_named(xp)
-        host = keras_init_params(config, seed=config.seed, unit_forget_bias=forget_bias)
-        self._attach(config, module, host, step=0)
+        try:  # a host gradient first: a build that cannot hold both buffers is refused before any draw
+            grad = np.zeros(params_size(config), numpy_dtype(config.dtype)) if module is np else None
+            host = keras_init_params(config, seed=config.seed, unit_forget_bias=forget_bias)
+            self._attach(config, module, host, step=0, grad=grad)
+        except MemoryError as error:
+            raise MemoryError(_memory_refusal(type(self), config, error)) from None
 
     __signature__ = method_signature(_build)
     __doc__ = class_doc(__doc__, __signature__)
 
-    def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int) -> None:
+    def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int,
+                grad: Array | None = None) -> None:
         self.config = config
         self.xp = xp
         self.params: Array = xp.asarray(params)
-        with beside(self.params):  # CuPy makes new arrays on the current GPU: the gradient goes beside the params
-            self.grad: Array = xp.zeros_like(self.params)
+        self.grad: Array = grad
+        if grad is None:
+            with beside(self.params):  # CuPy makes new arrays on the current GPU: the gradient goes beside the params
+                # zeros, not zeros_like: NumPy's zeros are the system's zeroed pages, taken up as backward writes them
+                self.grad = xp.zeros(self.params.shape, dtype=self.params.dtype)
         self.step = step
         self._layout = params_layout(config)
         self._saved: _SavedForward | None = None
