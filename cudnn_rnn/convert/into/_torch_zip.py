@@ -64,16 +64,27 @@ def _sequence(value: Any) -> tuple[int, ...] | None:
     return None
 
 
+def _is_record(value: Any) -> bool:
+    """Whether ``value`` is a pickled storage record, ``("storage", type, key, location, size)``."""
+    return isinstance(value, tuple) and len(value) == 5 and value[0] == "storage"
+
+
+def _unwrapped(value: Any) -> Any:
+    """The tensor a pickled Parameter wraps; anything else as it is."""
+    if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
+        return value.args[0]
+    return value
+
+
 def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str | None:
     """The stored place of a pickled tensor, a reason it has none, or None for something that is no tensor."""
-    if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
-        value = value.args[0]
+    value = _unwrapped(value)
     if not (isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and len(value.args) >= 4):
         return None
     record, offset, size, stride = value.args[:4]
     shape, strides = _sequence(size), _sequence(stride)
-    if not (isinstance(record, tuple) and len(record) == 5 and record[0] == "storage") or shape is None \
-            or strides is None or not isinstance(offset, int) or len(shape) != len(strides):
+    if not _is_record(record) or shape is None or strides is None or not isinstance(offset, int) \
+            or len(shape) != len(strides):
         return "its pickled record is not a plain tensor's"
     storage = getattr(record[1], "name", "")
     dtype = STORAGE_DTYPES.get(storage)
@@ -142,15 +153,10 @@ def state_dicts(path: str) -> list[StateDict]:
 
 
 # ---- tensors that share storage ----------------------------------------------------------------------------
-def _is_record(value: Any) -> bool:
-    return isinstance(value, tuple) and len(value) == 5 and value[0] == "storage"
-
-
 def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
     """The bytes a pickled tensor of any type takes, all its storage's for a storage record met alone (or a
     tensor of an unknown kind, whose record is met inside it); None for anything else."""
-    if isinstance(value, Pickled) and value.name in _REBUILD_PARAMETER and value.args:
-        value = value.args[0]
+    value = _unwrapped(value)
     record = value.args[0] if isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and value.args else value
     if not _is_record(record):
         return None
