@@ -55,13 +55,17 @@ def test_loading_a_model_file_says_how_to_load_it(model: str, kind: str) -> None
 
 
 def test_an_npz_of_torch_tensors_gets_the_hint_and_other_npz_files_do_not(tmp_path: Path) -> None:
-    """An .npz is a model file where read_file finds a format's tensors in it; arrays of no format get no hint."""
+    """An .npz is a model file where read_file finds a format's (or a parent module's torch) tensors in it; arrays
+    of no format get no hint."""
     config = RNNConfig("lstm", 1, 4, 3)
     found = read_file(GOLDEN_FILES / "torch" / "lstm_float64.pt")[0]
     np.savez(tmp_path / "torch_tensors.npz", **found.tensors)
+    np.savez(tmp_path / "parent_module.npz", **{f"encoder.rnn.{name}": value for name, value in found.tensors.items()})
     np.savez(tmp_path / "other.npz", a=random_params(config, 1))
-    with pytest.raises(ValueError, match=r"It is a NumPy \.npz archive, a model file: load the RNN"):
-        cudnn_rnn.LSTM.load(tmp_path / "torch_tensors.npz")
+    for name in ("torch_tensors.npz", "parent_module.npz"):
+        assert read_file(tmp_path / name)
+        with pytest.raises(ValueError, match=r"It is a NumPy \.npz archive, a model file: load the RNN"):
+            cudnn_rnn.LSTM.load(tmp_path / name)
     with pytest.raises(ValueError, match=r"it holds \['a'\]$"):
         cudnn_rnn.LSTM.load(tmp_path / "other.npz")
 

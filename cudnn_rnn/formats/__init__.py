@@ -20,6 +20,7 @@ from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 from ._core import (MODE_BY_GATES as MODE_BY_GATES, FormatSpec as FormatSpec, TensorShapes as TensorShapes,
                     check_params as check_params, check_tensors as check_tensors, describe as describe,
                     reorder_gates as reorder_gates)
+from ._table import PREFIXED_TORCH_NAME as PREFIXED_TORCH_NAME, guess_format as guess_format
 
 __all__ = [
     "FORMATS",

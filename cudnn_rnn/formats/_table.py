@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import re
+from typing import Callable, Iterable, Mapping
 
 from .._arrays import Array
 from ..config import RNNConfig, check_config
@@ -22,8 +23,8 @@ from ._core import (
 )
 from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 
-__all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "expected_shapes", "to_format", "from_format",
-           "convert_between"]
+__all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "GUESSES", "PREFIXED_TORCH_NAME", "guess_format",
+           "expected_shapes", "to_format", "from_format", "convert_between"]
 
 
 #: the formats' modules, in the order formats are listed
@@ -34,6 +35,22 @@ FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in map(FormatSpe
 
 #: the format names, in the order formats are listed
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
+
+#: format -> its spec's signature, a name that only its tensors have (how named tensors of no stated format are
+#: recognised, as in an .npz); the formats whose names tell their configuration are tried first
+GUESSES: dict[str, re.Pattern[str]] = {
+    spec.name: spec.signature for spec in sorted(FORMAT_SPECS.values(), key=lambda spec: spec.reading is None)
+    if spec.signature is not None}
+
+#: a torch name under a parent module's prefix ("encoder.rnn.weight_ih_l0"): a parent module's state_dict
+PREFIXED_TORCH_NAME = re.compile(rf".\.{re.escape(torch.TENSOR_NAMES.first())}$")
+
+
+def guess_format(names: Iterable[str]) -> str | None:
+    """The first format of :data:`GUESSES` whose signature one of ``names`` carries; None where none does."""
+    names = list(names)
+    return next((fmt for fmt, pattern in GUESSES.items() if any(pattern.search(name) for name in names)), None)
+
 
 #: (source, target) -> an exact conversion between two formats that are not cuDNN layouts
 DIRECT_CONVERSIONS: dict[tuple[str, str], Callable[[Mapping[str, Array]], dict[str, Array]]] = {

@@ -52,21 +52,20 @@ def model_file_hint(path: str) -> str:
     """What to say after "not a params file" when ``path`` is a model file that
     :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): its kind, and how to load its RNN.
 
-    An .npz is such a file where a member is named as only one format's tensors are (the formats'
-    signatures, as the .npz reader guesses a format). Asked only once a load has failed, so what it
-    needs is imported here.
+    An .npz is such a file where its members' names are a format's or a parent module's torch names, as
+    the .npz reader tells them (:func:`~cudnn_rnn.formats.guess_format`). Asked only once a load has
+    failed, so what it needs is imported here.
     """
     from .._containers import MODEL_FILE_KINDS, model_file_kind
 
     try:
         kind = model_file_kind(path)
         if kind == "npz":
-            from ..formats import FORMAT_SPECS
+            from ..formats import PREFIXED_TORCH_NAME, guess_format
 
             with zipfile.ZipFile(path) as archive:
                 names = [name.removesuffix(".npy") for name in archive.namelist()]
-            if not any(spec.signature.search(name) for spec in FORMAT_SPECS.values() if spec.signature
-                       for name in names):
+            if guess_format(names) is None and not any(PREFIXED_TORCH_NAME.search(name) for name in names):
                 return ""
     except (ValueError, OSError, zipfile.BadZipFile):
         return ""

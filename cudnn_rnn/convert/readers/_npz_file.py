@@ -5,7 +5,7 @@ the archive holds                      what is found
 =====================================  ==========================================================
 params, config, step, format           a params file (:mod:`cudnn_rnn.params_file`): complete
 params                                 a bare buffer: dtype only; every size is a question
-a format's names (``weight_ih_l0``)    that format (``fmt=`` or guessed by :data:`GUESSES`),
+a format's names (``weight_ih_l0``)    that format (``fmt=`` or :func:`~cudnn_rnn.formats.guess_format`),
                                        the configuration read off the shapes (:mod:`._infer`)
 a parent module's torch names          each RNN under its prefix (``rnn.weight_ih_l0``)
 =====================================  ==========================================================
@@ -16,7 +16,6 @@ How each member is checked before its data is read (nothing is unpickled): :func
 from __future__ import annotations
 
 import os
-import re
 import zipfile
 from typing import IO
 
@@ -24,24 +23,14 @@ import numpy as np
 
 from ...files import NPY_HEADER_READERS
 from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
-from ...formats import FORMAT_SPECS
-from ...formats.torch import TENSOR_NAMES as TORCH_NAMES
+from ...formats import PREFIXED_TORCH_NAME, guess_format
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)
 from ._infer import infer
 from ._state_dict import rnns_in_state_dict
 from ._zip import READ_ERRORS, checked_members
 
-__all__ = ["read", "read_npz_safely", "GUESSES"]
-
-#: format -> its spec's signature, a name that only its tensors have (how an .npz of named tensors is
-#: recognised); the formats whose names tell their configuration are tried first
-GUESSES: dict[str, re.Pattern[str]] = {
-    spec.name: spec.signature for spec in sorted(FORMAT_SPECS.values(), key=lambda spec: spec.reading is None)
-    if spec.signature is not None}
-
-#: a torch name under a parent module's prefix ("encoder.rnn.weight_ih_l0")
-_PREFIXED_TORCH = re.compile(rf".\.{re.escape(TORCH_NAMES.first())}$")
+__all__ = ["read", "read_npz_safely"]
 
 #: what reading a damaged archive raises (ValueError: a malformed zip or .npy header)
 _DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
@@ -98,7 +87,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         return [FoundRNN(name, "cudnn_rnn params file", PARAMS_FORMAT, {"params": saved.params}, fields)]
     if not arrays:
         raise FileReadError(path, "the archive holds no arrays")
-    fmt = options.fmt or _guess(arrays)
+    fmt = options.fmt or guess_format(arrays)
     if fmt == PARAMS_FORMAT or (fmt is None and set(arrays) == {"params"}):
         if set(arrays) != {"params"}:
             raise FileReadError(path, "a params buffer is one array named 'params'; "
@@ -110,17 +99,10 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
         return [FoundRNN(name, "bare params buffer", PARAMS_FORMAT, arrays, {"dtype": dtype},
                          questions_for_all("a bare params buffer does not say its configuration"))]
     if fmt is None:
-        if any(_PREFIXED_TORCH.search(key) for key in arrays):
+        if any(PREFIXED_TORCH_NAME.search(key) for key in arrays):
             return rnns_in_state_dict(path, arrays, options, "state_dict in an .npz archive")
         raise FileReadError(path, f"the archive holds neither a params buffer nor the tensors of a known format "
                                   f"(it holds {sorted(arrays)[:8]}): pass fmt=FORMAT")
     inferred = infer(fmt, arrays)
     return [FoundRNN(name, f"{fmt} tensors in an .npz archive", fmt, inferred.tensors, inferred.fields,
                      inferred.questions, tuple(inferred.notes))]
-
-
-def _guess(arrays: dict[str, np.ndarray]) -> str | None:
-    for fmt, pattern in GUESSES.items():
-        if any(pattern.search(key) for key in arrays):
-            return fmt
-    return None
