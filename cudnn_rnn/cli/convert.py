@@ -49,7 +49,8 @@ from ..convert import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
-from ..convert.saving import CONTAINERS, Written, container_of, layer_class_name, suffixes_for, write_file
+from ..convert.saving import (CONTAINERS, Container, Written, container_of, layer_class_name, suffixes_for,
+                               write_file)
 from ..formats import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
@@ -234,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> None:
+    container: Container | None = None  # OUT's, where OUT is written from scratch (not --into)
     if args.into is None:
         if args.change_shared:
             raise CommandError("--change-shared applies with --into MODEL only")
@@ -269,12 +271,10 @@ def _run(args: argparse.Namespace) -> None:
           f"{args.output}")
     for note in found.notes:
         print(f"note: {note}")
-    if args.into is None:
-        container = container_of(args.output, "OUT")
-        if container.default_loader and written.fmt != container.default:
-            loader = container.default_loader.format(layer=layer_class_name(config))
-            print(f"note: {args.output} holds the {written.fmt} format's tensor names; {loader} loads --to "
-                  f"{container.default}")
+    if container is not None and container.default_loader and written.fmt != container.default:
+        loader = container.default_loader.format(layer=layer_class_name(config))
+        print(f"note: {args.output} holds the {written.fmt} format's tensor names; {loader} loads --to "
+              f"{container.default}")
     if written.approximations:
         print("approximated (the result computes a different function):")
         for sentence in written.approximations:
