@@ -52,7 +52,9 @@
 #     MPICH_WHEEL_DIR=.gpu-wheels CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr BUDGET=220 \
 #       PYTEST_ADDOPTS="--timeout=120 -k 'distributed or persist_dynamic'" \
 #       bash scripts/gpu_check.sh layout tests long
-#   Commit command 1's record.md and summary.txt, and each stage's record.md, under benchmarks/results/,
+#   Commit command 1's record.md and summary.txt, and each stage's record.md, under benchmarks/results/
+#   (commit the tree before the call: a copy without .git names its files' fingerprint, and
+#   `python3 scripts/gpu_record.py find-commit record.md` here names the commit with those files),
 #   and settle in the code what the run proved (layout.UNCONFIRMED, RESERVE_SURVIVES_BACKWARD,
 #   CUDNN_IGNORES_PADDING, the bfloat16 math types). Later runs take the remaining stages one or two at
 #   a time: bench, long, sanitizer.

@@ -39,7 +39,9 @@
 # Environment: PYTHON (default python3), OUT, BUDGET (seconds for the whole run, default 500: each phase's
 # limit shrinks to what is left, less 30 s for the records, and a phase that would get less than 30 s is
 # not started: summary.txt says so), PHASE_LIMIT (seconds, overrides every phase's own limit),
-# CUDNN_RNN_COMMIT (the commit record.md names when the tree it runs in is a copy without .git).
+# CUDNN_RNN_COMMIT (the commit record.md names when the tree it runs in is a copy without .git; without it,
+# record.md names the files' fingerprint, which `python3 scripts/gpu_record.py find-commit record.md` in the
+# repository turns into the commit with those files).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 python=${PYTHON:-python3}

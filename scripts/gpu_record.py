@@ -13,6 +13,11 @@ per line; exit 3 when CuPy or cuDNN cannot run the backend), ``counts LOG`` (a p
 its line of summary.txt, from the same parser of pytest's ``-v`` lines) and ``first-call OUT``
 (``OUT/record.md`` from the folder's environment.txt, summary.txt and phase logs, rewritten after every
 phase).
+
+A record names its commit. A copy of the tree without ``.git`` (as a GPU machine may get) names its files'
+fingerprint instead (``_files_fingerprint``), unless ``$CUDNN_RNN_COMMIT`` says; before the record is
+committed, ``python3 scripts/gpu_record.py find-commit RECORD`` in the repository puts the commit with those
+files into its ``- commit:`` line.
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+from _files_fingerprint import files_fingerprint, find_commit  # noqa: E402  (beside this script)
+
+#: how many hex digits of the files' fingerprint a record shows
+FINGERPRINT_DIGITS = 16
 
 
 def _cuda_facts(facts: dict[str, Any]) -> list[str]:
@@ -81,12 +90,39 @@ def _mpi_facts() -> str:
 
 
 def _commit() -> str:
-    """The checkout's commit (and whether its tree differs), or $CUDNN_RNN_COMMIT for a copy without .git."""
+    """The checkout's commit (and whether its tree differs); in a copy without .git, $CUDNN_RNN_COMMIT or else the
+    files' fingerprint, which ``find-commit`` turns into the commit on a machine with the repository."""
     commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-    if not commit:
-        given = os.environ.get("CUDNN_RNN_COMMIT", "").strip()
-        return f"{given} (from CUDNN_RNN_COMMIT)" if given else "unknown (no git repository here)"
-    return commit + (" (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"]) else "")
+    if commit:
+        return commit + (" (with uncommitted changes)" if _run(["git", "-C", str(REPO), "status", "--porcelain"])
+                         else "")
+    given = os.environ.get("CUDNN_RNN_COMMIT", "").strip()
+    if given:
+        return f"{given} (from CUDNN_RNN_COMMIT)"
+    try:
+        fingerprint = files_fingerprint(REPO)[:FINGERPRINT_DIGITS]
+    except (OSError, ValueError) as error:
+        return f"not known: a copy without .git whose files could not be fingerprinted ({error})"
+    return (f"files {fingerprint} (a copy without .git: `python3 scripts/gpu_record.py find-commit record.md` in "
+            "the repository names the commit)")
+
+
+def find_commit_of_record(record: Path) -> int:
+    """Put the commit whose files a record's ``- commit: files F`` line names into that line (exit 1 if none has)."""
+    text = record.read_text()
+    match = re.search(r"^- commit: files ([0-9a-f]+) .*$", text, re.M)
+    if match is None:
+        print(f"{record}: no '- commit: files ...' line (its commit is named already?)", file=sys.stderr)
+        return 1
+    commit = find_commit(REPO, match[1])
+    if commit is None:
+        print(f"{record}: no commit of HEAD's history has the files {match[1]} (changes that were not committed "
+              "when it ran?)", file=sys.stderr)
+        return 1
+    line = f"- commit: {commit[:12]} (found by its files' fingerprint {match[1]})"
+    record.write_text(text[:match.start()] + line + text[match.end():])
+    print(line)
+    return 0
 
 
 def _run(command: list[str]) -> str:
@@ -118,16 +154,55 @@ def _junit(path: Path) -> tuple[dict[str, int], list[str]] | None:
     return counts, failures
 
 
+#: pytest's word for a test's outcome in a ``-v`` line -> the key it is counted under (its last line's words)
+_OUTCOMES = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped", "XFAIL": "xfailed",
+             "XPASS": "xpassed"}
+_PYTEST_KEYS = ("passed", "failed", "error", "skipped")  # always shown; xfailed and xpassed when there are any
+#: a ``-v`` line: the test's ID (a file's path, ``::``, then anything: parametrized IDs hold spaces, brackets,
+#: quotes and even these words), one outcome, a skip's reason, the progress column, and nothing after
+_VERBOSE_LINE = re.compile(r"^(\S+?\.py::.*) (" + "|".join(_OUTCOMES) + r")(?: \(.*\))?(?:\s+\[\s*\d+%\])?\s*$",
+                           re.M)
+#: a test that started but has no outcome line: its ID, then the end of the line or what cut it off (a crash's
+#: "Fatal Python error", the stack faulthandler prints at the phase's limit)
+_STARTED_LINE = re.compile(r"^(\S+?\.py::[^\s\[]+(?:\[.*?\])?)(?: |$)", re.M)
+#: pytest's last line: ``==== 1 failed, 287 passed, 2 skipped in 101.52s (0:01:41) ====``
+_FINAL_LINE = re.compile(r"^=+ (\d+ \w+.*?|no tests ran) in [\d.]+s(?: \([\d:]+\))? =+$", re.M)
+
+
 def _log_counts(log: str) -> tuple[dict[str, int], list[str]]:
-    """Counts from pytest -v lines (``path::test PASSED``), for a run cut off before its XML."""
-    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    """Counts and failures from pytest's ``-v`` lines (``<test ID> PASSED  [ 12%]``), whatever the IDs hold.
+
+    A test with an error at teardown has two lines, as pytest counts it twice. Where the log has pytest's last
+    line, its counts are the ones given (and a difference from the lines' is listed); where the log ends inside
+    a test (a crash, or the phase's limit), that test is listed as ``ENDED INSIDE``.
+    """
+    counts = dict.fromkeys(_PYTEST_KEYS, 0)
     failures = []
-    for match in re.finditer(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED)", log, re.M):
-        key = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped"}[match[2]]
-        counts[key] += 1
+    for match in _VERBOSE_LINE.finditer(log):
+        key = _OUTCOMES[match[2]]
+        counts[key] = counts.get(key, 0) + 1
         if key in ("failed", "error"):
             failures.append(f"{match[2]} {match[1]}")
+    final = _FINAL_LINE.findall(log)
+    if final:
+        stated = {key.rstrip("s") if key.startswith("error") else key: int(number)
+                  for number, key in re.findall(r"(\d+) (\w+)", final[-1])}
+        pytests = {key: stated.get(key, 0) for key in (*_PYTEST_KEYS, "xfailed", "xpassed")
+                   if key in _PYTEST_KEYS or stated.get(key)}
+        if pytests != counts:
+            failures.append(f"COUNTS the -v lines give {_counts_text(counts)}; pytest's last line {final[-1]}")
+        counts = pytests
+    else:
+        last_outcome = max((match.end() for match in _VERBOSE_LINE.finditer(log)), default=0)
+        started = _STARTED_LINE.findall(log, last_outcome)  # tests begun after the last outcome
+        if started:
+            failures.append(f"ENDED INSIDE {started[-1]} (no outcome: the phase crashed or was cut there)")
     return counts, failures
+
+
+def has_pytest_lines(log: str) -> bool:
+    """Whether ``log`` holds pytest's ``-v`` outcome lines or its last line."""
+    return bool(_VERBOSE_LINE.search(log) or _FINAL_LINE.search(log))
 
 
 def _bench_table(path: Path) -> list[str]:
@@ -159,7 +234,7 @@ def main(argv: list[str]) -> int:
              f"- command: `{command}` (limit {limit} s, took {seconds:.0f} s)"]
     lines += [f"- {line}" for line in _environment()]
     junit = _junit(folder / f"{stage}.junit.xml")
-    if junit is not None or re.search(r"::\S+ (PASSED|FAILED)", log):
+    if junit is not None or has_pytest_lines(log):
         counts, failures = junit if junit is not None else _log_counts(log)
         source = "JUnit XML" if junit is not None else "the log (the run was cut off before its XML)"
         summary = ", ".join(f"{value} {key}" for key, value in counts.items())
@@ -170,7 +245,7 @@ def main(argv: list[str]) -> int:
             lines += ["", "Slowest:", "```", durations[1].strip(), "```"]
     if (folder / "bench.json").exists():
         lines += ["", "## Benchmark", ""] + _bench_table(folder / "bench.json")
-    if junit is None and not re.search(r"::\S+ (PASSED|FAILED)", log):
+    if junit is None and not has_pytest_lines(log):
         lines += ["", "## Log (last 60 lines)", "```", *log.splitlines()[-60:], "```"]
     (folder / "record.md").write_text("\n".join(lines) + "\n")
     return 0
@@ -207,13 +282,10 @@ def first_call_environment() -> int:
     return 0
 
 
-_PYTEST_KEYS = ("passed", "failed", "error", "skipped")
-
-
 def phase_counts(log: str) -> tuple[dict[str, int], list[str]] | None:
     """A first-call phase's counts and failures: pytest's ``-v`` lines (:func:`_log_counts`), or the smoke's
     ``PASS``/``FAIL`` step lines (counts ``passed`` and ``failed``); None when the log has neither."""
-    if re.search(r"^\S+::\S+ (PASSED|FAILED|ERROR|SKIPPED)", log, re.M):
+    if has_pytest_lines(log):
         return _log_counts(log)
     steps = re.findall(r"^(PASS|FAIL) (\S.*?)(?:\s{2,}|$)", log, re.M)
     if not steps:
@@ -307,4 +379,6 @@ if __name__ == "__main__":
         sys.exit(first_call_record(Path(sys.argv[2])))
     if sys.argv[1:2] == ["counts"] and len(sys.argv) == 3:
         sys.exit(first_call_counts(Path(sys.argv[2])))
+    if sys.argv[1:2] == ["find-commit"] and len(sys.argv) == 3:
+        sys.exit(find_commit_of_record(Path(sys.argv[2])))
     sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cudnn_testing import REPO
+from rnn_testing import load_script
 
 
 @pytest.mark.parametrize("script", ["benchmarks/bench_gpu.py", "scripts/check_layout.py", "scripts/gpu_smoke.py"])
@@ -131,6 +133,91 @@ def test_gpu_record_counts_pytest_results_from_xml_or_a_cut_off_log(tmp_path: Pa
     assert record.startswith("# GPU check, stage `tests`: failed (exit 1)")
     assert "1 passed, 1 failed, 0 error, 0 skipped (from JUnit XML)" in record
     assert "- FAILED tests.gpu.test_a::test_two: assert 1 == 2" in record
+
+
+#: a test file whose IDs are the GPU suite's layout IDs (RNNConfig reprs: spaces, quotes, brackets, commas) and
+#: IDs that hold the outcome words themselves; every outcome pytest prints in a -v line
+_OUTCOMES_TEST = """
+import pytest
+
+from cudnn_rnn._cudnn._layout_check import layout_check_configs
+
+GRID = layout_check_configs()[:7]
+
+
+@pytest.fixture
+def broken_setup():
+    raise RuntimeError("setup fails")
+
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown fails")
+
+
+@pytest.mark.parametrize("config", GRID, ids=repr)
+def test_layout_table_matches_cudnn(config):
+    index = GRID.index(config)
+    assert index not in (1, 3, 5), "a difference"
+    if index in (4, 6):
+        pytest.skip("this cuDNN or GPU cannot run it")
+
+
+@pytest.mark.parametrize("config", GRID[:1], ids=repr)
+def test_setup_fails(config, broken_setup):
+    pass
+
+
+@pytest.mark.parametrize("word", ["a PASSED b", "c FAILED ] d"])
+def test_teardown_fails(word, broken_teardown):
+    pass
+
+
+@pytest.mark.xfail
+def test_expected_to_fail():
+    raise AssertionError
+
+
+@pytest.mark.xfail
+def test_passes_unexpectedly():
+    pass
+"""
+
+
+def _pytest(folder: Path, *options: str) -> str:
+    """pytest's output over _OUTCOMES_TEST (in ``folder``) with ``options``."""
+    (folder / "test_outcomes.py").write_text(_OUTCOMES_TEST)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, "test_outcomes.py"],
+                            cwd=folder, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    return result.stdout
+
+
+def test_phase_counts_hold_every_test_id_whatever_it_holds(tmp_path: Path) -> None:
+    log = _pytest(tmp_path, "-v", "-rfE", "--durations=10")  # as gpu_first_call.sh runs pytest
+    last = log.rstrip().splitlines()[-1]
+    assert re.fullmatch(r"=+ 3 failed, 4 passed, 2 skipped, 1 xfailed, 1 xpassed, 3 errors in .* =+", last), last
+    ids = [line for line in _pytest(tmp_path, "--collect-only", "-q").splitlines() if "::" in line]
+    assert len(ids) == 12 and sum(" " in test for test in ids) == 10, ids  # the layout IDs hold spaces
+    record = load_script("gpu_record")
+    counts, failures = record.phase_counts(log)
+    assert counts == {"passed": 4, "failed": 3, "error": 3, "skipped": 2, "xfailed": 1, "xpassed": 1}
+    short_summary = re.findall(r"^(FAILED|ERROR) (test_outcomes\.py::.*?)(?: - [A-Z]\w+: .*)?$", log, re.M)
+    assert len(short_summary) == 6 and sorted(failures) == sorted(f"{word} {test}" for word, test in short_summary)
+    (tmp_path / "core.log").write_text(log)
+    summary = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_record.py"), "counts",
+                              str(tmp_path / "core.log")], capture_output=True, text=True, check=True, timeout=60)
+    assert summary.stdout == "4 passed  3 failed  3 error  2 skipped  1 xfailed  1 xpassed\n"
+
+    # cut off inside the third test (a crash, or the phase's limit): the -v lines so far, and the test it ended in
+    lines = log.splitlines()
+    second = next(i for i, line in enumerate(lines) if line.startswith(ids[1] + " "))
+    cut = "\n".join(lines[:second + 1] + [ids[2] + " Fatal Python error: Segmentation fault", "",
+                                            "Current thread 0x00007f3a (most recent call first):"])
+    counts, failures = record.phase_counts(cut)
+    assert counts == {"passed": 1, "failed": 1, "error": 0, "skipped": 0}, counts
+    assert failures == [f"FAILED {ids[1]}", f"ENDED INSIDE {ids[2]} (no outcome: the phase crashed or was cut there)"]
 
 
 def _plan_commands(text: str, prefix: str) -> list[str]:
@@ -322,17 +409,59 @@ def test_first_call_does_not_start_a_phase_its_budget_cannot_hold(tmp_path: Path
     assert "| rest | - | 0 |" in (tmp_path / "none" / "record.md").read_text()
 
 
+def _commit_tree_as_it_travels(repo: Path) -> str:
+    """``repo``: a new git repository holding the files of this checkout that travel to a GPU machine (tracked and
+    untracked-not-ignored, as they are now), committed; returns the commit."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repo / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "the tree"], cwd=repo, check=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_first_call_record_names_the_commit_of_a_copy_without_git(tmp_path: Path) -> None:
-    (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "gpu_record.py").write_text((REPO / "scripts" / "gpu_record.py").read_text())
-    out = tmp_path / "out"
+    repo, copy, out = tmp_path / "repo", tmp_path / "copy", tmp_path / "out"
+    repo.mkdir()
+    commit = _commit_tree_as_it_travels(repo)
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))  # the copy a GPU machine gets: no .git
+    for junk in ("cudnn_rnn/__pycache__/config.cpython-312.pyc", ".venv-test/bin/python", "docs/_build/index.html"):
+        (copy / junk).parent.mkdir(parents=True, exist_ok=True)
+        (copy / junk).write_text("what the run and the machine leave: ignored")
+    (copy / "scripts" / "gpu_first_call.sh").chmod(0o644)  # a copy that lost its modes has the same files
     out.mkdir()
     (out / "summary.txt").write_text("environment  exit 0        1 s  GPU: NVIDIA H100 80GB HBM3\n"
                                      "smoke        exit 0       20 s  2 passed  0 failed\n")
     (out / "smoke.log").write_text("PASS environment     0.10 s  GPU NVIDIA H100\nPASS mode lstm       0.20 s  ok\n")
-    environment = {**os.environ, "CUDNN_RNN_COMMIT": "abc1234", "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
-    subprocess.run([sys.executable, str(tmp_path / "scripts" / "gpu_record.py"), "first-call", str(out)], check=True,
-                   timeout=60, env=environment)
-    record = (out / "record.md").read_text()
-    assert record.startswith("# GPU check, first call: all 2 phases passed"), record
-    assert "- commit: abc1234 (from CUDNN_RNN_COMMIT)" in record and "| smoke | 0 | 20 | 2 | 0 |" in record, record
+    environment = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    environment.pop("CUDNN_RNN_COMMIT", None)
+
+    def record(script_root: Path, *arguments: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script_root / "scripts" / "gpu_record.py"), *arguments],
+                              capture_output=True, text=True, timeout=60, env={**environment, **env})
+
+    assert record(copy, "first-call", str(out), CUDNN_RNN_COMMIT="abc1234").returncode == 0
+    text = (out / "record.md").read_text()
+    assert text.startswith("# GPU check, first call: all 2 phases passed"), text
+    assert "- commit: abc1234 (from CUDNN_RNN_COMMIT)" in text and "| smoke | 0 | 20 | 2 | 0 |" in text, text
+
+    assert record(copy, "first-call", str(out)).returncode == 0
+    line = re.search(r"^- commit: files ([0-9a-f]{16}) \(a copy without \.git: `python3 scripts/gpu_record\.py "
+                     r"find-commit record\.md` in the repository names the commit\)$", (out / "record.md").read_text(),
+                     re.M)
+    assert line is not None, (out / "record.md").read_text()
+    found = record(repo, "find-commit", str(out / "record.md"))
+    assert found.returncode == 0, found.stderr
+    named = f"- commit: {commit[:12]} (found by its files' fingerprint {line[1]})"
+    assert found.stdout.strip() == named and f"\n{named}\n" in (out / "record.md").read_text()
+
+    (copy / "cudnn_rnn" / "config.py").write_text((copy / "cudnn_rnn" / "config.py").read_text() + "\n")
+    assert record(copy, "first-call", str(out)).returncode == 0
+    refused = record(repo, "find-commit", str(out / "record.md"))
+    assert refused.returncode == 1 and "no commit of HEAD's history has the files" in refused.stderr, refused
