@@ -164,6 +164,20 @@ def test_a_dropout_state_is_used_by_one_stream_at_a_time(fake_cudnn: FakeCudnn) 
         assert all(i < forward for i, e in enumerate(log) if i >= start and e[0] == "wait")
 
 
+def test_a_reserve_sized_while_tracing_seeds_the_dropout_states_on_the_callers_stream(fake_cudnn: FakeCudnn) -> None:
+    # a bridge asks the reserve's length before any data exists; building the network there sets up its dropout
+    # states (cuRAND, on the handle's stream) and copies them aside on the caller's: both on one stream
+    first, second = cupy().cuda.Stream(non_blocking=True), cupy().cuda.Stream(non_blocking=True)
+    with first:
+        train_step(DROPPY.with_(dropout=0.0), device_arrays(DROPPY))  # the handle last bound to the first stream
+    log = fake_cudnn.gpu.log
+    start = len(log)
+    with second:
+        _cudnn.reserve_elements(DROPPY.config(), DROPPY.max_time, DROPPY.batch, True, 0)
+    built = [entry for entry in log[start:] if entry[0] in ("cudnnSetDropoutDescriptor", "copy")]
+    assert built[:2] == [("cudnnSetDropoutDescriptor", second.ptr), ("copy", second.ptr)], built
+
+
 # ==== host transfers ============================================================================
 @pytest.mark.parametrize("pass_host_reserved", [True, False])
 def test_a_training_step_with_numpy_lengths_never_waits(fake_cudnn: FakeCudnn, pass_host_reserved: bool) -> None:

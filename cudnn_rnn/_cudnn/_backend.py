@@ -11,8 +11,8 @@ x's dtype (empty when not training). ops.py guarantees T >= 1, B >= 1, dtypes, a
 
 How a call runs. Everything happens with the arrays' own GPU current (arrays on different GPUs
 are a ValueError) and on CuPy's current stream of that GPU. The call finds the calling thread's
-handle, network and plan for its device in ``_cache`` (building what is missing), binds the
-handle to the stream, and makes three short cuDNN calls at most: cudnnRNNForward, then in
+handle, network and plan for its device in ``_cache`` (binding the handle to the stream, then
+building what is missing), and makes three short cuDNN calls at most: cudnnRNNForward, then in
 backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into a zeroed buffer). The
 package's docstring lists the backend's other modules, each importing only those after it.
 
@@ -106,8 +106,8 @@ def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: An
     check_dtype_supported(config.dtype, device_id)  # bfloat16's cuDNN and GPU, before any cuDNN object
     stream = cupy.cuda.get_current_stream()
     context = thread_context(device_id)
-    handle = context.handle.bind(stream.ptr)
     network, plan = context.network_and_plan(config, training, stream, max_time, batch, time_major, lengths)
+    handle = context.handle.pointer  # bound to the stream by network_and_plan
     if params.nbytes != network.weight_space_size:
         expected = network.weight_space_size // params.itemsize
         raise ValueError(f"params must have {expected} elements for this configuration (cuDNN's weight space); "

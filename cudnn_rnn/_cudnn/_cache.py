@@ -1,6 +1,6 @@
 """The cuDNN backend's cached objects, per (device, thread), so no cuDNN object is ever shared between threads::
 
-    _Context   (device, thread)        the cuDNN handle, bound to the current stream at every call
+    _Context   (device, thread)        the cuDNN handle, bound to the call's stream at every call
     Network    a NetworkKey            RNN descriptor, dropout descriptor and its RNG state
     BatchPlan  (T, B, layout, lengths) descriptors, sizes and one device block (its docstring says which)
 
@@ -303,9 +303,10 @@ class _Context:
 
     def network_and_plan(self, config: RNNConfig, training: bool, stream: Any, max_time: int, batch: int,
                          time_major: bool, lengths: np.ndarray) -> tuple["Network", BatchPlan]:
-        """The network and plan of a call, on the algorithm :func:`choose_algo` gives it.
+        """The network and plan of a call on ``stream``, on the algorithm :func:`choose_algo` gives it.
 
-        A persistent algorithm that ``"auto"`` chose and cuDNN refuses (building the network or
+        Binds the handle to ``stream`` first, so that what cuDNN does while building them (the
+        dropout states' cuRAND set-up) is ordered on the stream that copies and uses them. A persistent algorithm that ``"auto"`` chose and cuDNN refuses (building the network or
         the plan) is remembered, and the call runs the standard algorithm; a persistent algorithm
         named in ``config.algo`` is never replaced: cuDNN's refusal is raised with its name.
         """
@@ -314,6 +315,7 @@ class _Context:
                                                              config.seed64, stream))
             return network, network.plan(self.handle.pointer, max_time, batch, time_major, lengths, stream)
 
+        self.handle.bind(stream.ptr)
         algo = choose_algo(config, batch, bool(lengths.min() == lengths.max() >= 1), time_major)
         key = NetworkKey.of(config, training, algo, batch)
         if algo != "standard" and key not in self.refused:

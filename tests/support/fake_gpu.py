@@ -11,7 +11,9 @@ puts both in place; what they model is recorded on the returned :class:`FakeGpu`
   array of another device is a *violation*, and so is a cuDNN call whose handle or pointers
   belong to another device, or a cuDNN object destroyed with another device current.
 * streams and events: ``cupy.cuda.Stream`` objects with distinct addresses, a current stream per
-  thread and device, ``Event.record`` and ``Stream.wait_event`` appended to ``log`` in host order.
+  thread and device, ``Event.record`` and ``Stream.wait_event`` appended to ``log`` in host order,
+  with each device-to-device copy's stream and the stream of each cuDNN call that enqueues work
+  (the compute calls, the dropout states' set-up).
 * host transfers, counted in ``counts``: ``d2h`` (``get``, ``asnumpy``, ``item``, ``bool(...)``),
   ``h2d`` (``asarray`` of host data, ``set``) and ``sync`` (any ``synchronize``). While the
   current stream captures a graph they raise, as CUDA and CuPy refuse them.
@@ -139,6 +141,7 @@ class FakePointer:
         self.array, self.ptr, self.device_id = array, array.__array_interface__["data"][0], array.device_id
 
     def copy_from_device_async(self, source: "FakePointer", size: int, stream: Any = None) -> None:
+        gpu().log.append(("copy", None if stream is None else stream.ptr))
         destination = self.array.view(np.ndarray).reshape(-1).view(np.uint8)
         destination[:size] = source.array.view(np.ndarray).reshape(-1).view(np.uint8)[:size]
 
@@ -534,7 +537,7 @@ class FakeCudnn:
     # -- compute --------------------------------------------------------------------------------
     def _on_device(self, function: str, handle: int, *pointers: int) -> None:
         """Check where a call runs, and log it with its stream (compute calls) in ``gpu().log``."""
-        if function.startswith("cudnnRNN"):
+        if function.startswith(("cudnnRNN", "cudnnSetDropout")):
             gpu().log.append((function, self.streams.get(handle)))
         current = gpu().current_device
         if self.created_on[handle] != current:
