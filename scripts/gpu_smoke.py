@@ -145,9 +145,6 @@ def _trained_params(case: Case, use_graph: bool) -> np.ndarray:
     from cudnn_rnn.cuda_graph import capture
     from cudnn_rnn.optim import SGD
 
-    a = _on_gpu(random_arrays(case, np.random.default_rng(10)))
-    optimiser = SGD([a.params], lr=0.05, momentum=0.9)
-
     def train() -> None:
         out = cudnn_rnn.cudnn_rnn_v3(a.x, a.h0, a.c0, a.params, a.lengths, **case.attrs())
         grads = cudnn_rnn.cudnn_rnn_backprop_v3(
@@ -156,7 +153,9 @@ def _trained_params(case: Case, use_graph: bool) -> np.ndarray:
         optimiser.step([grads.params_backprop])
 
     stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
+    with stream:  # the inputs and the optimiser's state too: made in order on the stream that trains on them
+        a = _on_gpu(random_arrays(case, np.random.default_rng(10)))
+        optimiser = SGD([a.params], lr=0.05, momentum=0.9)
         if use_graph:
             graph = capture(train, stream=stream)
             for _ in range(2):

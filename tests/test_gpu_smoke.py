@@ -116,3 +116,15 @@ def test_the_smoke_reports_each_bfloat16_math_type_and_restores_the_table(fake_c
 
     fake_cudnn.version = 91200
     assert smoke.step_bfloat16_math().startswith("not run: bfloat16 RNNs need cuDNN >= 9.13.0")
+
+
+@pytest.mark.parametrize("use_graph", [True, False], ids=["graph", "eager"])
+def test_the_smoke_graph_step_uploads_its_inputs_on_the_stream_it_trains_on(fake_cudnn: FakeCudnn,
+                                                                           use_graph: bool) -> None:
+    # CuPy's default stream does not order a non-blocking one: inputs made there could still be in flight
+    smoke = load_script("gpu_smoke")
+    smoke._trained_params(smoke._mode_case("lstm").with_(dropout=0.3, seed=2), use_graph)
+    log = fake_cudnn.gpu.log
+    (stream,) = {entry[1] for entry in log if entry[0] == "cudnnRNNForward"}
+    uploads = [entry[1] for entry in log if entry[0] == "h2d"]
+    assert len(uploads) >= 7 and set(uploads) == {stream}, (stream, uploads)  # x, h0, c0, params, dy... and a plan

@@ -41,8 +41,8 @@ def test_a_plan_built_on_a_busy_stream_serves_another_stream() -> None:
 
     _cudnn_cache.clear_caches()  # the next call builds the plan again
     busy, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
-    big = cupy.ones((4096, 4096), dtype=cupy.float32)
     with busy:
+        big = cupy.ones((4096, 4096), dtype=cupy.float32)
         for _ in range(20):  # ~ tens of ms of work queued ahead of the plan's upload
             big = big @ big * (1.0 / 4096)
         forward_backward(case, a)  # builds the plan on the busy stream

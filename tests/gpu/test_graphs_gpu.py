@@ -30,15 +30,18 @@ CASES = [
 ]
 
 
-def _trainer(case: Case, varying_lengths: bool = False) -> tuple[Callable[[int], Callable[[], None]], Any, SGD]:
-    """A step factory for ``case``: step(i) loads batch i into x (and, with ``varying_lengths``,
-    ``LENGTHS[i]`` into the lengths array) in place, then trains on it."""
+def _trainer(case: Case, stream: Any, varying_lengths: bool = False
+             ) -> tuple[Callable[[int], Callable[[], None]], Any, SGD]:
+    """A step factory for ``case`` on ``stream``: step(i) loads batch i into x (and, with ``varying_lengths``,
+    ``LENGTHS[i]`` into the lengths array) in place, then trains on it. Every array is made on ``stream``,
+    so that each step's work is ordered after it (CuPy's default stream does not order a non-blocking one)."""
     rng = np.random.default_rng(stable_seed(case))
-    a = on_gpu(random_arrays(case, rng))
-    batches = [cupy.asarray(rng.uniform(-1, 1, a.x.shape).astype(case.dtype)) for _ in range(len(LENGTHS))]
-    target = cupy.asarray(rng.uniform(-1, 1, a.dy.shape).astype(case.dtype))
-    params = a.params.copy()
-    optimiser = SGD([params], lr=0.05, momentum=0.9)
+    with stream:
+        a = on_gpu(random_arrays(case, rng))
+        batches = [cupy.asarray(rng.uniform(-1, 1, a.x.shape).astype(case.dtype)) for _ in range(len(LENGTHS))]
+        target = cupy.asarray(rng.uniform(-1, 1, a.dy.shape).astype(case.dtype))
+        params = a.params.copy()
+        optimiser = SGD([params], lr=0.05, momentum=0.9)
     attrs = case.attrs()
 
     def train() -> None:  # 0.5 * |y - target|^2 over the valid steps
@@ -59,15 +62,15 @@ def _trainer(case: Case, varying_lengths: bool = False) -> tuple[Callable[[int],
 
 @pytest.mark.parametrize("case", CASES, ids=["lstm-float64", "gru-float32"])
 def test_replayed_steps_equal_eager_steps(case: Case) -> None:
-    step, eager_params, eager_optimiser = _trainer(case)
-    start = eager_params.copy()
     stream = cupy.cuda.Stream(non_blocking=True)
+    step, eager_params, eager_optimiser = _trainer(case, stream)
     with stream:
+        start = eager_params.copy()
         for i in range(STEPS):
             step(i)()
     stream.synchronize()
 
-    step, params, optimiser = _trainer(case)
+    step, params, optimiser = _trainer(case, stream)
     with stream:
         captured = capture(step(0), stream=stream)  # the warm-up is step 0
         for i in range(1, STEPS):
@@ -81,8 +84,8 @@ def test_replayed_steps_equal_eager_steps(case: Case) -> None:
 
 
 def test_a_replay_with_other_lengths_is_refused_and_changes_nothing() -> None:
-    step, params, _ = _trainer(CASES[0], varying_lengths=True)
     stream = cupy.cuda.Stream(non_blocking=True)
+    step, params, _ = _trainer(CASES[0], stream, varying_lengths=True)
     with stream:
         captured = capture(step(0), stream=stream)
         before = params.copy()
@@ -96,14 +99,14 @@ def test_a_replay_with_other_lengths_is_refused_and_changes_nothing() -> None:
 
 def test_recaptured_replays_with_changing_lengths_equal_eager_steps() -> None:
     case = CASES[0]
-    step, eager_params, eager_optimiser = _trainer(case, varying_lengths=True)
     stream = cupy.cuda.Stream(non_blocking=True)
+    step, eager_params, eager_optimiser = _trainer(case, stream, varying_lengths=True)
     with stream:
         for i in range(len(LENGTHS)):
             step(i)()
     stream.synchronize()
 
-    step, params, optimiser = _trainer(case, varying_lengths=True)
+    step, params, optimiser = _trainer(case, stream, varying_lengths=True)
     with stream:  # with 2 graphs kept, (5, 5, 5, 5, 5) drops the graph of LENGTHS[1], recorded again at the end
         captured = capture(step(0), stream=stream, on_new_lengths="recapture", max_graphs=2)
         for i in range(1, len(LENGTHS)):
@@ -118,12 +121,15 @@ def test_a_layers_replayed_steps_draw_new_masks_as_eager_steps_do() -> None:
     from cudnn_rnn import GRU
 
     rng = np.random.default_rng(31)
-    x = cupy.asarray(rng.uniform(-1, 1, (4, 6, 8)))
-    target = cupy.asarray(rng.uniform(-1, 1, (4, 6, 16)))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # every array on the stream the steps run on
+        x = cupy.asarray(rng.uniform(-1, 1, (4, 6, 8)))
+        target = cupy.asarray(rng.uniform(-1, 1, (4, 6, 16)))
 
     def trainer() -> tuple[GRU, Callable[[], None]]:
-        layer = GRU(8, 16, num_layers=3, dropout=0.5, dtype="float64", xp=cupy, seed=4)
-        optimiser = SGD([layer.params], lr=0.05)
+        with stream:
+            layer = GRU(8, 16, num_layers=3, dropout=0.5, dtype="float64", xp=cupy, seed=4)
+            optimiser = SGD([layer.params], lr=0.05)
 
         def train() -> None:
             y, _, _ = layer(x, [6, 2, 5, 6])
@@ -133,7 +139,6 @@ def test_a_layers_replayed_steps_draw_new_masks_as_eager_steps_do() -> None:
 
         return layer, train
 
-    stream = cupy.cuda.Stream(non_blocking=True)
     eager, train = trainer()
     with stream:
         for _ in range(STEPS):

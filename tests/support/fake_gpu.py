@@ -12,8 +12,8 @@ puts both in place; what they model is recorded on the returned :class:`FakeGpu`
   belong to another device, or a cuDNN object destroyed with another device current.
 * streams and events: ``cupy.cuda.Stream`` objects with distinct addresses, a current stream per
   thread and device, ``Event.record`` and ``Stream.wait_event`` appended to ``log`` in host order,
-  with each device-to-device copy's stream and the stream of each cuDNN call that enqueues work
-  (the compute calls, the dropout states' set-up).
+  with the stream of each upload from the host and of each device-to-device copy, and the stream
+  of each cuDNN call that enqueues work (the compute calls, the dropout states' set-up).
 * host transfers, counted in ``counts``: ``d2h`` (``get``, ``asnumpy``, ``item``, ``bool(...)``),
   ``h2d`` (``asarray`` of host data, ``set``) and ``sync`` (any ``synchronize``). While the
   current stream captures a graph they raise, as CUDA and CuPy refuse them.
@@ -323,6 +323,8 @@ class FakeGpu:
         if self.current_stream().capturing:
             raise RuntimeError(f"the current stream is capturing, so {kind} is not allowed")
         self.counts[kind] += 1
+        if kind == "h2d":  # an upload is enqueued on the current stream
+            self.log.append(("h2d", self.current_stream().ptr))
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[collections.Counter[str]]:
