@@ -306,7 +306,9 @@ class _Context:
         """The network and plan of a call on ``stream``, on the algorithm :func:`choose_algo` gives it.
 
         Binds the handle to ``stream`` first, so that what cuDNN does while building them (the
-        dropout states' cuRAND set-up) is ordered on the stream that copies and uses them. A persistent algorithm that ``"auto"`` chose and cuDNN refuses (building the network or
+        dropout states' cuRAND set-up) is ordered on the stream that copies and uses them.
+
+        A persistent algorithm that ``"auto"`` chose and cuDNN refuses (building the network or
         the plan) is remembered, and the call runs the standard algorithm; a persistent algorithm
         named in ``config.algo`` is never replaced: cuDNN's refusal is raised with its name.
         """
