@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import types
 import weakref
 from typing import Any, Callable
 
@@ -176,6 +177,30 @@ def test_a_reserve_sized_while_tracing_seeds_the_dropout_states_on_the_callers_s
         _cudnn.reserve_elements(DROPPY.config(), DROPPY.max_time, DROPPY.batch, True, 0)
     built = [entry for entry in log[start:] if entry[0] in ("cudnnSetDropoutDescriptor", "copy")]
     assert built[:2] == [("cudnnSetDropoutDescriptor", second.ptr), ("copy", second.ptr)], built
+
+
+def test_a_foreign_stream_reaches_cupy_through_the_cuda_stream_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the bridges hand CuPy the address of XLA's or PyTorch's stream: CuPy 14 takes it as an object with
+    # __cuda_stream__ (ExternalStream is deprecated there); an older CuPy has ExternalStream alone
+    from cudnn_rnn._cudnn._streams import external_stream
+
+    taken: list[Any] = []
+
+    class Cupy14Stream:
+        @classmethod
+        def from_external(cls, foreign: Any) -> str:
+            taken.append(foreign.__cuda_stream__())
+            return "the stream"
+
+    def external(pointer: int, device_id: int) -> str:
+        taken.append(("ExternalStream", pointer, device_id))
+        return "the stream"
+
+    for stream_class, expected in ((Cupy14Stream, (0, 0x7F00)), (object, ("ExternalStream", 0x7F00, 1))):
+        taken.clear()
+        cuda = types.SimpleNamespace(Stream=stream_class, ExternalStream=external)
+        monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+        assert external_stream(0x7F00, 1) == "the stream" and taken == [expected], stream_class
 
 
 # ==== host transfers ============================================================================

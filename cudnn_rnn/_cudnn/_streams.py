@@ -3,6 +3,7 @@
     import_cupy()                       CuPy, or CudnnNotAvailableError saying what to install
     device_scope(device_id)             makes a GPU current: ``with device_scope(1)(): ...``
     device_name(device_id)              the GPU's name, e.g. "NVIDIA H100 80GB HBM3"
+    external_stream(pointer, device_id) CuPy's stream for one another framework owns (XLA's, PyTorch's)
     copy(destination, source, stream)   device-to-device, in order on ``stream``
     buffers = DeviceBuffers(device_id, home_stream, *arrays)
     use(buffers, stream[, exclusive])   order a use of them on ``stream`` (and keep them for a graph)
@@ -24,7 +25,8 @@ from ..errors import CudnnNotAvailableError
 from . import _lib
 from ._descriptors import DeviceScope
 
-__all__ = ["import_cupy", "device_scope", "device_name", "copy", "DeviceBuffers", "use", "keeping_buffers_alive"]
+__all__ = ["import_cupy", "device_scope", "device_name", "external_stream", "copy", "DeviceBuffers", "use",
+           "keeping_buffers_alive"]
 
 #: ``kept``: the list :func:`keeping_buffers_alive` collects into on this thread, if any
 _local = threading.local()
@@ -47,6 +49,30 @@ def device_name(device_id: int) -> str:
     """The name of GPU ``device_id`` (CUDA's device properties, through CuPy), e.g. ``"NVIDIA H100 80GB HBM3"``."""
     name = import_cupy().cuda.runtime.getDeviceProperties(device_id)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+class _ForeignStream:
+    """A ``cudaStream_t`` address as the CUDA stream protocol's object (``__cuda_stream__``: version 0, address)."""
+
+    def __init__(self, pointer: int) -> None:
+        self.pointer = pointer
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.pointer
+
+
+def external_stream(pointer: int, device_id: int) -> Any:
+    """CuPy's stream object for the CUDA stream at ``pointer``, which another framework owns, on GPU ``device_id``.
+
+    ``with external_stream(pointer, device_id): ...`` (inside ``cupy.cuda.Device(device_id)``) makes it CuPy's
+    current stream. CuPy 14 takes such a stream through the CUDA stream protocol (``Stream.from_external``) and
+    deprecates ``ExternalStream``, which older CuPy has alone.
+    """
+    cupy = import_cupy()
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is None:  # CuPy < 14
+        return cupy.cuda.ExternalStream(pointer, device_id)
+    return from_external(_ForeignStream(pointer))
 
 
 def _wait(stream: Any, other: Any) -> None:

@@ -73,12 +73,12 @@ def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
     except jax.errors.JaxRuntimeError:  # no GPU context: a CPU call
         yield [np.asarray(buffer) for buffer in buffers]
         return
-    from .._cudnn._streams import import_cupy
+    from .._cudnn._streams import external_stream, import_cupy
 
     cupy = import_cupy()
     pointers = [buffer.__cuda_array_interface__["data"][0] for buffer in buffers]
     device = next((cupy.cuda.runtime.pointerGetAttributes(p).device for p in pointers if p), cupy.cuda.Device().id)
-    with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream, device):
+    with cupy.cuda.Device(device), external_stream(stream, device):
         def view(buffer: Any, pointer: int) -> Any:  # XLA owns the memory: no owner
             memory = cupy.cuda.UnownedMemory(pointer, int(np.prod(buffer.shape)) * buffer.dtype.itemsize, None, device)
             return cupy.ndarray(buffer.shape, buffer.dtype, cupy.cuda.MemoryPointer(memory, 0))

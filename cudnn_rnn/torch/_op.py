@@ -22,7 +22,7 @@ from torch import Tensor
 from .. import _bridge
 from .._arrays import Array
 from .._cudnn._dropout_rng import DropoutRNG
-from .._cudnn._streams import import_cupy
+from .._cudnn._streams import external_stream, import_cupy
 from .._dtypes import PACKAGES, as_bits, from_bits, numpy_dtype
 
 __all__ = ["cudnn_rnn", "check_call", "check_step", "rnn", "numpy_dtype_of", "to_array", "to_tensor",
@@ -74,7 +74,7 @@ def _on_device(device: torch.device) -> Iterator[None]:
         return
     cupy = import_cupy()
     index = device.index if device.index is not None else torch.cuda.current_device()
-    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(torch.cuda.current_stream(index).cuda_stream, index):
+    with cupy.cuda.Device(index), external_stream(torch.cuda.current_stream(index).cuda_stream, index):
         yield
 
 

@@ -1,7 +1,10 @@
 """The public API on CuPy arrays beyond the ops: weight conversions stay on the device and equal the
-NumPy results; a layer with ``xp=cupy`` computes what the same layer computes on NumPy."""
+NumPy results; a layer with ``xp=cupy`` computes what the same layer computes on NumPy; a stream
+another framework owns becomes CuPy's current stream as this CuPy wants it (no deprecated API)."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -43,3 +46,17 @@ def test_cupy_layer_matches_numpy_layer() -> None:
     gpu.backward(cupy.asarray(dy))
     assert relative_error(cupy.asnumpy(y_gpu), y_cpu) <= 1e-10
     assert relative_error(cupy.asnumpy(gpu.grad), cpu.grad) <= 1e-10
+
+
+def test_a_foreign_stream_becomes_cupys_current_stream_without_a_deprecation() -> None:
+    from cudnn_rnn._cudnn._streams import external_stream
+
+    foreign = cupy.cuda.Stream(non_blocking=True)  # stands for XLA's or PyTorch's: only its address is handed over
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # CuPy 14 deprecates cupy.cuda.ExternalStream
+        with cupy.cuda.Device(0), external_stream(foreign.ptr, 0):
+            assert cupy.cuda.get_current_stream().ptr == foreign.ptr
+            doubled = cupy.arange(4) * 2
+    assert cupy.cuda.get_current_stream().ptr != foreign.ptr
+    foreign.synchronize()
+    assert doubled.get().tolist() == [0, 2, 4, 6]
