@@ -6,27 +6,20 @@ It needs torch and onnxruntime (the test and oracle extras), which CI installs: 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from rnn_testing import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "bench_cpu.py"
 
 
 def load_bench_cpu() -> ModuleType:
-    """The script as a module, for its tables, configurations and targets (sys.path left as it was)."""
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_cpu", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-    return module
+    """The script as a module, for its tables, configurations and targets."""
+    return load_module(SCRIPT)
 
 
 def test_quick_run_prints_every_table_configuration_and_target() -> None:
@@ -60,12 +53,8 @@ def test_a_revision_of_the_reference_backend_runs_beside_the_working_tree() -> N
 
 
 def load_cpu_load() -> ModuleType:
-    """benchmarks/_cpu_load.py as a module (it imports nothing from the benchmarks folder)."""
-    spec = importlib.util.spec_from_file_location("_cpu_load", REPO / "benchmarks" / "_cpu_load.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/_cpu_load.py as a module."""
+    return load_module(REPO / "benchmarks" / "_cpu_load.py")
 
 
 def test_the_competing_process_runs_inside_the_block_and_is_gone_after_an_error() -> None:

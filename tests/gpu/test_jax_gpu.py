@@ -10,7 +10,6 @@ the tests are small enough for the quarter of the GPU a preallocating JAX leaves
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import cudnn_rnn  # noqa: E402
 import cudnn_rnn.jax as cj  # noqa: E402
+from rnn_testing import load_module  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_BRIDGES = REPO / "benchmarks" / "bench_bridges.py"
@@ -167,19 +167,8 @@ def test_a_value_refused_on_the_gpu_carries_the_ops_message(gpu: Any) -> None:
 
 # ---- the benchmark's correctness guards -----------------------------------------------------------------
 def _bench_bridges() -> ModuleType:
-    """benchmarks/bench_bridges.py as a module (sys.path left as it was)."""
-    if "bench_bridges" in sys.modules:
-        return sys.modules["bench_bridges"]
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_bridges", BENCH_BRIDGES)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_bridges"] = module  # its dataclasses look their module up while it runs
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-    return module
+    """benchmarks/bench_bridges.py as a module."""
+    return sys.modules.get("bench_bridges") or load_module(BENCH_BRIDGES)
 
 
 @pytest.mark.parametrize("mode", ["gru", "lstm"])

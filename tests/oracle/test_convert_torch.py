@@ -7,7 +7,6 @@ h_n and c_n must equal ``cudnn_rnn_v3``'s output, output_h and output_c.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import torch
 
 import cudnn_rnn
 from convert_testing import random_params, relative_error, rng_for
+from rnn_testing import load_module
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.cli.convert import main as cli_convert
 from cudnn_rnn.convert import from_format, to_format
@@ -147,11 +147,7 @@ def test_convert_torch_lstm_example_runs_and_agrees(tmp_path) -> None:
 @pytest.mark.oracle
 def test_convert_torch_lstm_example_takes_out_and_keep_as_its_former_name() -> None:
     """The output folder is --out, as in every example; --keep, the name it had, means the same."""
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("convert_torch_lstm", root / "examples" / "convert_torch_lstm.py")
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_module(Path(__file__).resolve().parents[2] / "examples" / "convert_torch_lstm.py")
     parser = example.argument_parser()
     assert parser.parse_args(["--out", "a"]).out == parser.parse_args(["--keep", "a"]).out == Path("a")
     assert parser.parse_args([]).out is None

@@ -50,15 +50,26 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def load_script(name: str) -> ModuleType:
-    """Import ``scripts/<name>.py`` (scripts/ is not a package), registered under ``name`` so that
-    dataclasses and pickles defined there find their module."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+def load_module(path: Path, name: str | None = None) -> ModuleType:
+    """Import the file ``path`` (a script, a benchmark or an example: not in a package) as a new module, registered
+    under ``name`` (the file's stem by default) so that dataclasses and pickles defined there find their module;
+    ``sys.path`` is left as it was (benchmarks add their own folder)."""
+    name = name or path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
     return module
+
+
+def load_script(name: str) -> ModuleType:
+    """Import ``scripts/<name>.py`` (:func:`load_module`)."""
+    return load_module(SCRIPTS / f"{name}.py")
 
 
 def read_refusal(path: Any, error: type[Exception] | None = None, **options: Any) -> str:
