@@ -14,7 +14,8 @@ jax
 torch
     ``cudnn_rnn.torch.cudnn_rnn`` forward then ``torch.autograd.grad`` with dy (the custom operators).
 
-GPU (only where JAX has a CUDA device), float32, batch-major, every sequence of length T, a training
+GPU (only where JAX has a CUDA device), float32 in true float32 on every side (the peers at
+``precision="highest"``: JAX's own default is TF32), batch-major, every sequence of length T, a training
 step = ``jax.jit(jax.value_and_grad)`` of sum(y * dy) over (x, params):
 
 ours vs scan
@@ -73,6 +74,8 @@ CPU_CONFIGS = [Config("lstm", 50, 16, 128), Config("gru", 50, 16, 128), Config("
 CPU_QUICK = [Config("lstm", 6, 3, 8), Config("gru", 5, 2, 8)]
 GPU_CONFIGS = [Config("gru", 100, 32, 256), Config("lstm", 100, 32, 256)]
 GPU_QUICK = [Config("gru", 10, 4, 32), Config("lstm", 10, 4, 32)]
+#: the peers' precision on the GPU: true float32, as ours computes float32 by default (cudnn_rnn.allow_tf32)
+PEER_PRECISION = "highest"
 #: (key, limit, how the ratio must compare with it): the targets of the module docstring
 CPU_TARGETS = [("jax_ratio", 1.05, "<="), ("torch_ratio", 1.05, "<=")]
 GPU_TARGETS = {"gru": ("speedup_vs_scan", 5.0, ">="), "lstm": ("ratio_vs_experimental", 1.0, "<=")}
@@ -159,7 +162,11 @@ def cpu_row(config: Config, warmup: int, repeats: int) -> dict[str, Any]:
 
 # ==== GPU: the JAX bridge against JAX's own RNNs ================================================
 def scan_gru(x: Any, h: Any, params: Any, hidden: int) -> Any:
-    """A batch-major one-layer GRU by ``jax.lax.scan`` with cuDNN's equations (the params in cuDNN's layout)."""
+    """A batch-major one-layer GRU by ``jax.lax.scan`` with cuDNN's equations (the params in cuDNN's layout).
+
+    Its products run at ``PEER_PRECISION``, true float32 as ours (JAX's float32 dots default to TF32 on GPUs
+    that have it).
+    """
     import jax
     import jax.numpy as jnp
 
@@ -169,7 +176,8 @@ def scan_gru(x: Any, h: Any, params: Any, hidden: int) -> Any:
     bw, br = params[3 * n * (inputs + n):3 * n * (inputs + n + 1)], params[3 * n * (inputs + n + 1):]
 
     def cell(h: Any, x_t: Any) -> tuple[Any, Any]:
-        gx, gh = x_t @ w.T + bw, h @ r.T + br
+        gx = jnp.matmul(x_t, w.T, precision=PEER_PRECISION) + bw
+        gh = jnp.matmul(h, r.T, precision=PEER_PRECISION) + br
         reset = jax.nn.sigmoid(gx[:, :n] + gh[:, :n])
         update = jax.nn.sigmoid(gx[:, n:2 * n] + gh[:, n:2 * n])
         new = jnp.tanh(gx[:, 2 * n:] + reset * gh[:, 2 * n:])
@@ -210,8 +218,8 @@ def gpu_row(config: Config, warmup: int, repeats: int) -> dict[str, Any]:
         params = jax.device_put(from_format("torch", torch_named, config.rnn_config()).value, gpu)
         lengths = jnp.full((b,), t, dtype=jnp.int32)
 
-        def theirs(x: Any, p: Any) -> Any:
-            return jrnn.lstm(x, h, c, p, lengths, n, n, 1, 0.0, False)[0]
+        def theirs(x: Any, p: Any) -> Any:  # at PEER_PRECISION: cuDNN without TF32 (JAX allows it by default)
+            return jrnn.lstm(x, h, c, p, lengths, n, n, 1, 0.0, False, precision=PEER_PRECISION)[0]
 
     def ours(x: Any, p: Any) -> Any:
         c_ours = jnp.swapaxes(c, 0, 1) if config.mode == "lstm" else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import ml_dtypes
 import numpy as np
@@ -32,6 +32,16 @@ def cuda() -> None:
         if os.environ.get("CUDNN_RNN_REQUIRE_GPU") == "1":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def true_float32() -> Iterator[None]:
+    """PyTorch's CUDA float32 as ours computes it, without TF32: its cuDNN allows TF32 by default, and a compiled
+    model's products follow its matmul flag; both are put back afterwards."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def arrays(rnn_mode: str, time_major: bool, dtype: Any = np.float64, proj: int = 0,
