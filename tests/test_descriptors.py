@@ -1,6 +1,7 @@
 """``_descriptors``: the bounded LRU cache and the one-owner resources (on fake resources), and, when
 libcudnn.so.9 is installed, set-then-get round trips of the RNN, RNN-data and tensor descriptors through
-cuDNN's getters (handle-free calls only: cudnnCreate needs a driver).
+cuDNN's getters (handle-free calls only: cudnnCreate needs a driver), among them every RNN descriptor the
+backend builds for the layout grid, the bfloat16 math types and the persistent algorithms.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import pytest
 
 from cudnn_rnn._cudnn import _descriptors, _lib
 from cudnn_rnn._cudnn._descriptors import LRUCache, Resource, live_counts
+from cudnn_rnn._cudnn._layout_check import layout_check_configs
+from cudnn_rnn._cudnn._settings import PRECISIONS, rnn_fields
+from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.errors import CudnnError
 from cudnn_testing import needs_library
 
@@ -135,6 +139,33 @@ def _rnn_field_grid() -> list[_lib.RNNDescriptorFields]:
 @needs_library
 def test_rnn_descriptor_round_trip() -> None:
     for fields in _rnn_field_grid():
+        with _descriptors.RNNDescriptor(fields) as descriptor:
+            assert descriptor.read() == fields
+
+
+def _descriptors_the_backend_builds() -> list[_lib.RNNDescriptorFields]:
+    """The RNN descriptors the backend asks for: each layout-grid configuration with its dtype's math types (by
+    default and with TF32 allowed; bfloat16 with every math type, which a GPU run chooses from) and the
+    persistent algorithms where PyTorch runs them (tests/gpu/test_algos_gpu.py's MUST_RUN)."""
+    dropout = 0x1234  # a dropout descriptor's address: cuDNN keeps it, reads it at the compute calls
+    fields = []
+    for config in layout_check_configs():
+        math_types = (set(_lib.MathType) if config.dtype == "bfloat16" else
+                      {PRECISIONS[config.dtype].math_type, PRECISIONS[config.dtype].tf32_math_type})
+        fields += [rnn_fields(config, "standard", math_type, dropout) for math_type in sorted(math_types)]
+    for algo, config in (("persist_static", RNNConfig("lstm", 1, 128, 128, dtype="float16")),
+                         ("persist_static_small_h", RNNConfig("lstm", 1, 64, 32, dtype="float32")),
+                         ("persist_static_small_h", RNNConfig("gru", 1, 64, 32, dtype="float16"))):
+        fields.append(rnn_fields(config, algo, PRECISIONS[config.dtype].math_type, dropout))
+    return fields
+
+
+@needs_library
+def test_every_descriptor_the_backend_builds_is_accepted_and_read_back() -> None:
+    built = _descriptors_the_backend_builds()
+    # 60 configurations a dtype: float32 with FMA and TF32 math, float16 and float64 with one, bfloat16 with each
+    assert len(built) == 60 * (2 + 1 + 1 + len(_lib.MathType)) + 3
+    for fields in built:
         with _descriptors.RNNDescriptor(fields) as descriptor:
             assert descriptor.read() == fields
 

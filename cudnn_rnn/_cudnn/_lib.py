@@ -39,7 +39,7 @@ from ..errors import CudnnError, CudnnNotAvailableError
 __all__ = [
     "LIBRARY_ENV", "SONAME", "REQUIRED_MAJOR", "INSTALL_HINT",
     "Status", "DataType", "MathType", "RNNAlgo", "ForwardMode", "RNNMode", "RNNBiasMode", "DirectionMode",
-    "RNNInputMode", "RNNDataLayout", "WgradMode", "RNNClipMode", "AuxFlag", "ENUM_TYPEDEFS",
+    "RNNInputMode", "RNNDataLayout", "WgradMode", "RNNClipMode", "AuxFlag", "ENUM_TYPEDEFS", "NEWER_ENUM_MEMBERS",
     "status_name", "check", "Prototype", "DECLARATIONS", "PROTOTYPES", "Candidate", "Library",
     "library_candidates", "load_library", "library", "version_string",
     "RNNDescriptorFields", "RNNDataFields",
@@ -147,6 +147,11 @@ class DataType(enum.IntEnum):
     COMPLEX_FP64 = 21
     BYTE_BOOLEAN = 22
     FP8_E5M3 = 23
+
+
+#: enum members that older cuDNN 9 headers lack -> the first version whose headers were seen to declare them
+#: (9.19's have neither; the binding never passes them to cuDNN)
+NEWER_ENUM_MEMBERS: dict[enum.IntEnum, int] = {DataType.BYTE_BOOLEAN: 92800, DataType.FP8_E5M3: 92800}
 
 
 @_c_enum("cudnnMathType_t", "CUDNN_")
