@@ -128,3 +128,15 @@ def test_the_smoke_graph_step_uploads_its_inputs_on_the_stream_it_trains_on(fake
     (stream,) = {entry[1] for entry in log if entry[0] == "cudnnRNNForward"}
     uploads = [entry[1] for entry in log if entry[0] == "h2d"]
     assert len(uploads) >= 7 and set(uploads) == {stream}, (stream, uploads)  # x, h0, c0, params, dy... and a plan
+
+
+def test_on_the_gpu_machines_cudnn_9_19_nothing_of_the_first_call_is_skipped(fake_cudnn: FakeCudnn,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch 2.11+cu130 pins nvidia-cudnn-cu13 9.19.0.56: the version gates (bfloat16's, 9.13) must let it all run
+    fake_cudnn.version = 91900
+    smoke = load_script("gpu_smoke")
+    grid = len(layout_check_configs())
+    assert smoke.step_layout().startswith(f"{grid} of {grid} configurations agree (0 differ, 0 failed; 0 skipped")
+    monkeypatch.setattr(smoke, "_compare", lambda case, tolerance: "max relative error 0.01")
+    assert smoke.step_bfloat16_math().count(" ran (") == len(_lib.MathType)
+    assert _cudnn_settings.dtype_refusal("bfloat16", 91900, (9, 0)) is None  # the H100's and H200's 9.0
