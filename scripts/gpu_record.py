@@ -178,7 +178,8 @@ def _log_counts(log: str) -> tuple[dict[str, int], list[str]]:
     """
     counts = dict.fromkeys(_PYTEST_KEYS, 0)
     failures = []
-    for match in _VERBOSE_LINE.finditer(log):
+    outcomes = list(_VERBOSE_LINE.finditer(log))
+    for match in outcomes:
         key = _OUTCOMES[match[2]]
         counts[key] = counts.get(key, 0) + 1
         if key in ("failed", "error"):
@@ -193,8 +194,7 @@ def _log_counts(log: str) -> tuple[dict[str, int], list[str]]:
             failures.append(f"COUNTS the -v lines give {_counts_text(counts)}; pytest's last line {final[-1]}")
         counts = pytests
     else:
-        last_outcome = max((match.end() for match in _VERBOSE_LINE.finditer(log)), default=0)
-        started = _STARTED_LINE.findall(log, last_outcome)  # tests begun after the last outcome
+        started = _STARTED_LINE.findall(log, outcomes[-1].end() if outcomes else 0)  # begun after the last outcome
         if started:
             failures.append(f"ENDED INSIDE {started[-1]} (no outcome: the phase crashed or was cut there)")
     return counts, failures
