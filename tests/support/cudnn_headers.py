@@ -2,7 +2,7 @@
 
     include = include_dir()                       the headers of the library the binding loads (skips without them)
     header_text(include)                          cudnn_graph.h, cudnn_ops.h, cudnn_adv.h without comments
-    source = binding_check(include)               C: cudnn.h, the binding's declarations, its values as assertions
+    source = binding_check()                      C: cudnn.h, the binding's declarations, its values as assertions
     result = compile_c(source, folder, include)   gcc -std=c11 -Wall -Werror -fsyntax-only: rc 0 when they agree
 
 What makes the check sensitive: a declaration that differs from the header's in a parameter or return
