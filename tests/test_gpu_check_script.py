@@ -461,7 +461,7 @@ def test_first_call_record_names_the_commit_of_a_copy_without_git(tmp_path: Path
     named = f"- commit: {commit[:12]} (found by its files' fingerprint {line[1]})"
     assert found.stdout.strip() == named and f"\n{named}\n" in (out / "record.md").read_text()
 
-    (copy / "cudnn_rnn" / "config.py").write_text((copy / "cudnn_rnn" / "config.py").read_text() + "\n")
+    (copy / "README.md").write_text((copy / "README.md").read_text() + "\n")  # a change that was not committed
     assert record(copy, "first-call", str(out)).returncode == 0
     refused = record(repo, "find-commit", str(out / "record.md"))
     assert refused.returncode == 1 and "no commit of HEAD's history has the files" in refused.stderr, refused
