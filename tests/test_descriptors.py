@@ -143,11 +143,11 @@ def test_rnn_descriptor_round_trip() -> None:
             assert descriptor.read() == fields
 
 
-def _descriptors_the_backend_builds() -> list[_lib.RNNDescriptorFields]:
-    """The RNN descriptors the backend asks for: each layout-grid configuration with its dtype's math types (by
-    default and with TF32 allowed; bfloat16 with every math type, which a GPU run chooses from) and the
-    persistent algorithms where PyTorch runs them (tests/gpu/test_algos_gpu.py's MUST_RUN)."""
-    dropout = 0x1234  # a dropout descriptor's address: cuDNN keeps it, reads it at the compute calls
+def _descriptors_the_backend_builds(dropout: int) -> list[_lib.RNNDescriptorFields]:
+    """The RNN descriptors the backend asks for, with the dropout descriptor ``dropout``: each layout-grid
+    configuration with its dtype's math types (by default and with TF32 allowed; bfloat16 with every math type,
+    which a GPU run chooses from) and the persistent algorithms where PyTorch runs them
+    (tests/gpu/test_algos_gpu.py's MUST_RUN)."""
     fields = []
     for config in layout_check_configs():
         math_types = (set(_lib.MathType) if config.dtype == "bfloat16" else
@@ -162,12 +162,16 @@ def _descriptors_the_backend_builds() -> list[_lib.RNNDescriptorFields]:
 
 @needs_library
 def test_every_descriptor_the_backend_builds_is_accepted_and_read_back() -> None:
-    built = _descriptors_the_backend_builds()
-    # 60 configurations a dtype: float32 with FMA and TF32 math, float16 and float64 with one, bfloat16 with each
-    assert len(built) == 60 * (2 + 1 + 1 + len(_lib.MathType)) + 3
-    for fields in built:
-        with _descriptors.RNNDescriptor(fields) as descriptor:
-            assert descriptor.read() == fields
+    dropout = _lib.create("DropoutDescriptor")  # created, not set: setting one needs a handle, and so a GPU
+    try:
+        built = _descriptors_the_backend_builds(dropout)
+        # 60 configurations a dtype: float32 with FMA and TF32 math, float16 and float64 with one, bfloat16 with each
+        assert len(built) == 60 * (2 + 1 + 1 + len(_lib.MathType)) + 3
+        for fields in built:
+            with _descriptors.RNNDescriptor(fields) as descriptor:
+                assert descriptor.read() == fields
+    finally:
+        _lib.destroy("DropoutDescriptor", dropout)
 
 
 @needs_library
