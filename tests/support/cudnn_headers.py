@@ -71,7 +71,7 @@ def value_assertions() -> list[str]:
                          f'{constant} = {member.value}");')
             since = _lib.NEWER_ENUM_MEMBERS.get(member)
             lines += [f"#if CUDNN_VERSION >= {since}", assertion, "#endif"] if since else [assertion]
-    for flag in _lib.AuxFlag:
+    for flag in _lib.AuxFlag.__members__.values():  # the zero flag too, which iterating a Flag leaves out
         constant = f"CUDNN_RNN_{flag.name}"
         lines.append(f'_Static_assert(({constant}) == {flag.value}, "auxFlags: the binding has {constant} = '
                      f'{flag.value}");')
