@@ -78,11 +78,10 @@ def value_assertions() -> list[str]:
     return lines
 
 
-def binding_check(declarations: str = _lib.DECLARATIONS, assertions: list[str] | None = None) -> str:
-    """The C text that compiles when ``declarations`` and ``assertions`` agree with cuDNN's headers."""
+def binding_check() -> str:
+    """The C text that compiles when the binding's declarations and values agree with cuDNN's headers."""
     return "\n".join(["#include <cudnn.h>", "", "/* the binding's declarations: cudnn_rnn._cudnn._lib.DECLARATIONS */",
-                      declarations, "/* the binding's values */",
-                      *(value_assertions() if assertions is None else assertions), ""])
+                      _lib.DECLARATIONS, "/* the binding's values */", *value_assertions(), ""])
 
 
 def compile_c(source: str, folder: Path, include: Path) -> subprocess.CompletedProcess[str]:

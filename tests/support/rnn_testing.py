@@ -50,11 +50,11 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def load_module(path: Path, name: str | None = None) -> ModuleType:
+def load_module(path: Path) -> ModuleType:
     """Import the file ``path`` (a script, a benchmark or an example: not in a package) as a new module, registered
-    under ``name`` (the file's stem by default) so that dataclasses and pickles defined there find their module;
-    ``sys.path`` is left as it was (benchmarks add their own folder)."""
-    name = name or path.stem
+    under the file's stem so that dataclasses and pickles defined there find their module; ``sys.path`` is left as
+    it was (benchmarks add their own folder)."""
+    name = path.stem
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
