@@ -49,10 +49,28 @@ def test_small_products_run_on_one_thread_and_large_ones_on_the_free_cores(polic
     assert blas_threads() == large  # left at the free cores (all of the pool's on a quiet machine)
 
 
+@pytest.fixture
+def numpy_cells() -> Iterator[None]:
+    cpu.set_cells("numpy")
+    yield
+    cpu.set_cells("auto")
+
+
+def training_step(units: int, batch: int) -> None:
+    """A forward (training) and backprop of a one-layer LSTM, T = 40."""
+    size = int(cudnn_rnn.cudnn_rnn_params_size(1, units, units))
+    x = np.ones((40, batch, units), np.float32)
+    h = np.zeros((1, batch, units), np.float32)
+    out = cudnn_rnn.cudnn_rnn_v3(x, h, h, np.full(size, 0.01, np.float32), None)
+    cudnn_rnn.cudnn_rnn_backprop_v3(x, h, h, np.full(size, 0.01, np.float32), None, out.output, out.output_h,
+                                    out.output_c, out.output, out.output_h, out.output_c, out.reserve_space)
+
+
 def test_a_call_of_the_backend_sets_threads_per_product_and_leaves_them_at_the_budget(
-        policy: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A char-LM-sized training step: the per-step products (B*P*G*N = 32*128*512 >= GRAIN) and the chunk
-    products get the budget, a tiny configuration's products one thread; the pools end at the budget."""
+        policy: None, numpy_cells: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NumPy cells, a char-LM-sized training step: the per-step products (B*P*G*N = 32*128*512 >= GRAIN)
+    and the chunk products get the budget, a tiny configuration's products one thread; the pools end at the
+    budget."""
     chosen: list[tuple[int, int]] = []
     budgets: list[int] = []
     original = cpu.BlasThreads.for_products
@@ -65,18 +83,54 @@ def test_a_call_of_the_backend_sets_threads_per_product_and_leaves_them_at_the_b
     monkeypatch.setattr(cpu.BlasThreads, "for_products", recording)
     for units, batch in ((4, 2), (128, 32)):
         chosen.clear()
-        size = int(cudnn_rnn.cudnn_rnn_params_size(1, units, units))
-        x = np.ones((40, batch, units), np.float32)
-        h = np.zeros((1, batch, units), np.float32)
-        out = cudnn_rnn.cudnn_rnn_v3(x, h, h, np.full(size, 0.01, np.float32), None)
-        cudnn_rnn.cudnn_rnn_backprop_v3(x, h, h, np.full(size, 0.01, np.float32), None, out.output, out.output_h,
-                                        out.output_c, out.output, out.output_h, out.output_c, out.reserve_space)
+        training_step(units, batch)
         assert chosen, "the backend asks for threads"
         for (multiply_adds, threads), budget in zip(chosen, budgets[-len(chosen):]):
             assert threads == (1 if multiply_adds < cpu.GRAIN else budget)
         if units == 4:
             assert {threads for _, threads in chosen} == {1}
         assert set(blas_threads()) == {budgets[-1]}  # where the last call left them
+
+
+@pytest.mark.parametrize("threads", [None, 1, 3])
+def test_the_compiled_cells_run_the_batch_in_parts_on_one_blas_thread_each(
+        threads: int | None, policy: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts: min(cores the call may use, B) for a call of PART_GRAIN multiply-adds or more, one below; every
+    BLAS pool (NumPy's and the compiled code's) at one thread while they run; after the call the pools are at
+    the budget (the count set)."""
+    from cudnn_rnn.cpu import _parts
+
+    cpu.set_cells("fused")
+    cudnn_rnn.set_num_threads(threads)
+    seen: list[tuple[int, int, list[int]]] = []
+    workers: list[int] = []
+    run_parts, pin = _parts.run_parts, cpu.BlasThreads.pin
+
+    def recording(work: object, parts: list[slice]) -> None:
+        seen.append((len(parts), parts[-1].stop, blas_threads()))
+        run_parts(work, parts)  # type: ignore[arg-type]
+
+    def pinning(self: cpu.BlasThreads, count: int) -> None:
+        workers.append(self.workers())
+        pin(self, count)
+
+    monkeypatch.setattr(_parts, "run_parts", recording)
+    monkeypatch.setattr(cpu.BlasThreads, "pin", pinning)
+    try:
+        assert len(cpu._pools()) >= 2  # NumPy's BLAS and the one the compiled cells call
+        for units, batch in ((4, 2), (128, 32)):
+            seen.clear()
+            workers.clear()
+            training_step(units, batch)
+            assert len(seen) == 2 and len(workers) == 2  # forward, backprop
+            for (count, covered, pools), free in zip(seen, workers):
+                small = units == 4  # 40*2*16*8 multiply-adds < PART_GRAIN
+                assert count == (1 if small else min(free, batch)) and covered == batch
+                assert set(pools) == {1}
+            assert set(blas_threads()) == {threads or workers[-1]}
+    finally:
+        cudnn_rnn.set_num_threads(None)
+        cpu.set_cells("auto")
 
 
 def test_set_num_threads_fixes_every_product(policy: None) -> None:

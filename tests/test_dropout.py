@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+import cudnn_rnn
 from cudnn_rnn import cudnn_rnn_backprop_v3
 from cudnn_rnn.layout import params_layout
 from rnn_testing import Arrays, Case, forward, forward_backward, random_arrays, stable_seed
@@ -150,3 +151,30 @@ def test_dropout_of_the_wrong_type_is_a_type_error(dropout: object) -> None:
     case, a = _dropout_case()
     with pytest.raises(TypeError, match="dropout"):
         forward(case.with_(dropout=dropout), a)
+
+
+def test_a_training_steps_backprop_finds_the_mask_its_forward_drew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One draw per layer per training step (forward and backprop), a new draw for a new seed, and the
+    kept draws bounded by KEPT_MASKS."""
+    from cudnn_rnn.cpu import _dropout as _backend
+
+    draws: list[int] = []
+    generator = np.random.default_rng
+
+    def counting(seed: object) -> np.random.Generator:
+        draws.append(1)
+        return generator(seed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_backend.np.random, "default_rng", counting)
+    layers, units, batch, steps = 3, 4, 2, 5
+    size = int(cudnn_rnn.cudnn_rnn_params_size(layers, units, units))
+    x = np.ones((steps, batch, units), np.float32)
+    h = np.zeros((layers, batch, units), np.float32)
+    params = np.full(size, 0.1, np.float32)
+    for seed2 in range(2 * _backend.KEPT_MASKS):
+        draws.clear()
+        out = cudnn_rnn.cudnn_rnn_v3(x, h, h, params, None, dropout=0.5, seed=1, seed2=seed2)
+        cudnn_rnn.cudnn_rnn_backprop_v3(x, h, h, params, None, out.output, out.output_h, out.output_c, out.output,
+                                        None, None, out.reserve_space, dropout=0.5, seed=1, seed2=seed2)
+        assert len(draws) == layers - 1
+        assert len(_backend._kept_masks) <= _backend.KEPT_MASKS

@@ -100,6 +100,66 @@ def test_fused_cells_agree_with_the_numpy_cells(case: tuple, dtype: type, cells:
     assert difference > 0 or case[0] == "rnn_relu"  # two computations, not one path run twice
 
 
+@pytest.fixture
+def three_parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every call of the compiled cells split into three parts of the batch (4 sequences: 2, 1, 1), on threads."""
+    from cudnn_rnn.cpu import _parts
+
+    monkeypatch.setattr(_parts, "PART_GRAIN", 0)
+    cudnn_rnn.set_num_threads(3)
+    yield
+    cudnn_rnn.set_num_threads(None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, case[:4])) + f"-L{case[4]}-p{case[5]}-{case[6]}"
+                                             + ("-tm" if case[7] else "-bm") for case in CASES])
+def test_the_batch_run_in_parts_agrees_with_the_numpy_cells(case: tuple, dtype: type, cells: None,
+                                                            three_parts: None) -> None:
+    """Each part's columns of every result, and the weight gradients summed over the parts, as the whole."""
+    from cudnn_rnn.cpu import _parts
+
+    seen: list[list[slice]] = []
+    run_parts = _parts.run_parts
+
+    def recording(work: object, parts: list[slice]) -> None:
+        seen.append(list(parts))
+        run_parts(work, parts)  # type: ignore[arg-type]
+
+    reference = run_op(case, dtype, "numpy")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_parts, "run_parts", recording)
+        fused = run_op(case, dtype, "fused")
+    assert seen and all(parts == [slice(0, 2), slice(2, 3), slice(3, 4)] for parts in seen)
+    assert largest_difference(fused, reference) <= TOLERANCE[dtype]
+
+
+def test_parts_run_on_their_own_threads_and_raise_what_a_part_raised() -> None:
+    import threading
+
+    from cudnn_rnn.cpu import _parts
+
+    assert _parts.batch_parts(7, 3) == [slice(0, 3), slice(3, 5), slice(5, 7)]
+    assert _parts.batch_parts(2, 2) == [slice(0, 1), slice(1, 2)]
+    assert _parts.part_count(batch=1, workers=8, multiply_adds=1 << 30) == 1
+    assert _parts.part_count(batch=64, workers=2, multiply_adds=_parts.PART_GRAIN - 1) == 1
+    assert _parts.part_count(batch=64, workers=2, multiply_adds=_parts.PART_GRAIN) == 2
+    threads: dict[int, int] = {}
+    together = threading.Barrier(4, timeout=60)  # passed only when all four parts run at the same time
+
+    def work(part: slice) -> None:
+        threads[part.start] = threading.get_ident()
+        together.wait()
+        if part.start == 2:
+            raise ValueError("part 2")
+
+    with pytest.raises(ValueError, match="part 2"):
+        _parts.run_parts(work, _parts.batch_parts(4, 4))
+    assert sorted(threads) == [0, 1, 2, 3] and len(set(threads.values())) == 4
+    assert threads[0] == threading.get_ident()
+    assert not [t for t in threading.enumerate() if t.name.startswith("cudnn_rnn part")]  # all joined
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_types_run_the_fused_float32_kernels(dtype: str, cells: None) -> None:
     if dtype == "bfloat16":

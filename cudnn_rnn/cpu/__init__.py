@@ -24,12 +24,21 @@ waits for that process: on a loaded machine one thread wins. When a call returns
 at ``min(pool, cores - others)`` (at ``n`` after ``set_num_threads(n)``), so that the program's own
 NumPy products between calls (a readout, an optimiser) keep off busy cores too; on a quiet machine
 that is the pool's own size. The pools are set through ``threadpoolctl``; without it the policy
-leaves them alone.
+leaves them alone. The pools are NumPy's and, once the compiled cells load, the BLAS that they call
+(SciPy's).
 
-**Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or as
-one compiled pass per step (``_fused_cells``, with numba: ``pip install 'cudnn_rnn[fast]'``); both
-compute the same equations and agree to float rounding. ``"auto"`` takes the fused cells when numba
+**Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or compiled
+(``_fused_cells``, with numba and SciPy: ``pip install 'cudnn_rnn[fast]'``): one compiled loop per chunk of
+steps of each layer and direction, the recurrent products through BLAS called from the compiled code; both
+compute the same equations and agree to float rounding. ``"auto"`` takes the compiled cells when numba
 imports. CuPy arrays never use either: they run cuDNN.
+
+**Parts.** The compiled cells keep the cores busy themselves: a call's batch is split into
+``min(cores it may use, B)`` parts that run at once on threads, each with a single-threaded BLAS (``_parts``;
+"cores it may use" is the count set, else ``min(pool, cores - others)`` above). The BLAS pools are left
+at one thread while such a call runs, so no pool's waiting threads compete with the parts; a call of fewer
+than ``_parts.PART_GRAIN`` multiply-adds runs as one part. The NumPy cells run the batch whole, with the
+threads per product above.
 
 The package is the reference backend: ``_backend`` runs the network over layers, directions and time
 (the backend interface ``cudnn_rnn.ops`` calls for NumPy arrays), ``_cells`` and ``_fused_cells`` are
@@ -164,6 +173,8 @@ def _fused_module() -> ModuleType | None:
             _fused["module"] = importlib.import_module(f"{__package__}._fused_cells")
         except ImportError as error:
             _fused["module"], _fused["problem"] = None, f"{type(error).__name__}: {error}"
+        else:
+            _state.pop("pools", None)  # the BLAS the compiled cells call has loaded: its pool is set too
     module: ModuleType | None = _fused["module"]
     return module
 
@@ -276,6 +287,17 @@ class BlasThreads:
         self.current = self.found
         self.leave = self.found if leave is None else leave
 
+    def workers(self) -> int:
+        """How many cores a call may keep busy at once: the count set, else the policy's budget."""
+        return self.fixed if self.fixed is not None else self.budget
+
+    def pin(self, threads: int) -> None:
+        """Every product from now to ``finish()`` runs on ``threads`` threads, whatever its size (a call that
+        runs its own threads, each with a single-threaded BLAS); ``for_products`` changes nothing after it."""
+        self.fixed = threads
+        if threads != self.current and self.pools:
+            self._set(threads)
+
     def threads_for(self, multiply_adds: int) -> int:
         """The threads a product of ``multiply_adds`` multiply-adds gets."""
         if self.fixed is not None:
@@ -300,8 +322,9 @@ class BlasThreads:
 
 
 def _pools() -> list[Any]:
-    """threadpoolctl's controllers of the BLAS libraries loaded at first use, NumPy's among them (empty
-    without threadpoolctl). A BLAS that another library loads later is not NumPy's: it is left alone."""
+    """threadpoolctl's controllers of the BLAS libraries loaded at first use, NumPy's among them, and again
+    once the compiled cells have loaded theirs (empty without threadpoolctl). A BLAS that another library
+    loads later is neither: it is left alone."""
     if "pools" not in _state:
         try:
             from threadpoolctl import ThreadpoolController

@@ -20,7 +20,7 @@ The reserve space holds what :class:`ReserveLayout` lists; backward walks the sa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -32,10 +32,11 @@ from .. import _reserve, cpu
 from .._arrays import Array, array_module
 from ..config import COMPUTE_DTYPES, RNNConfig
 from ..layout import ParamsLayout, params_layout
-from . import _cells
+from . import _cells, _parts
+from ._dropout import dropout_mask
 from ._cells import LayerWeights
 
-__all__ = ["forward", "backward", "dropout_mask", "ReserveLayout"]
+__all__ = ["forward", "backward", "ReserveLayout"]
 
 
 def _compute_dtype(dtype: DTypeLike) -> np.dtype:
@@ -93,17 +94,6 @@ def _span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:
     t = np.arange(max_time)[:, None]
     index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
     return xp.asarray(index)
-
-
-def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: DTypeLike, xp: Any) -> Array:
-    """The inverted-dropout mask applied to layer ``layer``'s output (0 or 1/(1-p)).
-
-    Drawn from NumPy's PCG64 seeded with (TF's 64-bit seed, layer), so equal (seed, seed2)
-    give equal masks on every call. Not the same masks as cuDNN's.
-    """
-    rng = np.random.default_rng([config.seed64, layer])
-    keep = rng.random(shape, dtype=np.float64) >= config.dropout
-    return xp.asarray(keep.astype(dtype) / np.asarray(1.0 - config.dropout, dtype=dtype))
 
 
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
@@ -179,12 +169,12 @@ def _chunks(max_time: int, size: int | None = None) -> list[tuple[int, int]]:
 
 class _Track:
     """A saved [T, B, F] sequence as the step loop writes it: straight into its reserve slot when the
-    dtypes agree, else into a chunk buffer copied to the slot after each chunk (or kept nowhere:
-    inference, or a quantity that is not saved)."""
+    dtypes agree and the slot is contiguous (not a part's columns), else into a chunk buffer copied to the
+    slot after each chunk (or kept nowhere: inference, or a quantity that is not saved)."""
 
     def __init__(self, slot: Array | None, chunk: int, batch: int, width: int, dtype: DTypeLike, xp: Any) -> None:
         self.slot = slot
-        in_place = slot is not None and slot.dtype == dtype
+        in_place = slot is not None and slot.dtype == dtype and bool(slot.flags.c_contiguous)
         self.buffer = None if in_place else xp.empty((chunk, batch, width), dtype=dtype)
 
     def rows(self, start: int, stop: int) -> Array:
@@ -204,7 +194,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
 
     Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
-    step loop (``step_forward`` of ``run.cells``) turns them into activations and writes h (and c) rows,
+    step loop (``steps_forward`` of ``run.cells``) turns them into activations and writes h (and c) rows,
     then the chunk's outputs go to their natural positions. Writes this direction's output
     [T, B, P] into ``out`` (0 past each length; ``out`` arrives zeroed) and the saved tensors into
     ``saved``; returns the final (h, c).
@@ -212,7 +202,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     max_time, batch = layer_in.shape[0], layer_in.shape[1]
     dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
-    fw = _cells.forward_weights(mode, n, weights, xp)
+    fw = run.cells.forward_weights(mode, n, weights, xp)
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
 
     def track(name: str, width: int) -> _Track:
@@ -233,12 +223,8 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Arr
         run.threads.for_products((stop - start) * batch * width * gn)
         _input_preactivations(fw, order.gather(layer_in, start, stop), g_rows, n, xp)
         run.threads.for_products(batch * p * gn)
-        for j in range(stop - start):
-            h_prev = h_rows[j - 1] if j else h_carry
-            c_prev = None if c_rows is None else (c_rows[j - 1] if j else c_carry)
-            cells.step_forward(mode, fw, g_rows[j], h_prev, c_prev, h_rows[j], None if c_rows is None else c_rows[j],
-                               None if n_rows is None else n_rows[j], ws, xp,
-                               None if invalid is None else invalid[start + j])  # past the end: state carried
+        cells.steps_forward(mode, fw, g_rows, h_carry, c_carry, h_rows, c_rows, n_rows, ws, xp,
+                            None if invalid is None else invalid[start:stop])  # past the end: state carried
         order.put_valid(out, start, stop, h_rows, valid, xp)
         h_carry[...] = h_rows[stop - start - 1]
         if c_rows is not None:
@@ -263,7 +249,7 @@ def _layer_weights(layout: ParamsLayout, params: Array, k: int) -> LayerWeights:
 
 def _input_preactivations(fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int, xp: Any) -> None:
     """``out`` [t, B, G*N] <- W x_t + the foldable biases, for steps x [t, B, width], in the cells'
-    forward order and scaling (``_cells.forward_weights``). Under skip_input, x itself stands in
+    order and scaling (``forward_weights`` of the cells). Under skip_input, x itself stands in
     place of W x for every gate."""
     t, b, n = x.shape[0], x.shape[1], num_units
     if fw.W is None:
@@ -314,6 +300,17 @@ class _Run:
     cells: ModuleType
     threads: cpu.BlasThreads
 
+    def parts(self, work: Callable[[slice], None], batch: int, multiply_adds: int) -> None:
+        """``work(columns)`` over the batch: the compiled cells split it into parts run at once, each with a
+        single-threaded BLAS (``_parts``); the NumPy cells (the reference) run it whole, their products on the
+        threads the policy gives each."""
+        if self.cells is _cells:
+            work(slice(0, batch))
+            return
+        count = _parts.part_count(batch, self.threads.workers(), multiply_adds)
+        self.threads.pin(1)
+        _parts.run_parts(work, _parts.batch_parts(batch, count))
+
 
 @contextlib.contextmanager
 def _running(x: Array) -> Iterator[_Run]:
@@ -322,8 +319,9 @@ def _running(x: Array) -> Iterator[_Run]:
         if array_module(x=x) is not np:
             yield _Run(_cells, cpu.BlasThreads([], None, 1))
             return
+        cells = cpu.cells_module()  # first: the compiled cells load the BLAS they call, whose pool the plan sets
         with cpu.blas_threads() as threads:
-            yield _Run(cpu.cells_module(), threads)
+            yield _Run(cells, threads)
 
 
 def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
@@ -335,11 +333,8 @@ def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Ar
 
 def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
              is_training: bool, time_major: bool, run: _Run) -> tuple[Array, Array, Array | None, Array]:
-    xp, io_dtype, dtype, layout, params_c, seq, max_time, batch, valid = _prepare(config, x, params, lengths,
-                                                                                  time_major)
+    xp, io_dtype, dtype, layout, params_c, seq, max_time, batch, _ = _prepare(config, x, params, lengths, time_major)
     d, p = config.num_directions, config.state_size
-
-    invalid = None if valid is None else ~valid
     reserve_layout = ReserveLayout.build(config, max_time, batch)
     head = _reserve.header_elements(io_dtype)
     if is_training:
@@ -349,37 +344,65 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
     else:
         reserve = xp.empty(0, dtype=io_dtype)
         saved_all = None
-
+    masks = _dropout_masks(config, is_training, (max_time, batch, config.output_size), dtype, xp)
+    y = xp.zeros((max_time, batch, config.output_size), dtype=dtype)
     hy = xp.empty((config.num_pseudo_layers, batch, p), dtype=dtype)
     cy = xp.empty_like(c0, dtype=dtype) if config.has_cell else None
-    for layer in range(config.num_layers):
-        out = xp.zeros((max_time, batch, d * p), dtype=dtype)
-        for direction in range(d):
-            k = layer * d + direction
-            order = _TimeOrder(direction == 1, lengths, max_time, xp)
-            weights = _layer_weights(layout, params_c, k)
-            h_last, c_last = _run_direction(config, seq, order, h0[k], None if c0 is None else c0[k], weights,
-                                            valid, invalid, _slots_for(saved_all, k),
-                                            out[:, :, direction * p:(direction + 1) * p], run, xp)
-            hy[k] = h_last
-            if cy is not None:
-                cy[k] = c_last
-        if layer < config.num_layers - 1:
-            if is_training and config.inter_layer_dropout:
-                out *= dropout_mask(config, layer, out.shape, dtype, xp)
-            if saved_all is not None:
-                saved_all["output", layer][...] = out
-        seq = out
-    y = _to_time_major(seq, time_major)
+
+    def forward_part(columns: slice) -> None:
+        """The whole network over the sequences ``columns`` of the batch."""
+        part_lengths = lengths[columns]
+        valid = _valid_mask(part_lengths, max_time, xp)
+        invalid = None if valid is None else ~valid
+        layer_in = seq[:, columns]
+        for layer in range(config.num_layers):
+            last = layer == config.num_layers - 1
+            out = y[:, columns] if last else xp.zeros((max_time, layer_in.shape[1], d * p), dtype=dtype)
+            for direction in range(d):
+                k = layer * d + direction
+                h_last, c_last = _run_direction(
+                    config, layer_in, _TimeOrder(direction == 1, part_lengths, max_time, xp), h0[k, columns],
+                    None if c0 is None else c0[k, columns], _layer_weights(layout, params_c, k), valid, invalid,
+                    _slots_for(saved_all, k, columns), out[:, :, direction * p:(direction + 1) * p], run, xp)
+                hy[k, columns] = h_last
+                if cy is not None:
+                    cy[k, columns] = c_last
+            if not last:
+                if masks is not None:
+                    out *= masks[layer][:, columns]
+                if saved_all is not None:
+                    saved_all["output", layer][:, columns] = out
+            layer_in = out
+
+    run.parts(forward_part, batch, _multiply_adds(config, max_time, batch))
+    y = _to_time_major(y, time_major)
     y = xp.ascontiguousarray(y.astype(io_dtype, copy=False))
     return y, hy.astype(io_dtype, copy=False), None if cy is None else cy.astype(io_dtype, copy=False), reserve
 
 
-def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int) -> dict[str, Array]:
-    """The reserve views of pseudo-layer k (empty in inference: nothing is saved)."""
+def _dropout_masks(config: RNNConfig, is_training: bool, shape: tuple[int, ...], dtype: DTypeLike,
+                   xp: Any) -> list[Array] | None:
+    """The masks of layers 0 .. L-2 (each ``shape``), or None where a call applies none."""
+    if not (is_training and config.inter_layer_dropout):
+        return None
+    return [dropout_mask(config, layer, shape, dtype, xp) for layer in range(config.num_layers - 1)]
+
+
+def _multiply_adds(config: RNNConfig, max_time: int, batch: int) -> int:
+    """The multiply-adds of one forward: per pseudo-layer T*B*G*N*(width + P), plus T*B*N*P of a projection."""
+    gn, p = config.num_gates * config.num_units, config.state_size
+    total = 0
+    for layer in range(config.num_layers):
+        width = config.output_size if layer else (0 if config.input_mode == "skip_input" else config.input_size)
+        total += config.num_directions * max_time * batch * (gn * (width + p) + config.num_proj * config.num_units)
+    return total
+
+
+def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int, columns: slice) -> dict[str, Array]:
+    """The reserve views of pseudo-layer k for the sequences ``columns`` (empty in inference: nothing is saved)."""
     if saved_all is None:
         return {}
-    return {name: view for (name, kk), view in saved_all.items() if kk == k and name != "output"}
+    return {name: view[:, columns] for (name, kk), view in saved_all.items() if kk == k and name != "output"}
 
 
 def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
@@ -406,34 +429,44 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
     stored = stored[:reserve_layout.size]
     saved_all = {key: view.astype(dtype, copy=False) for key, view in reserve_layout.views(stored).items()}
 
-    dparams = xp.zeros(layout.size, dtype=dtype)
     dh0 = xp.empty((config.num_pseudo_layers, batch, p), dtype=dtype)
     dc0 = xp.empty((config.num_pseudo_layers, batch, n), dtype=dtype) if config.has_cell else None
-    d_out = _without_padding(_to_time_major(dy, time_major).astype(dtype, copy=False), valid, xp)
-    invalid = None if valid is None else ~valid
+    dx = xp.zeros(x_tm.shape, dtype=dtype)  # time-major: layer 0's input gradient, written by the parts
+    d_output = _without_padding(_to_time_major(dy, time_major).astype(dtype, copy=False), valid, xp)
+    masks = _dropout_masks(config, True, (max_time, batch, config.output_size), dtype, xp)
+    part_grads: dict[int, Array] = {}  # each part's weight gradients (sums over its sequences), by first column
 
-    for layer in reversed(range(config.num_layers)):
-        if layer == 0:
-            layer_in = x_tm
-        else:
-            layer_in = saved_all["output", layer - 1]  # dropout applied
-        d_in = xp.zeros(layer_in.shape, dtype=dtype)
-        for direction in range(d):
-            k = layer * d + direction
-            c_init = None if c0 is None else c0[k].astype(dtype, copy=False)
-            dh, dc = _backprop_direction(
-                config, layer_in, _TimeOrder(direction == 1, lengths, max_time, xp),
-                _layer_weights(layout, params_c, k), _layer_weights(layout, dparams, k),
-                _slots_for(saved_all, k), d_out[:, :, direction * p:(direction + 1) * p], dhy[k],
-                None if dcy is None else dcy[k], h0[k].astype(dtype, copy=False), c_init, invalid, d_in,
-                direction == 0, run, xp)
-            dh0[k] = dh
-            if dc0 is not None:
-                dc0[k] = dc
-        d_out = d_in
-        if layer > 0 and config.inter_layer_dropout:
-            d_out = d_out * dropout_mask(config, layer - 1, d_out.shape, dtype, xp)
-    dx = xp.ascontiguousarray(_to_time_major(d_out, time_major).astype(io_dtype, copy=False))
+    def backward_part(columns: slice) -> None:
+        """Backprop through the whole network over the sequences ``columns`` of the batch."""
+        part_lengths = lengths[columns]
+        part_valid = _valid_mask(part_lengths, max_time, xp)
+        invalid = None if part_valid is None else ~part_valid
+        grads = part_grads[columns.start] = xp.zeros(layout.size, dtype=dtype)
+        d_out = d_output[:, columns]
+        for layer in reversed(range(config.num_layers)):
+            layer_in = x_tm[:, columns] if layer == 0 else saved_all["output", layer - 1][:, columns]  # dropout applied
+            d_in = dx[:, columns] if layer == 0 else xp.zeros(layer_in.shape, dtype=dtype)
+            for direction in range(d):
+                k = layer * d + direction
+                dh, dc = _backprop_direction(
+                    config, layer_in, _TimeOrder(direction == 1, part_lengths, max_time, xp),
+                    _layer_weights(layout, params_c, k), _layer_weights(layout, grads, k),
+                    _slots_for(saved_all, k, columns), d_out[:, :, direction * p:(direction + 1) * p],
+                    dhy[k, columns], None if dcy is None else dcy[k, columns], h0[k, columns].astype(dtype, copy=False),
+                    None if c0 is None else c0[k, columns].astype(dtype, copy=False), invalid, d_in, direction == 0,
+                    run, xp)
+                dh0[k, columns] = dh
+                if dc0 is not None:
+                    dc0[k, columns] = dc
+            d_out = d_in
+            if layer > 0 and masks is not None:
+                d_out *= masks[layer - 1][:, columns]
+
+    run.parts(backward_part, batch, 2 * _multiply_adds(config, max_time, batch))
+    dparams, *others = part_grads.values()
+    for other in others:
+        dparams += other
+    dx = xp.ascontiguousarray(_to_time_major(dx, time_major).astype(io_dtype, copy=False))
     dc0_out = None if dc0 is None else dc0.astype(io_dtype, copy=False)
     return dx, dh0.astype(io_dtype, copy=False), dc0_out, dparams.astype(io_dtype, copy=False)
 
@@ -447,7 +480,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
 
     ``layer_in`` [T, B, width] and ``d_out`` [T, B, P] are in natural order; the saved tensors
     in processing order. Per block of a chunk, ``factors`` (of ``run.cells``) computes what depends only
-    on the saved activations, then the serial steps (``step_backward``) turn the chunk's
+    on the saved activations, then the serial steps (``steps_backward``) turn the chunk's
     ``dg`` and ``dr`` [t, B, G*N] into d(pre-activation) and d(R h + bR); then one GEMM each
     adds the chunk's share of the input, recurrent and bias gradients into ``grads`` (views of
     params_backprop) and of the input gradient into ``d_in`` (written, not added, by the
@@ -496,18 +529,19 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, w
                            None if rec_n is None else rec_n[a:b],
                            previous(h_seq, h_init, a, b) if mode == "gru" else None,
                            factors, None if invalid is None else invalid[a:b], xp)
-            for t in reversed(range(a, b)):
-                run.cells.step_backward(mode, n, t - a, factors, weights["R"], weights["Proj"], dh, dy[t - start], dc,
-                                     None if d_projected is None else d_projected[t - start],
-                                     None if invalid is None else invalid[t], ws, xp)
+            run.cells.steps_backward(mode, n, factors, weights["R"], weights["Proj"], dh, dy[rows], dc,
+                                     None if d_projected is None else d_projected[rows],
+                                     None if invalid is None else invalid[a:b], ws, xp)
         first = stop == max_time  # the first chunk backprop sees writes the weight gradients, later ones add
         run.threads.for_products(steps * batch * gn * max(width, p))
         flat_dg, flat_dr = dg.reshape(steps * batch, gn), dr.reshape(steps * batch, gn)
         if grads["W"] is not None:
             _add_products(grads["W"], [(flat_dg.T, order.gather(layer_in, start, stop).reshape(steps * batch, width))],
                           first, xp)
-            if first_writer and order.natural:
+            if first_writer and order.natural and d_in.flags.c_contiguous:
                 xp.matmul(flat_dg, weights["W"], out=d_in[start:stop].reshape(steps * batch, width))
+            elif first_writer and order.natural:  # a part's columns of the input gradient
+                d_in[start:stop] = (flat_dg @ weights["W"]).reshape(steps, batch, width)
             else:
                 order.scatter_add(d_in, start, stop, (flat_dg @ weights["W"]).reshape(steps, batch, width))
         else:  # skip_input: x fed every gate directly

@@ -40,7 +40,8 @@ from typing import Any, TypedDict
 from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "Workspace",
-           "step_forward", "tanh", "lstm_hidden", "Factors", "factors", "unprojected_gradient", "step_backward"]
+           "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors", "unprojected_gradient",
+           "step_backward", "steps_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -125,6 +126,19 @@ def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_p
         xp.copyto(h_out, h_prev, where=invalid)
         if c_out is not None:
             xp.copyto(c_out, c_prev, where=invalid)
+
+
+def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_init: Array | None,
+                  h_rows: Array, c_rows: Array | None, rec_n_rows: Array | None, ws: Workspace, xp: Any,
+                  invalid: Array | None = None) -> None:
+    """``step_forward`` over s steps in order: ``gates`` [s, B, G*N], ``h_rows`` [s, B, P] (the RNN modes:
+    ``gates`` itself), ``c_rows`` and ``rec_n_rows`` [s, B, N] or None, ``invalid`` [s, B, 1] or None.
+    Step j starts from row j-1 of ``h_rows`` and ``c_rows`` (``h_init`` [B, P] and ``c_init`` [B, N] at j = 0)."""
+    for j in range(gates.shape[0]):
+        h_prev = h_rows[j - 1] if j else h_init
+        c_prev = None if c_rows is None else (c_rows[j - 1] if j else c_init)
+        step_forward(mode, fw, gates[j], h_prev, c_prev, h_rows[j], None if c_rows is None else c_rows[j],
+                     None if rec_n_rows is None else rec_n_rows[j], ws, xp, None if invalid is None else invalid[j])
 
 
 def _step(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_prev: Array | None,
@@ -331,3 +345,13 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
         xp.matmul(dg, R, out=dh)
     if invalid is not None:  # past the end the state was carried: so is its gradient
         xp.copyto(dh, dh_total, where=invalid)
+
+
+def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
+                   dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
+                   xp: Any) -> None:
+    """``step_backward`` over the s steps of a block of ``f``, latest first: ``dy`` [s, B, P], ``d_projected``
+    [s, B, P] or None, ``invalid`` [s, B, 1] or None; ``dh`` and ``dc`` carry the gradient from step to step."""
+    for j in reversed(range(f.dg.shape[0])):
+        step_backward(mode, n, j, f, R, Proj, dh, dy[j], dc, None if d_projected is None else d_projected[j],
+                      None if invalid is None else invalid[j], ws, xp)

@@ -1,15 +1,17 @@
-"""The reference backend's cells as compiled passes (numba): the same equations as ``_cells``, fused.
+"""The reference backend's cells compiled (numba): the same equations as ``_cells``, one loop per chunk of steps.
 
-``step_forward``, ``factors`` and ``step_backward`` take the arguments of ``_cells``'s (which stays
-the reference and the fallback). Per step the matrix products stay NumPy's (BLAS); everything
-between them, a dozen NumPy calls in ``_cells``, is one pass over the rows here: forward, ``R h``
-then one kernel; backward, one kernel then ``dg @ R``. Each value is computed by the same formula as
-``_cells`` (sig(a) = 1/(1 + exp(-a)) from the pre-scaled gates, tanh(a) = 2 sig(2a) - 1), with an
-exponential written out below so that the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in
-float32 and ``exp`` (rational Pade form) in float64, after reduction by ln 2, each within 2 units in
-the last place of the exact value. So the two paths agree to float rounding. Compiled functions are
-cached on disk (``cache=True``: next to this file, or numba's user cache where that is read-only): a
-second process compiles nothing.
+``forward_weights``, ``steps_forward``, ``factors`` and ``steps_backward`` take the arguments of ``_cells``'s
+(which stays the reference and the fallback). ``steps_forward`` runs a chunk's steps in one compiled loop:
+per step ``R h`` through BLAS called from the compiled code (numba's ``np.dot``, on SciPy's BLAS), then one
+pass over the rows for the cell; ``steps_backward`` likewise runs a block's steps latest first, one pass
+then ``dg @ R``. The weights are read as the params hold them (cuDNN's gate order, unscaled: nothing is
+rearranged per call); the activations are written in ``_cells.FORWARD_ORDER``, as the reserve keeps them.
+Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a)), tanh(a) = 2 sig(2a) - 1:
+``_cells`` scales the weights by -1 and -2 instead, which is exact), with an exponential written out below
+so that the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in float32 and ``exp`` (rational Pade
+form) in float64, after reduction by ln 2, each within 2 units in the last place of the exact value. So
+the two paths agree to float rounding. Compiled functions are cached on disk (``cache=True``: next to this
+file, or numba's user cache where that is read-only): a second process compiles nothing.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  (the BLAS compiled code calls: loaded now, so its threads are set too)
 from numba import njit, types
 from numba.extending import overload
 
 from .._arrays import Array
-from . import _cells
-from ._cells import Factors, ForwardWeights, Workspace
+from ._cells import Factors, ForwardWeights, LayerWeights, Workspace
 
-__all__ = ["step_forward", "factors", "step_backward", "KERNELS"]
+__all__ = ["forward_weights", "steps_forward", "factors", "steps_backward", "KERNELS"]
 
 
 def _exp(x: float) -> float:
@@ -78,20 +80,12 @@ _jit = njit(cache=True, error_model="numpy", nogil=True, fastmath={"contract"}) 
 
 @_jit
 def _sigmoid_rows(a: Any, b: Any, width: int) -> None:
-    """a[:, :width] <- 1 / (1 + exp(a + b)) (a and b hold -x: the scaled pre-activations)."""
+    """a[:, :width] <- sig(a + b) = 1 / (1 + exp(-(a + b)))."""
     one = a.dtype.type(1)
     for row in range(a.shape[0]):
         ar, br = a[row], b[row]
         for j in range(width):
-            ar[j] = one / (one + _exp(ar[j] + br[j]))
-
-
-@_jit
-def _tanh_from_sigmoid(values: Any) -> None:
-    """In place, over a 1-D row: s = sig(2x) <- tanh(x) = 2 s - 1."""
-    one, two = values.dtype.type(1), values.dtype.type(2)
-    for j in range(values.shape[0]):
-        values[j] = two * values[j] - one
+            ar[j] = one / (one + _exp(-(ar[j] + br[j])))
 
 
 @_jit
@@ -104,14 +98,18 @@ def _carry_rows(invalid: Any, target: Any, source: Any) -> None:
 
 @_jit
 def _lstm_forward(gates: Any, rec: Any, c_prev: Any, h_out: Any, c_out: Any) -> None:
-    """gates [B, 4N] (i, f, o, g pre-activations, scaled) <- activations; c_out <- f c_{t-1} + i g;
-    h_out <- o tanh(c_t)."""
+    """gates [B, 4N]: W x + bW + bR in cuDNN's order (i, f, g, o) <- the activations in ``FORWARD_ORDER``
+    (i, f, o, g), with ``rec`` = R h_{t-1} added; c_out <- f c_{t-1} + i g; h_out <- o tanh(c_t)."""
     one, minus_two, two = gates.dtype.type(1), gates.dtype.type(-2), gates.dtype.type(2)
     n = c_out.shape[1]
-    _sigmoid_rows(gates, rec, 4 * n)
+    _sigmoid_rows(gates, rec, 2 * n)
     for row in range(gates.shape[0]):
-        g, cp, co, ho = gates[row], c_prev[row], c_out[row], h_out[row]
-        _tanh_from_sigmoid(g[3 * n:])
+        g, r = gates[row], rec[row]
+        for j in range(n):
+            candidate, output = g[2 * n + j] + r[2 * n + j], g[3 * n + j] + r[3 * n + j]
+            g[2 * n + j] = one / (one + _exp(-output))
+            g[3 * n + j] = two * (one / (one + _exp(minus_two * candidate))) - one
+        cp, co, ho = c_prev[row], c_out[row], h_out[row]
         for j in range(n):
             co[j] = g[n + j] * cp[j] + g[j] * g[3 * n + j]
         for j in range(n):
@@ -120,28 +118,26 @@ def _lstm_forward(gates: Any, rec: Any, c_prev: Any, h_out: Any, c_out: Any) -> 
 
 @_jit
 def _gru_forward(gates: Any, rec: Any, bR_n: Any, h_prev: Any, h_out: Any, rec_n_out: Any) -> None:
-    """gates [B, 3N] (r, u, n input pre-activations, scaled) <- activations; rec [B, 3N] = scaled R h;
+    """gates [B, 3N] (r, u, n: W x + bW, + bR for r and u) <- activations, with ``rec`` = R h_{t-1};
     rec_n_out <- R_n h + bR_n; h_out <- n + u*(h_prev - n)."""
-    one, two, minus_half = gates.dtype.type(1), gates.dtype.type(2), gates.dtype.type(-0.5)
+    one, minus_two, two = gates.dtype.type(1), gates.dtype.type(-2), gates.dtype.type(2)
     n = h_out.shape[1]
     _sigmoid_rows(gates, rec, 2 * n)
     for row in range(gates.shape[0]):
         g, rn, hp, ho = gates[row], rec_n_out[row], h_prev[row], h_out[row]
         rec_row = rec[row]
         for j in range(n):
-            rn[j] = rec_row[2 * n + j] + bR_n[j]  # -2 (R_n h + bR_n)
+            rn[j] = rec_row[2 * n + j] + bR_n[j]
         for j in range(n):
-            g[2 * n + j] = two * (one / (one + _exp(g[2 * n + j] + g[j] * rn[j]))) - one
-        for j in range(n):
-            rn[j] *= minus_half
+            g[2 * n + j] = two * (one / (one + _exp(minus_two * (g[2 * n + j] + g[j] * rn[j])))) - one
         for j in range(n):
             ho[j] = g[2 * n + j] + g[n + j] * (hp[j] - g[2 * n + j])
 
 
 @_jit
 def _rnn_forward(gates: Any, rec: Any, relu: bool) -> None:
-    """gates [B, N] <- act(gates + rec): relu, or tanh from the scaled -2a."""
-    one, two, zero = gates.dtype.type(1), gates.dtype.type(2), gates.dtype.type(0)
+    """gates [B, N] <- act(gates + rec): relu, or tanh."""
+    one, two, zero, minus_two = gates.dtype.type(1), gates.dtype.type(2), gates.dtype.type(0), gates.dtype.type(-2)
     for row in range(gates.shape[0]):
         g, r = gates[row], rec[row]
         if relu:
@@ -150,29 +146,91 @@ def _rnn_forward(gates: Any, rec: Any, relu: bool) -> None:
                 g[j] = a if (a > zero or a != a) else zero  # NaN stays NaN, as np.maximum
         else:
             for j in range(g.shape[0]):
-                g[j] = two * (one / (one + _exp(g[j] + r[j]))) - one
+                g[j] = two * (one / (one + _exp(minus_two * (g[j] + r[j])))) - one
 
 
-def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_prev: Array | None,
-                 h_out: Array, c_out: Array | None, rec_n_out: Array | None, ws: Workspace, xp: Any,
-                 invalid: Array | None = None) -> None:
-    """As ``_cells.step_forward`` (rows where ``invalid`` [B, 1] carry the state)."""
-    np.matmul(h_prev, fw.R.T, out=ws.rec)
+def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
+    """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is copied or
+    scaled, the kernels read cuDNN's gate order), ``bias`` bW + bR (without a GRU's bR_n, which stays apart)."""
+    bias = weights["bR"].copy()
+    bR_n = None
+    if mode == "gru":  # bR_n sits inside r * (R_n h + bR_n): not foldable into the input GEMM
+        bR_n = bias[2 * num_units:].copy()
+        bias[2 * num_units:] = 0
+    if weights["bW"] is not None:
+        bias += weights["bW"]
+    num_gates = weights["R"].shape[0] // num_units
+    return ForwardWeights(W=weights["W"], R=weights["R"], bias=bias, input_scale=(1.0,) * num_gates, bR_n=bR_n,
+                          Proj=weights["Proj"])
+
+
+def _absent(dtype: Any, ndim: int) -> Array:
+    """An empty array that stands for an argument a compiled loop does without (its size tells the loop)."""
+    return np.empty((0,) * ndim, dtype=dtype)
+
+
+@_jit
+def _lstm_steps(gates: Any, RT: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any, c_rows: Any,
+                invalid: Any, rec: Any, unprojected: Any) -> None:
+    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (BLAS), the cell, h_j <- o tanh(c_j) (times Proj^T when
+    ``ProjT`` is not empty), rows past their end carried (when ``invalid`` is not empty)."""
+    projecting, padded = ProjT.shape[0] > 0, invalid.shape[0] > 0
+    for j in range(gates.shape[0]):
+        h_prev = h_init if j == 0 else h_rows[j - 1]
+        c_prev = c_init if j == 0 else c_rows[j - 1]
+        np.dot(h_prev, RT, rec)
+        if projecting:
+            _lstm_forward(gates[j], rec, c_prev, unprojected, c_rows[j])
+            np.dot(unprojected, ProjT, h_rows[j])
+        else:
+            _lstm_forward(gates[j], rec, c_prev, h_rows[j], c_rows[j])
+        if padded:
+            _carry_rows(invalid[j], c_rows[j], c_prev)
+            _carry_rows(invalid[j], h_rows[j], h_prev)
+
+
+@_jit
+def _gru_steps(gates: Any, RT: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any, invalid: Any,
+               rec: Any, rec_n_scratch: Any) -> None:
+    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (BLAS), the cell (R_n h + bR_n into ``rec_n_rows`` when
+    it is not empty), rows past their end carried."""
+    saving, padded = rec_n_rows.shape[0] > 0, invalid.shape[0] > 0
+    for j in range(gates.shape[0]):
+        h_prev = h_init if j == 0 else h_rows[j - 1]
+        np.dot(h_prev, RT, rec)
+        _gru_forward(gates[j], rec, bR_n, h_prev, h_rows[j], rec_n_rows[j] if saving else rec_n_scratch)
+        if padded:
+            _carry_rows(invalid[j], h_rows[j], h_prev)
+
+
+@_jit
+def _rnn_steps(gates: Any, RT: Any, relu: bool, h_init: Any, invalid: Any, rec: Any) -> None:
+    """Plain RNN steps j = 0 .. s-1 in place of ``gates`` (which become h): rec <- h_{j-1} R^T, act."""
+    padded = invalid.shape[0] > 0
+    for j in range(gates.shape[0]):
+        h_prev = h_init if j == 0 else gates[j - 1]
+        np.dot(h_prev, RT, rec)
+        _rnn_forward(gates[j], rec, relu)
+        if padded:
+            _carry_rows(invalid[j], gates[j], h_prev)
+
+
+def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_init: Array | None,
+                  h_rows: Array, c_rows: Array | None, rec_n_rows: Array | None, ws: Workspace, xp: Any,
+                  invalid: Array | None = None) -> None:
+    """As ``_cells.steps_forward``: the s steps in one compiled loop, the products through BLAS from it."""
+    dtype = gates.dtype
+    padding = _absent(bool, 3) if invalid is None else invalid
     if mode == "lstm":
-        assert c_prev is not None and c_out is not None, "an LSTM step has c"
-        unprojected = h_out if fw.Proj is None else ws.n
-        _lstm_forward(gates, ws.rec, c_prev, unprojected, c_out)
-        if fw.Proj is not None:
-            np.matmul(unprojected, fw.Proj.T, out=h_out)
-        if invalid is not None:
-            _carry_rows(invalid, c_out, c_prev)
+        assert c_init is not None and c_rows is not None, "an LSTM has c"
+        _lstm_steps(gates, fw.R.T, _absent(dtype, 2) if fw.Proj is None else fw.Proj.T, h_init, c_init, h_rows,
+                    c_rows, padding, ws.rec, ws.n)
     elif mode == "gru":
-        assert fw.bR_n is not None, "a GRU step has bR_n"
-        _gru_forward(gates, ws.rec, fw.bR_n, h_prev, h_out, ws.n2 if rec_n_out is None else rec_n_out)
+        assert fw.bR_n is not None, "a GRU has bR_n"
+        _gru_steps(gates, fw.R.T, fw.bR_n, h_init, h_rows, _absent(dtype, 3) if rec_n_rows is None else rec_n_rows,
+                   padding, ws.rec, ws.n2)
     else:
-        _rnn_forward(gates, ws.rec, mode == "rnn_relu")
-    if invalid is not None:
-        _carry_rows(invalid, h_out, h_prev)
+        _rnn_steps(gates, fw.R.T, mode == "rnn_relu", h_init, padding, ws.rec)
 
 
 @_jit
@@ -318,31 +376,93 @@ def _add_carried(dh: Any, dh_total: Any, carry: Any) -> None:
             d[j] += t[j] * c[j]
 
 
-def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
-                  dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
-                  xp: Any) -> None:
-    """As ``_cells.step_backward``."""
-    dh_total = ws.p
-    np.add(dh, dy, out=dh_total)
-    dg = f.dg[j]
+@_jit
+def _add_rows(a: Any, b: Any, out: Any) -> None:
+    """out <- a + b over [B, F] rows."""
+    for row in range(out.shape[0]):
+        ar, br, o = a[row], b[row], out[row]
+        for j in range(o.shape[0]):
+            o[j] = ar[j] + br[j]
+
+
+@_jit
+def _zero_rows(invalid: Any, target: Any) -> None:
+    """target[b] <- 0 where ``invalid[b]``."""
+    for row in range(target.shape[0]):
+        if invalid[row, 0]:
+            target[row, :] = 0
+
+
+@_jit
+def _lstm_back_steps(dg: Any, k: Any, carry: Any, R: Any, Proj: Any, dh: Any, dy: Any, dc: Any,
+                     d_projected: Any, invalid: Any, dh_total: Any, dm: Any) -> None:
+    """LSTM backprop over the steps of a block, latest first (``_lstm_step``, then dh <- dg R by BLAS)."""
+    projecting, padded = Proj.shape[0] > 0, invalid.shape[0] > 0
+    for j in range(dg.shape[0] - 1, -1, -1):
+        _add_rows(dh, dy[j], dh_total)
+        if projecting:
+            d_projected[j, :, :] = dh_total
+            if padded:
+                _zero_rows(invalid[j], d_projected[j])
+            np.dot(dh_total, Proj, dm)
+            _lstm_step(dm, k[j], carry[j], dg[j], dc)
+        else:
+            _lstm_step(dh_total, k[j], carry[j], dg[j], dc)
+        np.dot(dg[j], R, dh)
+        if padded:
+            _carry_rows(invalid[j], dh, dh_total)
+
+
+@_jit
+def _gru_back_steps(dg: Any, dr: Any, carry: Any, R: Any, dh: Any, dy: Any, dh_total: Any) -> None:
+    """GRU backprop over the steps of a block, latest first (past the end dr = 0 and carry = 1)."""
+    for j in range(dg.shape[0] - 1, -1, -1):
+        _add_rows(dh, dy[j], dh_total)
+        _gru_step(dh_total, dg[j], dr[j])
+        np.dot(dr[j], R, dh)
+        _add_carried(dh, dh_total, carry[j])
+
+
+@_jit
+def _rnn_back_steps(dg: Any, R: Any, dh: Any, dy: Any, invalid: Any, dh_total: Any) -> None:
+    """Plain RNN backprop over the steps of a block, latest first: dg *= dh_total, dh <- dg R."""
+    padded = invalid.shape[0] > 0
+    for j in range(dg.shape[0] - 1, -1, -1):
+        _add_rows(dh, dy[j], dh_total)
+        _multiply_rows(dg[j], dh_total)
+        np.dot(dg[j], R, dh)
+        if padded:
+            _carry_rows(invalid[j], dh, dh_total)
+
+
+@_jit
+def _multiply_rows(target: Any, factor: Any) -> None:
+    """target *= factor over [B, F] rows."""
+    for row in range(target.shape[0]):
+        t, f = target[row], factor[row]
+        for j in range(t.shape[0]):
+            t[j] *= f[j]
+
+
+def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
+                   dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
+                   xp: Any) -> None:
+    """As ``_cells.steps_backward``: the block's steps in one compiled loop."""
+    dtype, dy = f.dg.dtype, np.ascontiguousarray(dy)
+    padding = _absent(bool, 3) if invalid is None else np.ascontiguousarray(invalid)
+    R = np.ascontiguousarray(R)
     if mode == "lstm":
-        assert f.k is not None and f.carry is not None and dc is not None, "an LSTM step has k, carry and dc"
-        dm = _cells.unprojected_gradient(dh_total, Proj, d_projected, invalid, ws, np)
-        _lstm_step(dm, f.k[j], f.carry[j], dg, dc)
-        np.matmul(dg, R, out=dh)
+        assert f.k is not None and f.carry is not None and dc is not None, "an LSTM has k, carry and dc"
+        _lstm_back_steps(f.dg, f.k, f.carry, R, _absent(dtype, 2) if Proj is None else np.ascontiguousarray(Proj),
+                         dh, dy, dc, _absent(dtype, 3) if d_projected is None else d_projected, padding, ws.p, ws.n)
     elif mode == "gru":
-        assert f.carry is not None, "a GRU step has carry"
-        _gru_step(dh_total, dg, f.dr[j])
-        np.matmul(f.dr[j], R, out=dh)
-        _add_carried(dh, dh_total, f.carry[j])
-        return
+        assert f.carry is not None, "a GRU has carry"
+        _gru_back_steps(f.dg, f.dr, f.carry, R, dh, dy, ws.p)
     else:
-        dg *= dh_total
-        np.matmul(dg, R, out=dh)
-    if invalid is not None:
-        _carry_rows(invalid, dh, dh_total)
+        _rnn_back_steps(f.dg, R, dh, dy, padding, ws.p)
 
 
 #: every compiled function, for the tests of the disk cache
-KERNELS = (_sigmoid_rows, _tanh_from_sigmoid, _carry_rows, _lstm_forward, _gru_forward, _rnn_forward, _lstm_factors,
-           _gru_factors, _rnn_factors, _lstm_step, _gru_step, _add_carried)
+KERNELS = (_sigmoid_rows, _carry_rows, _lstm_forward, _gru_forward, _rnn_forward, _lstm_factors,
+           _gru_factors, _rnn_factors, _lstm_step, _gru_step, _add_carried, _lstm_steps, _gru_steps, _rnn_steps,
+           _add_rows, _zero_rows, _lstm_back_steps, _gru_back_steps, _rnn_back_steps, _multiply_rows)
