@@ -17,13 +17,15 @@ from cudnn_rnn.files import write_bytes
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_record(kind: str, record: dict[str, Any], quick: bool) -> Path:
-    """Write ``record`` (with its ISO ``date``) as ``results/{kind}_{YYYYMMDDTHHMMSS}[_quick].json``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_record(kind: str, record: dict[str, Any], quick: bool, folder: Path = RESULTS) -> Path:
+    """Write ``record`` (with its ISO ``date``) as ``{folder}/{kind}_{YYYYMMDDTHHMMSS}[_quick].json`` (``folder``:
+    ``results/`` unless given)."""
+    folder.mkdir(parents=True, exist_ok=True)
     stamp = record["date"].replace(":", "").replace("-", "")[:15]
-    path = RESULTS / f"{kind}_{stamp}{'_quick' if quick else ''}.json"
+    path = folder / f"{kind}_{stamp}{'_quick' if quick else ''}.json"
     write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())  # whole or not at all
-    print(f"recorded {path.relative_to(RESULTS.parent.parent)}")
+    checkout, resolved = RESULTS.parent.parent, path.resolve()
+    print(f"recorded {resolved.relative_to(checkout) if resolved.is_relative_to(checkout) else path}")
     return path
 
 #: gates per cell: G in the FLOP count and in the activations cuDNN keeps

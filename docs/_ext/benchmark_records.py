@@ -69,7 +69,7 @@ def text(value: Any) -> str:
 
 
 def yes_no(value: Any) -> str:
-    return "met" if value else "not met"
+    return "not measured" if value is None else "met" if value else "not met"
 
 
 # ---- one record ----------------------------------------------------------------------------------
@@ -151,8 +151,10 @@ CPU_TRAINING: list[Column] = [
     ("ours ms", ("train_ours_ms", "ours_ms"), fixed(1)),
     ("torch ms", ("train_torch_ms", "torch_ms"), fixed(1)),
     ("floor ms", ("train_floor_ms",), fixed(1)),
+    ("limit ms", ("train_limit_ms",), fixed(1)),
     ("ours/torch", ("ratio_torch", "ratio"), fixed(2)),
     ("ours/floor", ("ratio_floor",), fixed(2)),
+    ("ours/limit", ("ratio_limit",), fixed(2)),
     ("peak MB", ("peak_bytes",), megabytes),
     ("reserve MB", ("reserve_bytes",), megabytes),
     ("returned MB", ("returned_bytes",), megabytes),
@@ -164,7 +166,18 @@ CPU_INFERENCE: list[Column] = [
     ("ours ms", ("infer_ours_ms",), fixed(1)),
     ("ORT ms", ("infer_ort_ms",), fixed(1)),
     ("floor ms", ("infer_floor_ms",), fixed(1)),
+    ("limit ms", ("infer_limit_ms",), fixed(1)),
     ("ours/ORT", ("ratio_ort",), fixed(2)),
+    ("ours/limit", ("infer_ratio_limit",), fixed(2)),
+]
+CPU_DECODE: list[Column] = [
+    ("configuration", ("name",), text),
+    ("ours ms", ("decode_ours_ms",), fixed(3)),
+    ("torch ms", ("decode_torch_ms",), fixed(3)),
+    ("ORT ms", ("decode_ort_ms",), fixed(3)),
+    ("ours/torch", ("decode_ratio_torch",), fixed(2)),
+    ("ours/ORT", ("decode_ratio_ort",), fixed(2)),
+    ("repeats", ("repeats",), text),
 ]
 CPU_FLOAT64: list[Column] = [
     ("configuration", ("name",), text),
@@ -187,6 +200,8 @@ CPU_BOUNDS: list[Column] = [
     ("configuration", ("name",), text),
     ("floor/torch (training)", ("bound_train_vs_torch",), fixed(2)),
     ("floor/ORT (inference)", ("bound_inference_vs_ort",), fixed(2)),
+    ("floor/limit (training)", ("bound_train_vs_limit",), fixed(2)),
+    ("floor/limit (inference)", ("bound_inference_vs_limit",), fixed(2)),
     ("reserve/cuDNN MB", ("bound_memory",), fixed(2)),
 ]
 CPU_EXAMPLE: list[Column] = [
@@ -204,23 +219,40 @@ def cpu_tables(data: dict[str, Any]) -> list[Table | None]:
     phases = [dict(phase, name="loaded (1 competing process)" if name == "loaded" else name)
               for name, phase in example.get("phases", {}).items()]
     example_title = f"README example ({example.get('command', 'the example')}), wall-clock"
-    return [table_of("float32 training step (forward + full backprop)", CPU_TRAINING, rows),
+    decode = [data["decode"]] if data.get("decode") else []
+    limit = data.get("limit") or {}
+    return [table_of("float32 training step (forward + full backprop); limit = its multiply-adds at the machine's "
+                     "sgemm rate", CPU_TRAINING, rows),
             table_of("float32 inference against ONNX Runtime", CPU_INFERENCE, rows),
             table_of("float64 training step against its own GEMM floor", CPU_FLOAT64, rows),
-            table_of("threads and path of each figure", CPU_PATH, rows),
+            table_of("decode step (one token, batch of one): float32 inference against PyTorch and ONNX Runtime",
+                     CPU_DECODE, decode) if decode else None,
+            facts_table(f"the machine's limit: float32 sgemm {limit.get('m')} x {limit.get('k')} x {limit.get('n')}", [
+                ("GFLOP/s", limit.get("gflops"), fixed(1)), ("median ms", limit.get("median_ms"), fixed(1)),
+                ("threads", limit.get("threads"), text), ("repeats", limit.get("repeats"), text)]) if limit else None,
+            table_of("threads and path of each figure", CPU_PATH, rows + decode),
             table_of("what bounds a missed target: ours runs the floor's products and keeps the reserve, so ours/torch "
-                     ">= floor/torch, ours/ORT >= floor/ORT and peak/cuDNN >= reserve/cuDNN", CPU_BOUNDS, rows),
+                     ">= floor/torch, ours/ORT >= floor/ORT, ours/limit >= floor/limit and peak/cuDNN >= "
+                     "reserve/cuDNN", CPU_BOUNDS, rows),
             table_of(example_title, CPU_EXAMPLE, phases) if phases else None,
             targets_table(data.get("targets", {}), data.get("targets_met", {}))]
 
 
+def target_limit(value: Any) -> str:
+    """A target's limit as a record holds it: a number, or a dict that says how it ``reads``."""
+    return str(value.get("reads", value)) if isinstance(value, dict) else f"{value}"
+
+
 def targets_table(targets: dict[str, Any], met: Any) -> Table | None:
+    """A row per target (its limit, and its outcome where ``met`` has one under its name), then the outcomes of
+    other names."""
     if not targets:
         return None
-    rows = [[name, f"{limit}", ""] for name, limit in targets.items()]
-    if isinstance(met, dict):
-        rows += [[name, "", yes_no(value)] for name, value in met.items()]
-    elif isinstance(met, bool):
+    outcomes = met if isinstance(met, dict) else {}
+    rows = [[name, target_limit(limit), yes_no(outcomes[name]) if name in outcomes else ""]
+            for name, limit in targets.items()]
+    rows += [[name, "", yes_no(value)] for name, value in outcomes.items() if name not in targets]
+    if isinstance(met, bool):
         rows.append(["all targets", "", yes_no(met)])
     return Table("targets", ["target", "limit", "outcome"], rows)
 
@@ -229,8 +261,12 @@ def cpu_plot(data: dict[str, Any], figure: Figure) -> None:
     rows = data["results"]
     sides = [(label, keys) for label, keys in (("ours", ("train_ours_ms", "ours_ms")),
                                                ("PyTorch", ("train_torch_ms", "torch_ms")),
-                                               ("GEMM floor", ("train_floor_ms",)))
+                                               ("GEMM floor", ("train_floor_ms",)),
+                                               ("machine limit", ("train_limit_ms",)))
              if any(key in row for row in rows for key in keys)]
+    if not sides:  # a record of the decode step alone
+        figure.text(0.5, 0.5, "no training step in this record", ha="center")
+        return
     grouped_bars(figure, [row["name"] for row in rows],
                  {label: [next((row[k] for k in keys if k in row), 0.0) for row in rows] for label, keys in sides},
                  "ms per float32 training step (lower is better)")
@@ -239,7 +275,8 @@ def cpu_plot(data: dict[str, Any], figure: Figure) -> None:
 def cpu_command(record: Record) -> str:
     data = record.data
     return recording_command("bench_cpu.py", record, [
-        ("--repeats", data.get("repeats")), ("--repeats64", data.get("repeats64")), ("--warmup", data.get("warmup"))])
+        ("--repeats", data.get("repeats")), ("--repeats64", data.get("repeats64")), ("--warmup", data.get("warmup")),
+        ("--decode-repeats", data.get("decode_repeats"))])
 
 
 CHECKPOINT_OPERATIONS: list[Column] = [
@@ -461,9 +498,11 @@ def import_command(record: Record) -> str:
 #: every kind of JSON record, in the order of the page; the first whose ``detect`` accepts a record takes it
 KINDS: dict[str, Kind] = {
     "cpu": Kind("CPU: the reference backend against PyTorch, ONNX Runtime and the GEMM floor",
-                "`benchmarks/bench_cpu.py`: a float32 training step against PyTorch's CPU LSTM/GRU and the GEMM "
-                "floor (the same matrix products alone), inference against ONNX Runtime running the model "
-                "`export_onnx` writes, float64 against its own floor, and the peak memory of a step against the "
+                "`benchmarks/bench_cpu.py`: a float32 training step against PyTorch's CPU LSTM/GRU, the GEMM "
+                "floor (the same matrix products alone) and the machine's limit (those products' multiply-adds at "
+                "the rate of one 2048 x 2048 x 2048 sgemm), inference against ONNX Runtime running the model "
+                "`export_onnx` writes and against the limit, a decode step (one token, batch of one) against "
+                "PyTorch and ONNX Runtime, float64 against its own floor, and the peak memory of a step against the "
                 "activations cuDNN keeps.",
                 has("results", "environment"), cpu_command, cpu_tables, cpu_plot),
     "checkpoint": Kind("Checkpoints: cudnn_rnn.checkpoint against np.savez",
