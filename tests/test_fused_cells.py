@@ -101,12 +101,13 @@ def test_fused_cells_agree_with_the_numpy_cells(case: tuple, dtype: type, cells:
 
 
 @pytest.fixture
-def three_parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every call of the compiled cells split into three parts of the batch (4 sequences: 2, 1, 1), on threads."""
+def four_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every call of the compiled cells on four cores, however small: a batch of 4 in four parts of one sequence,
+    or for a bidirectional network two parts of two, each running its two directions at once."""
     from cudnn_rnn.cpu import _parts
 
     monkeypatch.setattr(_parts, "PART_GRAIN", 0)
-    cudnn_rnn.set_num_threads(3)
+    cudnn_rnn.set_num_threads(4)
     yield
     cudnn_rnn.set_num_threads(None)
 
@@ -115,22 +116,24 @@ def three_parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, case[:4])) + f"-L{case[4]}-p{case[5]}-{case[6]}"
                                              + ("-tm" if case[7] else "-bm") for case in CASES])
 def test_the_batch_run_in_parts_agrees_with_the_numpy_cells(case: tuple, dtype: type, cells: None,
-                                                            three_parts: None) -> None:
+                                                            four_workers: None) -> None:
     """Each part's columns of every result, and the weight gradients summed over the parts, as the whole."""
     from cudnn_rnn.cpu import _parts
 
-    seen: list[list[slice]] = []
-    run_parts = _parts.run_parts
+    seen: list[_parts.Schedule] = []
+    schedule = _parts.schedule
 
-    def recording(work: object, parts: list[slice]) -> None:
-        seen.append(list(parts))
-        run_parts(work, parts)  # type: ignore[arg-type]
+    def recording(*args: int) -> _parts.Schedule:
+        seen.append(schedule(*args))
+        return seen[-1]
 
     reference = run_op(case, dtype, "numpy")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_parts, "run_parts", recording)
+        patch.setattr(_parts, "schedule", recording)
         fused = run_op(case, dtype, "fused")
-    assert seen and all(parts == [slice(0, 2), slice(2, 3), slice(3, 4)] for parts in seen)
+    bidirectional = case[1] == "bidirectional"
+    expected = _parts.batch_parts(4, 2 if bidirectional else 4)
+    assert seen and all(s.parts == expected and s.directions_together == bidirectional for s in seen)
     assert largest_difference(fused, reference) <= TOLERANCE[dtype]
 
 

@@ -9,7 +9,7 @@ backprop's weight gradients are one GEMM per chunk. Variable lengths: each seque
 for ``t < len[b]``; past its end the state is carried unchanged and the output is 0. Padding (``x``
 and ``dy`` at t >= len[b]) is never read: it is replaced by 0 first, so NaN or inf there changes
 nothing. The reverse direction sees each sequence reversed within its own span
-(:class:`_TimeOrder`). Dropout (inverted, probability p) applies to the output of every layer but
+(:class:`TimeOrder`). Dropout (inverted, probability p) applies to the output of every layer but
 the last, with masks drawn from TF's 64-bit seed, so a call is a deterministic function of its
 inputs. float16 and bfloat16 data compute in float32: inputs are widened, outputs, gradients and the
 reserve space are rounded back to the data's dtype.
@@ -20,6 +20,7 @@ The reserve space holds what :class:`ReserveLayout` lists; backward walks the sa
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -34,6 +35,7 @@ from ..config import COMPUTE_DTYPES, RNNConfig
 from ..layout import ParamsLayout, params_layout
 from . import _cells, _parts
 from ._dropout import dropout_mask
+from ._time_order import TimeOrder
 from ._cells import LayerWeights
 
 __all__ = ["forward", "backward", "ReserveLayout"]
@@ -86,16 +88,6 @@ class ReserveLayout:
         return {key: flat[off:off + int(np.prod(shape))].reshape(shape) for key, shape, off in self.slots}
 
 
-def _span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:
-    """Index [T, B] that reverses each sequence within its span: t -> len-1-t for t < len, else t.
-
-    It is its own inverse, so the same gather maps to and from processing order.
-    """
-    t = np.arange(max_time)[:, None]
-    index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
-    return xp.asarray(index)
-
-
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
 #: [T, B, G*N] temporary beyond the reserve space is ever alive.
 TIME_CHUNK = 32
@@ -104,62 +96,6 @@ TIME_CHUNK = 32
 BACKWARD_CHUNK = 1 << 20
 #: elements of [s, B, G*N] per block of backward factors: small enough to stay in a core's cache
 FACTOR_BLOCK = 1 << 16
-
-
-class _TimeOrder:
-    """Maps one direction's processing steps to natural time positions.
-
-    The forward direction processes t = 0 .. T-1 in place. The reverse direction processes
-    each sequence backwards within its own span (step t reads position len-1-t), which is a
-    per-column permutation of time, so gathers and scatters never collide. When every sequence
-    is T long that permutation is a plain reversal of time, done with views instead of gathers.
-    """
-
-    def __init__(self, reverse: bool, lengths: np.ndarray, max_time: int, xp: Any) -> None:
-        self.max_time = max_time
-        self.reversed = reverse and bool(np.all(lengths == max_time))
-        self.index = _span_reversal(lengths, max_time, xp) if reverse and not self.reversed else None
-        self.columns = xp.arange(len(lengths)) if self.index is not None else None
-
-    @property
-    def natural(self) -> bool:
-        """Whether processing step t is position t."""
-        return self.index is None and not self.reversed
-
-    def _positions(self, start: int, stop: int) -> slice:
-        """The natural positions of steps [start, stop) of a reversal, in natural order."""
-        return slice(self.max_time - stop, self.max_time - start)
-
-    def gather(self, values: Array, start: int, stop: int) -> Array:
-        """Processing steps [start, stop) of a natural-order [T, B, F] array."""
-        if self.reversed:
-            return values[self._positions(start, stop)][::-1]
-        if self.index is None:
-            return values[start:stop]
-        return values[self.index[start:stop], self.columns]
-
-    def scatter_add(self, target: Array, start: int, stop: int, values: Array) -> None:
-        """target[position of steps start..stop) += values (processing order [stop-start, B, F])."""
-        if self.reversed:
-            target[self._positions(start, stop)] += values[::-1]
-        elif self.index is None:
-            target[start:stop] += values
-        else:
-            target[self.index[start:stop], self.columns] += values
-
-    def put_valid(self, target: Array, start: int, stop: int, values: Array, valid: Array | None, xp: Any) -> None:
-        """target[position of steps start..stop) = values where valid (the rest of ``target`` stays 0)."""
-        if self.reversed:  # no padding
-            target[self._positions(start, stop)] = values[::-1]
-        elif self.index is None:
-            if valid is None:
-                target[start:stop] = values
-            else:
-                xp.copyto(target[start:stop], values, where=valid[start:stop])
-        else:
-            if valid is not None:
-                values = xp.where(valid[start:stop], values, xp.zeros((), dtype=values.dtype))
-            target[self.index[start:stop], self.columns] = values
 
 
 def _chunks(max_time: int, size: int | None = None) -> list[tuple[int, int]]:
@@ -188,7 +124,7 @@ class _Track:
             self.slot[start:stop] = self.buffer[:stop - start]
 
 
-def _run_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, h: Array, c: Array | None,
+def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Array, c: Array | None,
                    weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
                    out: Array, run: _Run, xp: Any) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
@@ -293,23 +229,33 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Run:
-    """How one call runs: the cells (``_cells``, or ``_fused_cells`` on NumPy, see ``cpu``) and its BLAS threads."""
+    """How one call runs: the cells (``_cells``, or ``_fused_cells`` on NumPy, see ``cpu``), its BLAS threads,
+    and its schedule (``_parts``: set by ``parts``)."""
 
     cells: ModuleType
     threads: cpu.BlasThreads
+    schedule: _parts.Schedule = _parts.Schedule([], False)
 
-    def parts(self, work: Callable[[slice], None], batch: int, multiply_adds: int) -> None:
-        """``work(columns)`` over the batch: the compiled cells split it into parts run at once, each with a
-        single-threaded BLAS (``_parts``); the NumPy cells (the reference) run it whole, their products on the
-        threads the policy gives each."""
+    def parts(self, work: Callable[[slice], None], batch: int, directions: int, multiply_adds: int) -> None:
+        """``work(columns)`` over the batch: the compiled cells run it as their schedule says (``_parts``: parts
+        of the batch at once, a bidirectional layer's directions at once), each thread with a single-threaded
+        BLAS; the NumPy cells (the reference) run it whole, their products on the threads the policy gives each."""
         if self.cells is _cells:
-            work(slice(0, batch))
-            return
-        count = _parts.part_count(batch, self.threads.workers(), multiply_adds)
-        self.threads.pin(1)
-        _parts.run_parts(work, _parts.batch_parts(batch, count))
+            self.schedule = _parts.Schedule([slice(0, batch)], False)
+        else:
+            self.schedule = _parts.schedule(batch, directions, self.threads.workers(), multiply_adds)
+            self.threads.pin(1)
+        _parts.run_parts(work, self.schedule.parts)
+
+    def directions(self, work: Callable[[int], None], directions: int) -> None:
+        """``work(direction)`` for each direction of a layer: at once where the schedule says so."""
+        if self.schedule.directions_together:
+            _parts.run_all([functools.partial(work, direction) for direction in range(directions)])
+        else:
+            for direction in range(directions):
+                work(direction)
 
 
 @contextlib.contextmanager
@@ -354,19 +300,25 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
         part_lengths = lengths[columns]
         valid = _valid_mask(part_lengths, max_time, xp)
         invalid = None if valid is None else ~valid
-        layer_in = seq[:, columns]
-        for layer in range(config.num_layers):
-            last = layer == config.num_layers - 1
-            out = y[:, columns] if last else xp.zeros((max_time, layer_in.shape[1], d * p), dtype=dtype)
-            for direction in range(d):
+        def layer_forward(layer: int, layer_in: Array, out: Array) -> None:
+            """Both directions of ``layer`` (as the schedule says: at once, or one after the other)."""
+            def direction_forward(direction: int) -> None:
                 k = layer * d + direction
                 h_last, c_last = _run_direction(
-                    config, layer_in, _TimeOrder(direction == 1, part_lengths, max_time, xp), h0[k, columns],
+                    config, layer_in, TimeOrder(direction == 1, part_lengths, max_time, xp), h0[k, columns],
                     None if c0 is None else c0[k, columns], _layer_weights(layout, params_c, k), valid, invalid,
                     _slots_for(saved_all, k, columns), out[:, :, direction * p:(direction + 1) * p], run, xp)
                 hy[k, columns] = h_last
                 if cy is not None:
                     cy[k, columns] = c_last
+
+            run.directions(direction_forward, d)
+
+        layer_in = seq[:, columns]
+        for layer in range(config.num_layers):
+            last = layer == config.num_layers - 1
+            out = y[:, columns] if last else xp.zeros((max_time, layer_in.shape[1], d * p), dtype=dtype)
+            layer_forward(layer, layer_in, out)
             if not last:
                 if masks is not None:
                     out *= masks[layer][:, columns]
@@ -374,7 +326,7 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
                     saved_all["output", layer][:, columns] = out
             layer_in = out
 
-    run.parts(forward_part, batch, _multiply_adds(config, max_time, batch))
+    run.parts(forward_part, batch, d, _multiply_adds(config, max_time, batch))
     y = _to_time_major(y, time_major)
     y = xp.ascontiguousarray(y.astype(io_dtype, copy=False))
     return y, hy.astype(io_dtype, copy=False), None if cy is None else cy.astype(io_dtype, copy=False), reserve
@@ -442,27 +394,37 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
         part_valid = _valid_mask(part_lengths, max_time, xp)
         invalid = None if part_valid is None else ~part_valid
         grads = part_grads[columns.start] = xp.zeros(layout.size, dtype=dtype)
+        def layer_backward(layer: int, layer_in: Array, d_out: Array, d_in: Array) -> None:
+            """Both directions of ``layer``; at once, the reverse one adds into a ``d_in`` of its own, added after."""
+            d_in_reverse = xp.zeros(layer_in.shape, dtype=dtype) if run.schedule.directions_together else d_in
+
+            def direction_backward(direction: int) -> None:
+                k = layer * d + direction
+                dh, dc = _backprop_direction(
+                    config, layer_in, TimeOrder(direction == 1, part_lengths, max_time, xp),
+                    _layer_weights(layout, params_c, k), _layer_weights(layout, grads, k),
+                    _slots_for(saved_all, k, columns), d_out[:, :, direction * p:(direction + 1) * p],
+                    dhy[k, columns], None if dcy is None else dcy[k, columns], h0[k, columns].astype(dtype, copy=False),
+                    None if c0 is None else c0[k, columns].astype(dtype, copy=False), invalid,
+                    d_in_reverse if direction else d_in, direction == 0, run, xp)
+                dh0[k, columns] = dh
+                if dc0 is not None:
+                    dc0[k, columns] = dc
+
+            run.directions(direction_backward, d)
+            if d_in_reverse is not d_in:
+                d_in += d_in_reverse
+
         d_out = d_output[:, columns]
         for layer in reversed(range(config.num_layers)):
             layer_in = x_tm[:, columns] if layer == 0 else saved_all["output", layer - 1][:, columns]  # dropout applied
             d_in = dx[:, columns] if layer == 0 else xp.zeros(layer_in.shape, dtype=dtype)
-            for direction in range(d):
-                k = layer * d + direction
-                dh, dc = _backprop_direction(
-                    config, layer_in, _TimeOrder(direction == 1, part_lengths, max_time, xp),
-                    _layer_weights(layout, params_c, k), _layer_weights(layout, grads, k),
-                    _slots_for(saved_all, k, columns), d_out[:, :, direction * p:(direction + 1) * p],
-                    dhy[k, columns], None if dcy is None else dcy[k, columns], h0[k, columns].astype(dtype, copy=False),
-                    None if c0 is None else c0[k, columns].astype(dtype, copy=False), invalid, d_in, direction == 0,
-                    run, xp)
-                dh0[k, columns] = dh
-                if dc0 is not None:
-                    dc0[k, columns] = dc
+            layer_backward(layer, layer_in, d_out, d_in)
             d_out = d_in
             if layer > 0 and masks is not None:
                 d_out *= masks[layer - 1][:, columns]
 
-    run.parts(backward_part, batch, 2 * _multiply_adds(config, max_time, batch))
+    run.parts(backward_part, batch, d, 2 * _multiply_adds(config, max_time, batch))
     dparams, *others = part_grads.values()
     for other in others:
         dparams += other
@@ -471,7 +433,7 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
     return dx, dh0.astype(io_dtype, copy=False), dc0_out, dparams.astype(io_dtype, copy=False)
 
 
-def _backprop_direction(config: RNNConfig, layer_in: Array, order: _TimeOrder, weights: LayerWeights,
+def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, weights: LayerWeights,
                         grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array, dc: Array | None,
                         h_init: Array,
                         c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, run: _Run,

@@ -14,14 +14,34 @@ GIL, so the parts run in parallel. How many parts a call gets is :func:`part_cou
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-__all__ = ["PART_GRAIN", "part_count", "batch_parts", "run_parts"]
+__all__ = ["PART_GRAIN", "Schedule", "schedule", "part_count", "batch_parts", "run_parts", "run_all"]
 
 #: the multiply-adds of a call below which it runs as one part: starting a thread (tens of microseconds)
 #: costs more than a second core gives to a call this small (a decode step, T = B = 1, is one)
 PART_GRAIN = 1 << 22
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a call runs: ``parts`` of the batch at once, and in each, a bidirectional layer's two directions at
+    once (``directions_together``) or one after the other."""
+
+    parts: list[slice]
+    directions_together: bool
+
+
+def schedule(batch: int, directions: int, workers: int, multiply_adds: int) -> Schedule:
+    """The schedule of a call with ``workers`` cores free: a bidirectional network's directions on two of
+    them (each keeps the whole batch in its products, where BLAS is most efficient), the batch split over
+    the rest (``part_count``)."""
+    together = directions == 2 and workers >= 2 and multiply_adds >= PART_GRAIN
+    per_part = 2 if together else 1
+    return Schedule(batch_parts(batch, part_count(batch, max(1, workers // per_part), multiply_adds)), together)
 
 
 def part_count(batch: int, workers: int, multiply_adds: int) -> int:
@@ -45,26 +65,31 @@ def batch_parts(batch: int, parts: int) -> list[slice]:
 
 
 def run_parts(work: Callable[[slice], None], parts: Sequence[slice]) -> None:
-    """Run ``work(part)`` for every part: the first on the calling thread, each other on a thread of its own,
-    all in a copy of the caller's context (NumPy's error state is per context). The first error raised by
-    any part is raised here, after every part has ended."""
-    if len(parts) == 1:
-        work(parts[0])
+    """Run ``work(part)`` for every part at once (``run_all``)."""
+    run_all([functools.partial(work, part) for part in parts])
+
+
+def run_all(jobs: Sequence[Callable[[], None]]) -> None:
+    """Run every job at once: the first on the calling thread, each other on a thread of its own, all in a
+    copy of the caller's context (NumPy's error state is per context). The first error raised by any job is
+    raised here, after every job has ended."""
+    if len(jobs) == 1:
+        jobs[0]()
         return
     errors: list[BaseException] = []
 
-    def guarded(part: slice) -> None:
+    def guarded(job: Callable[[], None]) -> None:
         try:
-            work(part)
+            job()
         except BaseException as error:  # raised again on the calling thread below
             errors.append(error)
 
-    threads = [threading.Thread(target=contextvars.copy_context().run, args=(guarded, part),
-                                name=f"cudnn_rnn part {part.start}:{part.stop}", daemon=True)
-               for part in parts[1:]]
+    threads = [threading.Thread(target=contextvars.copy_context().run, args=(guarded, job),
+                                name=f"cudnn_rnn part {index}", daemon=True)
+               for index, job in enumerate(jobs[1:], start=1)]
     for thread in threads:
         thread.start()
-    guarded(parts[0])
+    guarded(jobs[0])
     for thread in threads:
         thread.join()
     if errors:
