@@ -279,3 +279,34 @@ def test_importing_the_package_imports_neither_numba_nor_threadpoolctl() -> None
     script = "import sys, cudnn_rnn; print(sorted(m for m in ('numba', 'threadpoolctl') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_call_from_a_thread_that_lives_on_does_not_freeze_the_pools(policy: None) -> None:
+    """The first call made on a worker thread that stays alive (as a JAX callback on XLA's thread is), then
+    calls from this thread: the parts still see every pool at one thread, and the pools end at the budget."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cudnn_rnn.cpu import _parts
+
+    cpu.set_cells("fused")
+    seen: list[list[int]] = []
+    run_parts = _parts.run_parts
+
+    def recording(work: object, parts: list[slice]) -> None:
+        seen.append(blas_threads())
+        run_parts(work, parts)  # type: ignore[arg-type]
+
+    try:
+        with ThreadPoolExecutor(1) as worker:
+            worker.submit(training_step, 128, 32).result()  # the worker lives on until the with ends
+            _parts.run_parts = recording  # type: ignore[assignment]
+            try:
+                with cpu.blas_threads() as plan:
+                    plan.pin(2)
+                    assert set(blas_threads()) == {2}  # set from this thread, with the worker still alive
+                training_step(128, 32)
+            finally:
+                _parts.run_parts = run_parts  # type: ignore[assignment]
+        assert seen and all(set(pools) == {1} for pools in seen)
+    finally:
+        cpu.set_cells("auto")

@@ -103,7 +103,8 @@ def test_fused_cells_agree_with_the_numpy_cells(case: tuple, dtype: type, cells:
 @pytest.fixture
 def four_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every call of the compiled cells on four cores, however small: a batch of 4 in four parts of one sequence,
-    or for a bidirectional network two parts of two, each running its two directions at once."""
+    or two parts of two, each running a bidirectional network's two directions at once or a two-layer
+    unidirectional stack's layers as a wavefront."""
     from cudnn_rnn.cpu import _parts
 
     monkeypatch.setattr(_parts, "PART_GRAIN", 0)
@@ -131,10 +132,44 @@ def test_the_batch_run_in_parts_agrees_with_the_numpy_cells(case: tuple, dtype: 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_parts, "schedule", recording)
         fused = run_op(case, dtype, "fused")
-    bidirectional = case[1] == "bidirectional"
-    expected = _parts.batch_parts(4, 2 if bidirectional else 4)
-    assert seen and all(s.parts == expected and s.directions_together == bidirectional for s in seen)
+    bidirectional, stacked = case[1] == "bidirectional", case[4] > 1 and case[1] == "unidirectional"
+    expected = _parts.batch_parts(4, 2 if bidirectional or stacked else 4)
+    assert seen and all(s.parts == expected and s.directions_together == bidirectional
+                        and s.layers_together == stacked for s in seen)
     assert largest_difference(fused, reference) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_a_deep_wavefront_over_many_chunks_agrees_with_the_numpy_cells(mode: str, cells: None, four_workers: None,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three layers as a wavefront (chunks of 2 of 6 steps forward, of 1 in backprop), ragged, with dropout."""
+    from cudnn_rnn.cpu import _backend
+
+    monkeypatch.setattr(_backend, "TIME_CHUNK", 2)
+    monkeypatch.setattr(_backend, "BACKWARD_CHUNK", 1)
+    case = (mode, "unidirectional", 0, [6, 3, 0, 5], 3, 0.4, "linear_input", True)
+    for dtype in (np.float32, np.float64):
+        reference = run_op(case, dtype, "numpy")
+        fused = run_op(case, dtype, "fused")
+        assert largest_difference(fused, reference) <= TOLERANCE[dtype]
+
+
+def test_a_failing_layer_ends_the_wavefront_with_its_own_error() -> None:
+    """The layers waiting on a failed one stop waiting (no hang), and run_all raises the failure itself."""
+    from cudnn_rnn.cpu import _parts
+
+    wave = _parts.Wavefront(3, 0)
+
+    def layer(index: int) -> None:
+        if index == 1:
+            raise ZeroDivisionError("layer 1")
+        if index:
+            wave.wait(index - 1, lambda reached: reached >= 10)  # never published: only the failure ends it
+        wave.publish(index, 10)
+
+    with pytest.raises(ZeroDivisionError, match="layer 1"):
+        _parts.run_all([wave.job(lambda index=index: layer(index)) for index in range(3)])
+    assert wave.failed
 
 
 def test_parts_run_on_their_own_threads_and_raise_what_a_part_raised() -> None:

@@ -311,7 +311,7 @@ class BlasThreads:
 
     def _set(self, threads: int) -> None:
         for pool in self.pools:
-            pool.set_num_threads(threads)
+            _set_pool(pool, threads)
         self.current = threads
 
     def finish(self) -> None:
@@ -319,6 +319,30 @@ class BlasThreads:
             if self.current != self.leave:
                 self._set(self.leave)
             _state["left"] = self.leave
+            for pool in self.pools:
+                _release(pool)
+
+
+def _set_pool(pool: Any, threads: int) -> None:
+    """``pool.set_num_threads(threads)``, made to hold whatever thread calls it. threadpoolctl (3.8) lets only
+    the thread that last set a pthreads OpenBLAS's size while alive set it again, and silently ignores the
+    others: without this, one call made from a thread that lives on (a JAX callback on XLA's thread, a
+    worker pool's thread) froze the pools for the process, and the backend's one-thread parts ran on
+    every pool's threads at once, four to five times slower."""
+    pool.set_num_threads(threads)
+    if pool.num_threads != threads:
+        clear = getattr(type(pool), "clear_controlling_thread", None)
+        if clear is not None:
+            clear(force=True)
+            pool.set_num_threads(threads)
+
+
+def _release(pool: Any) -> None:
+    """Give up threadpoolctl's control of a pthreads OpenBLAS's size where this thread holds it (a no-op
+    for the other libraries and for threadpoolctl before 3.8)."""
+    clear = getattr(type(pool), "clear_controlling_thread", None)
+    if clear is not None:
+        clear()
 
 
 def _pools() -> list[Any]:

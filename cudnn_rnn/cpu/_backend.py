@@ -91,6 +91,8 @@ class ReserveLayout:
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
 #: [T, B, G*N] temporary beyond the reserve space is ever alive.
 TIME_CHUNK = 32
+#: at most this many in a wavefront (``_parts``): the layer above waits for the first chunk of the one below
+WAVEFRONT_CHUNK = 16
 #: at most this many elements of [t, B, G*N] per chunk of backprop (its d(pre-activation) buffer):
 #: fewer steps per chunk for large B*G*N, whose weight-gradient GEMMs are efficient with fewer rows
 BACKWARD_CHUNK = 1 << 20
@@ -126,8 +128,8 @@ class _Track:
 
 def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Array, c: Array | None,
                    weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
-                   out: Array, run: _Run, xp: Any) -> tuple[Array, Array | None]:
-    """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width].
+                   out: Array, run: _Run, xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
+    """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width] (``hooks`` around each chunk).
 
     Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
     step loop (``steps_forward`` of ``run.cells``) turns them into activations and writes h (and c) rows,
@@ -137,7 +139,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
     """
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     max_time, batch = layer_in.shape[0], layer_in.shape[1]
-    dtype, chunk = layer_in.dtype, min(max_time, TIME_CHUNK)
+    dtype, chunk = layer_in.dtype, min(max_time, run.time_chunk())
     fw = run.cells.forward_weights(mode, n, weights, xp)
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
 
@@ -152,7 +154,8 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
     h_carry = xp.array(h, dtype=dtype)  # this direction's own copies, updated in place
     c_carry = None if c is None else xp.array(c, dtype=dtype)
     gn, width, cells = config.num_gates * n, layer_in.shape[2], run.cells
-    for start, stop in _chunks(max_time):
+    for start, stop in _chunks(max_time, chunk):
+        hooks.before(start, stop)
         g_rows, h_rows = gates.rows(start, stop), hidden.rows(start, stop)
         c_rows = None if cell is None else cell.rows(start, stop)
         n_rows = None if rec_n is None else rec_n.rows(start, stop)
@@ -162,6 +165,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
         cells.steps_forward(mode, fw, g_rows, h_carry, c_carry, h_rows, c_rows, n_rows, ws, xp,
                             None if invalid is None else invalid[start:stop])  # past the end: state carried
         order.put_valid(out, start, stop, h_rows, valid, xp)
+        hooks.after(start, stop)
         h_carry[...] = h_rows[stop - start - 1]
         if c_rows is not None:
             assert c_carry is not None, "an LSTM direction carries c"
@@ -238,16 +242,21 @@ class _Run:
     threads: cpu.BlasThreads
     schedule: _parts.Schedule = _parts.Schedule([], False)
 
-    def parts(self, work: Callable[[slice], None], batch: int, directions: int, multiply_adds: int) -> None:
+    def parts(self, work: Callable[[slice], None], batch: int, directions: int, layers: int,
+              multiply_adds: int) -> None:
         """``work(columns)`` over the batch: the compiled cells run it as their schedule says (``_parts``: parts
         of the batch at once, a bidirectional layer's directions at once), each thread with a single-threaded
         BLAS; the NumPy cells (the reference) run it whole, their products on the threads the policy gives each."""
         if self.cells is _cells:
             self.schedule = _parts.Schedule([slice(0, batch)], False)
         else:
-            self.schedule = _parts.schedule(batch, directions, self.threads.workers(), multiply_adds)
+            self.schedule = _parts.schedule(batch, directions, layers, self.threads.workers(), multiply_adds)
             self.threads.pin(1)
         _parts.run_parts(work, self.schedule.parts)
+
+    def time_chunk(self) -> int:
+        """Steps per chunk: ``TIME_CHUNK``, at most ``WAVEFRONT_CHUNK`` in a wavefront."""
+        return min(TIME_CHUNK, WAVEFRONT_CHUNK) if self.schedule.layers_together else TIME_CHUNK
 
     def directions(self, work: Callable[[int], None], directions: int) -> None:
         """``work(direction)`` for each direction of a layer: at once where the schedule says so."""
@@ -300,33 +309,58 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
         part_lengths = lengths[columns]
         valid = _valid_mask(part_lengths, max_time, xp)
         invalid = None if valid is None else ~valid
-        def layer_forward(layer: int, layer_in: Array, out: Array) -> None:
+        def layer_forward(layer: int, layer_in: Array, out: Array, hooks: _parts.ChunkHooks) -> None:
             """Both directions of ``layer`` (as the schedule says: at once, or one after the other)."""
             def direction_forward(direction: int) -> None:
                 k = layer * d + direction
                 h_last, c_last = _run_direction(
                     config, layer_in, TimeOrder(direction == 1, part_lengths, max_time, xp), h0[k, columns],
                     None if c0 is None else c0[k, columns], _layer_weights(layout, params_c, k), valid, invalid,
-                    _slots_for(saved_all, k, columns), out[:, :, direction * p:(direction + 1) * p], run, xp)
+                    _slots_for(saved_all, k, columns), out[:, :, direction * p:(direction + 1) * p], run, xp, hooks)
                 hy[k, columns] = h_last
                 if cy is not None:
                     cy[k, columns] = c_last
 
             run.directions(direction_forward, d)
 
+        def finish_rows(layer: int, out: Array, start: int, stop: int) -> None:
+            """Layer ``layer``'s output at [start, stop) becomes the next layer's input: dropout, then saved."""
+            if layer < config.num_layers - 1:
+                if masks is not None:
+                    out[start:stop] *= masks[layer][start:stop, columns]
+                if saved_all is not None:
+                    saved_all["output", layer][start:stop, columns] = out[start:stop]
+
+        def output(layer: int) -> Array:
+            return y[:, columns] if layer == config.num_layers - 1 else xp.zeros((max_time, width, d * p), dtype=dtype)
+
+        width = columns.stop - columns.start
+        if run.schedule.layers_together:  # a wavefront: layer l+1 reads a chunk once layer l has written it
+            outs = [output(layer) for layer in range(config.num_layers)]
+            wave = _parts.Wavefront(config.num_layers, 0)
+
+            def layer_job(layer: int) -> None:
+                def before(start: int, stop: int) -> None:
+                    if layer:
+                        wave.wait(layer - 1, lambda reached: reached >= stop)
+
+                def after(start: int, stop: int) -> None:
+                    finish_rows(layer, outs[layer], start, stop)
+                    wave.publish(layer, stop)
+
+                layer_forward(layer, outs[layer - 1] if layer else seq[:, columns], outs[layer],
+                              _parts.ChunkHooks(before, after))
+
+            _parts.run_all([wave.job(functools.partial(layer_job, layer)) for layer in range(config.num_layers)])
+            return
         layer_in = seq[:, columns]
         for layer in range(config.num_layers):
-            last = layer == config.num_layers - 1
-            out = y[:, columns] if last else xp.zeros((max_time, layer_in.shape[1], d * p), dtype=dtype)
-            layer_forward(layer, layer_in, out)
-            if not last:
-                if masks is not None:
-                    out *= masks[layer][:, columns]
-                if saved_all is not None:
-                    saved_all["output", layer][:, columns] = out
+            out = output(layer)
+            layer_forward(layer, layer_in, out, _parts.ChunkHooks())
+            finish_rows(layer, out, 0, max_time)
             layer_in = out
 
-    run.parts(forward_part, batch, d, _multiply_adds(config, max_time, batch))
+    run.parts(forward_part, batch, d, config.num_layers, _parts.multiply_adds(config, max_time, batch))
     y = _to_time_major(y, time_major)
     y = xp.ascontiguousarray(y.astype(io_dtype, copy=False))
     return y, hy.astype(io_dtype, copy=False), None if cy is None else cy.astype(io_dtype, copy=False), reserve
@@ -338,16 +372,6 @@ def _dropout_masks(config: RNNConfig, is_training: bool, shape: tuple[int, ...],
     if not (is_training and config.inter_layer_dropout):
         return None
     return [dropout_mask(config, layer, shape, dtype, xp) for layer in range(config.num_layers - 1)]
-
-
-def _multiply_adds(config: RNNConfig, max_time: int, batch: int) -> int:
-    """The multiply-adds of one forward: per pseudo-layer T*B*G*N*(width + P), plus T*B*N*P of a projection."""
-    gn, p = config.num_gates * config.num_units, config.state_size
-    total = 0
-    for layer in range(config.num_layers):
-        width = config.output_size if layer else (0 if config.input_mode == "skip_input" else config.input_size)
-        total += config.num_directions * max_time * batch * (gn * (width + p) + config.num_proj * config.num_units)
-    return total
 
 
 def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int, columns: slice) -> dict[str, Array]:
@@ -394,8 +418,9 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
         part_valid = _valid_mask(part_lengths, max_time, xp)
         invalid = None if part_valid is None else ~part_valid
         grads = part_grads[columns.start] = xp.zeros(layout.size, dtype=dtype)
-        def layer_backward(layer: int, layer_in: Array, d_out: Array, d_in: Array) -> None:
+        def layer_backward(layer: int, d_out: Array, d_in: Array, hooks: _parts.ChunkHooks) -> None:
             """Both directions of ``layer``; at once, the reverse one adds into a ``d_in`` of its own, added after."""
+            layer_in = x_tm[:, columns] if layer == 0 else saved_all["output", layer - 1][:, columns]  # dropout applied
             d_in_reverse = xp.zeros(layer_in.shape, dtype=dtype) if run.schedule.directions_together else d_in
 
             def direction_backward(direction: int) -> None:
@@ -406,7 +431,7 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
                     _slots_for(saved_all, k, columns), d_out[:, :, direction * p:(direction + 1) * p],
                     dhy[k, columns], None if dcy is None else dcy[k, columns], h0[k, columns].astype(dtype, copy=False),
                     None if c0 is None else c0[k, columns].astype(dtype, copy=False), invalid,
-                    d_in_reverse if direction else d_in, direction == 0, run, xp)
+                    d_in_reverse if direction else d_in, direction == 0, run, xp, hooks)
                 dh0[k, columns] = dh
                 if dc0 is not None:
                     dc0[k, columns] = dc
@@ -415,16 +440,42 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
             if d_in_reverse is not d_in:
                 d_in += d_in_reverse
 
+        def finish_rows(layer: int, d_in: Array, start: int, stop: int) -> None:
+            """Layer ``layer``'s input gradient at [start, stop) becomes the layer below's: through dropout."""
+            if layer > 0 and masks is not None:
+                d_in[start:stop] *= masks[layer - 1][start:stop, columns]
+
+        def input_gradient(layer: int) -> Array:
+            shape = (max_time, columns.stop - columns.start, config.output_size)
+            return dx[:, columns] if layer == 0 else xp.zeros(shape, dtype=dtype)
+
+        top = config.num_layers - 1
+        if run.schedule.layers_together:  # a wavefront from the last step: layer l-1 reads a chunk once l wrote it
+            d_ins = [input_gradient(layer) for layer in range(config.num_layers)]
+            wave = _parts.Wavefront(config.num_layers, max_time)
+
+            def layer_job(layer: int) -> None:
+                def before(start: int, stop: int) -> None:
+                    if layer < top:
+                        wave.wait(layer + 1, lambda reached: reached <= start)
+
+                def after(start: int, stop: int) -> None:
+                    finish_rows(layer, d_ins[layer], start, stop)
+                    wave.publish(layer, start)
+
+                layer_backward(layer, d_ins[layer + 1] if layer < top else d_output[:, columns], d_ins[layer],
+                               _parts.ChunkHooks(before, after))
+
+            _parts.run_all([wave.job(functools.partial(layer_job, layer)) for layer in range(config.num_layers)])
+            return
         d_out = d_output[:, columns]
         for layer in reversed(range(config.num_layers)):
-            layer_in = x_tm[:, columns] if layer == 0 else saved_all["output", layer - 1][:, columns]  # dropout applied
-            d_in = dx[:, columns] if layer == 0 else xp.zeros(layer_in.shape, dtype=dtype)
-            layer_backward(layer, layer_in, d_out, d_in)
+            d_in = input_gradient(layer)
+            layer_backward(layer, d_out, d_in, _parts.ChunkHooks())
+            finish_rows(layer, d_in, 0, max_time)
             d_out = d_in
-            if layer > 0 and masks is not None:
-                d_out *= masks[layer - 1][:, columns]
 
-    run.parts(backward_part, batch, d, 2 * _multiply_adds(config, max_time, batch))
+    run.parts(backward_part, batch, d, config.num_layers, 2 * _parts.multiply_adds(config, max_time, batch))
     dparams, *others = part_grads.values()
     for other in others:
         dparams += other
@@ -437,7 +488,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
                         grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array, dc: Array | None,
                         h_init: Array,
                         c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, run: _Run,
-                        xp: Any) -> tuple[Array, Array | None]:
+                        xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
     """Backprop through one pseudo-layer, a chunk of steps at a time, latest chunk first.
 
     ``layer_in`` [T, B, width] and ``d_out`` [T, B, P] are in natural order; the saved tensors
@@ -451,7 +502,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     gn = config.num_gates * n
     max_time, batch, width = layer_in.shape
-    dtype, chunk = layer_in.dtype, max(1, min(max_time, TIME_CHUNK, BACKWARD_CHUNK // (batch * gn)))
+    dtype, chunk = layer_in.dtype, max(1, min(max_time, run.time_chunk(), BACKWARD_CHUNK // (batch * gn)))
     block = max(1, min(chunk, FACTOR_BLOCK // (batch * gn)))
     gates, c_seq, rec_n = saved["gates"], saved.get("cell"), saved.get("rec_n")
     # the carried h: saved, or for RNN the activations, or for an LSTM recomputed (``unprojected``)
@@ -475,6 +526,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
         return rows
 
     for start, stop in reversed(_chunks(max_time, chunk)):
+        hooks.before(start, stop)
         steps = stop - start
         dg, dr = dg_buffer[:steps], dr_buffer[:steps]
         dy = order.gather(d_out, start, stop)
@@ -526,6 +578,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
             assert d_projected is not None and unprojected is not None, "a projecting LSTM has both"
             _add_products(grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
                                            unprojected[:steps].reshape(steps * batch, n))], first, xp)
+        hooks.after(start, stop)
     return dh, dc
 
 

@@ -1,14 +1,23 @@
-"""A call's batch split into independent parts, run at once on the cores: how the compiled backend uses them.
+"""How the compiled backend keeps the cores busy: a call's schedule, and the threads that run it.
 
-    parts = batch_parts(batch=32, workers=2)     # [slice(0, 16), slice(16, 32)]
-    run_parts(work, parts)                       # work(slice) for each, one thread per part
+    plan = schedule(batch=32, directions=1, layers=2, workers=2, multiply_adds=1 << 30)
+    # Schedule(parts=[slice(0, 32)], directions_together=False, layers_together=True)
+    run_parts(work, plan.parts)                  # work(columns) for each part, one thread per part
 
-The sequences of a batch never meet in an RNN: each column b of x, h0, c0, y, hy, cy, the reserve and the
-gradients depends on column b alone, but for the weight gradients, which are sums over the batch. So a
-call runs as ``len(parts)`` copies of itself on column ranges of every array, each on its own thread with a
-single-threaded BLAS, none waiting for another (no step-by-step hand-off, no barrier): each part's
-weight gradients go to its own buffer, added once at the end. The compiled cells and BLAS release the
-GIL, so the parts run in parallel. How many parts a call gets is :func:`part_count`'s rule.
+Three kinds of work never wait on each other step by step, and each thread runs them with a
+single-threaded BLAS (no thread hand-off per step):
+
+- **directions**: a bidirectional layer's two directions read the same input and write their own halves of
+  the output (in backprop, each its own input gradient, added after);
+- **layers, as a wavefront**: in a unidirectional stack, layer l+1 runs a chunk of steps once layer l has
+  written it (:class:`Wavefront`; backprop runs from the last chunk down), as cuDNN overlaps layers;
+- **parts of the batch**: the sequences never meet, so each column range of x, h0, c0, y, hy, cy, the
+  reserve and the gradients is a whole call of its own, but for the weight gradients, summed over the
+  batch: each part's go to a buffer of its own, added once at the end.
+
+The first two keep the whole batch in each recurrent product, where BLAS is most efficient (a product of
+16 rows runs at about 0.7x the rate of one of 32 on one core); the batch is split over the cores left
+(:func:`schedule`). The compiled cells and BLAS release the GIL, so the threads run in parallel.
 """
 
 from __future__ import annotations
@@ -19,7 +28,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["PART_GRAIN", "Schedule", "schedule", "part_count", "batch_parts", "run_parts", "run_all"]
+from ..config import RNNConfig
+
+__all__ = ["PART_GRAIN", "Schedule", "schedule", "multiply_adds", "part_count", "batch_parts", "Aborted",
+           "Wavefront", "ChunkHooks", "run_parts", "run_all"]
 
 #: the multiply-adds of a call below which it runs as one part: starting a thread (tens of microseconds)
 #: costs more than a second core gives to a call this small (a decode step, T = B = 1, is one)
@@ -29,19 +41,34 @@ PART_GRAIN = 1 << 22
 @dataclass(frozen=True)
 class Schedule:
     """How a call runs: ``parts`` of the batch at once, and in each, a bidirectional layer's two directions at
-    once (``directions_together``) or one after the other."""
+    once (``directions_together``) or one after the other, and a unidirectional stack's layers as a wavefront
+    (``layers_together``: layer l+1 on a chunk of steps while layer l is on the next) or one after the other."""
 
     parts: list[slice]
     directions_together: bool
+    layers_together: bool = False
 
 
-def schedule(batch: int, directions: int, workers: int, multiply_adds: int) -> Schedule:
+def schedule(batch: int, directions: int, layers: int, workers: int, multiply_adds: int) -> Schedule:
     """The schedule of a call with ``workers`` cores free: a bidirectional network's directions on two of
-    them (each keeps the whole batch in its products, where BLAS is most efficient), the batch split over
-    the rest (``part_count``)."""
-    together = directions == 2 and workers >= 2 and multiply_adds >= PART_GRAIN
-    per_part = 2 if together else 1
-    return Schedule(batch_parts(batch, part_count(batch, max(1, workers // per_part), multiply_adds)), together)
+    them, a unidirectional stack's layers on up to ``layers`` (each keeps the whole batch in its products,
+    where BLAS is most efficient), the batch split over the rest (``part_count``)."""
+    large = workers >= 2 and multiply_adds >= PART_GRAIN
+    directions_together = large and directions == 2
+    layers_together = large and directions == 1 and layers >= 2
+    per_part = 2 if directions_together else min(layers, workers) if layers_together else 1
+    return Schedule(batch_parts(batch, part_count(batch, max(1, workers // per_part), multiply_adds)),
+                    directions_together, layers_together)
+
+
+def multiply_adds(config: RNNConfig, max_time: int, batch: int) -> int:
+    """The multiply-adds of one forward: per pseudo-layer T*B*G*N*(width + P), plus T*B*N*P of a projection."""
+    gn, p = config.num_gates * config.num_units, config.state_size
+    total = 0
+    for layer in range(config.num_layers):
+        width = config.output_size if layer else (0 if config.input_mode == "skip_input" else config.input_size)
+        total += config.num_directions * max_time * batch * (gn * (width + p) + config.num_proj * config.num_units)
+    return total
 
 
 def part_count(batch: int, workers: int, multiply_adds: int) -> int:
@@ -62,6 +89,56 @@ def batch_parts(batch: int, parts: int) -> list[slice]:
     for index in range(parts):
         bounds.append(bounds[-1] + size + (1 if index < extra else 0))
     return [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
+
+
+class Aborted(Exception):
+    """Raised in a job that waited on another job which failed (``run_all`` raises that one's error)."""
+
+
+class Wavefront:
+    """How far each layer of a wavefront has come: ``reached[layer]`` is a time position, which the layer
+    after it waits on (``wait``) before it reads the steps that position covers. A failed layer
+    (``fail``) ends every wait with :class:`Aborted`."""
+
+    def __init__(self, layers: int, start: int) -> None:
+        self.reached = [start] * layers
+        self.failed = False
+        self._changed = threading.Condition()
+
+    def publish(self, layer: int, position: int) -> None:
+        with self._changed:
+            self.reached[layer] = position
+            self._changed.notify_all()
+
+    def wait(self, layer: int, ready: Callable[[int], bool]) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self.failed or ready(self.reached[layer]))
+            if self.failed:
+                raise Aborted(f"layer {layer} failed")
+
+    def fail(self) -> None:
+        with self._changed:
+            self.failed = True
+            self._changed.notify_all()
+
+    def job(self, work: Callable[[], None]) -> Callable[[], None]:
+        """``work`` as a job of ``run_all`` that, if it fails, ends the other layers' waits."""
+        def guarded() -> None:
+            try:
+                work()
+            except BaseException:
+                self.fail()
+                raise
+        return guarded
+
+
+@dataclass(frozen=True)
+class ChunkHooks:
+    """What a layer's loop calls around each chunk of steps [start, stop): ``before`` it reads its input
+    there, ``after`` it has written its output there (no-ops: the layers run one after the other)."""
+
+    before: Callable[[int, int], None] = lambda start, stop: None
+    after: Callable[[int, int], None] = lambda start, stop: None
 
 
 def run_parts(work: Callable[[slice], None], parts: Sequence[slice]) -> None:
@@ -93,4 +170,4 @@ def run_all(jobs: Sequence[Callable[[], None]]) -> None:
     for thread in threads:
         thread.join()
     if errors:
-        raise errors[0]
+        raise next((error for error in errors if not isinstance(error, Aborted)), errors[0])
