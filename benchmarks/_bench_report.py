@@ -14,24 +14,34 @@ from typing import Any, Callable
 Column = tuple[str, Callable[[dict], str]]
 
 
-def interleaved_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Milliseconds per call of each step, the steps taking turns so that machine noise hits all alike."""
+#: seconds a side waits, untimed, before its turn where ``settle`` is asked for: OpenBLAS's idle threads spin
+#: for about 0.1 s after a call, so without it a side would start with the last side's threads on its cores
+SETTLE_S = 0.25
+
+
+def interleaved_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int,
+                   settle: bool = False) -> dict[str, list[float]]:
+    """Milliseconds per call of each step, the steps taking turns so that machine noise hits all alike (each
+    after ``SETTLE_S`` idle with ``settle``)."""
     for _ in range(warmup):
         for step in steps.values():
             step()
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
+            if settle:
+                time.sleep(SETTLE_S)
             start = time.perf_counter()
             step()
             times[name].append(1e3 * (time.perf_counter() - start))
     return times
 
 
-def median_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int, prefix: str) -> dict[str, Any]:
+def median_ms(steps: dict[str, Callable[[], Any]], warmup: int, repeats: int, prefix: str,
+              settle: bool = False) -> dict[str, Any]:
     """``interleaved_ms`` of ``steps`` as row entries: ``{prefix}{name}_ms`` (median), ``..._times_ms`` (all)
     and ``{prefix}spread``: the largest max/min of a side's times (1 on a quiet machine)."""
-    times = interleaved_ms(steps, warmup, repeats)
+    times = interleaved_ms(steps, warmup, repeats, settle)
     row: dict[str, Any] = {f"{prefix}{name}_ms": statistics.median(ms) for name, ms in times.items()}
     row.update({f"{prefix}{name}_times_ms": ms for name, ms in times.items()})
     row[f"{prefix}spread"] = max(max(ms) / min(ms) for ms in times.values())

@@ -72,14 +72,16 @@ def floor_products(bench: Bench, backward: bool, dtype: type = np.float32,
     return forward + backprop
 
 
-def gemm_floor(bench: Bench, dtype: type, backward: bool) -> Callable[[], None]:
+def gemm_floor(bench: Bench, dtype: type, backward: bool, threads: int) -> Callable[[], None]:
     """The matrix products of one step, alone (:func:`floor_products`): NumPy's BLAS (``np.matmul(..., out=...)``)
-    on preallocated operands of ``dtype``. Returns the step; ``backward=False`` runs the forward products only."""
+    on preallocated operands of ``dtype``, its pools held at ``threads`` (whatever the last side left them at).
+    Returns the step; ``backward=False`` runs the forward products only."""
     products = floor_products(bench, backward, dtype, np.random.default_rng(1))
 
     def step() -> None:
-        for a, b, out in products:
-            np.matmul(a, b, out=out)
+        with threadpool_limits(limits=threads, user_api="blas"):
+            for a, b, out in products:
+                np.matmul(a, b, out=out)
 
     return step
 

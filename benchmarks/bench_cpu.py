@@ -35,7 +35,9 @@ floor), torch (``torch.set_num_threads``) and ONNX Runtime (intra-op threads). W
 own policy (``cudnn_rnn.cpu``: at most the BLAS pool), and torch and ONNX Runtime get the count set for ours,
 else the BLAS pool's size (the cores unless a *_NUM_THREADS variable says otherwise). ONNX Runtime runs one
 inter-op thread, sequentially, with all graph optimisations. Idle workers of torch (``OMP_WAIT_POLICY=PASSIVE``)
-and of ONNX Runtime sleep rather than spin, so that no side takes the cores from the side timed next.
+and of ONNX Runtime sleep rather than spin, and each side of a configuration waits ``_bench_report.SETTLE_S``
+(untimed) before its turn, past the time OpenBLAS's idle threads spin, so that no side takes the cores from the
+side timed next.
 
 Both sides agree on the results or the run fails: our output and input gradient against torch's (relative
 to their max, <= 1e-3; checked without dropout, whose masks differ), our inference output against ONNX
@@ -227,17 +229,19 @@ def measure(bench: Bench, warmup: int, repeats: int, repeats64: int, threads: in
     checked = (ours, theirs) if plain == bench else (ours_step(plain, problem), torch_step(plain, problem))
     torch_difference = check_same_results(checked[0](), checked[1]())
     row: dict[str, Any] = dict(config=asdict(bench), name=bench.name())
-    row.update(median_ms({"ours": ours, "torch": theirs, "floor": gemm_floor(bench, np.float32, backward=True)},
-                         warmup, repeats, "train_"))
+    floor32 = gemm_floor(bench, np.float32, backward=True, threads=threads)
+    row.update(median_ms({"ours": ours, "torch": theirs, "floor": floor32},
+                         warmup, repeats, "train_", settle=True))
 
     inference, runtime = ours_inference(bench, problem), ort_inference(bench, problem, threads, folder)
     ort_difference = check_same_output(inference(), runtime())
-    row.update(median_ms({"ours": inference, "ort": runtime, "floor": gemm_floor(bench, np.float32, backward=False)},
-                         warmup, repeats, "infer_"))
+    forward32 = gemm_floor(bench, np.float32, backward=False, threads=threads)
+    row.update(median_ms({"ours": inference, "ort": runtime, "floor": forward32},
+                         warmup, repeats, "infer_", settle=True))
 
     steps64 = {"ours": ours_step(bench, make_problem(bench, np.float64)),
-               "floor": gemm_floor(bench, np.float64, backward=True)}
-    row.update(median_ms(steps64, warmup, repeats64, "float64_"))
+               "floor": gemm_floor(bench, np.float64, backward=True, threads=threads)}
+    row.update(median_ms(steps64, warmup, repeats64, "float64_", settle=True))
 
     memory = training_memory(ours)
     doubled = replace(bench, max_time=2 * bench.max_time)

@@ -33,12 +33,15 @@ steps of each layer and direction, the recurrent products through BLAS called fr
 compute the same equations and agree to float rounding. ``"auto"`` takes the compiled cells when numba
 imports. CuPy arrays never use either: they run cuDNN.
 
-**Parts.** The compiled cells keep the cores busy themselves: a call's batch is split into
-``min(cores it may use, B)`` parts that run at once on threads, each with a single-threaded BLAS (``_parts``;
-"cores it may use" is the count set, else ``min(pool, cores - others)`` above). The BLAS pools are left
-at one thread while such a call runs, so no pool's waiting threads compete with the parts; a call of fewer
-than ``_parts.PART_GRAIN`` multiply-adds runs as one part. The NumPy cells run the batch whole, with the
-threads per product above.
+**Schedule.** The compiled cells keep the cores busy themselves, on as many threads as the call may use
+cores (the count set, else ``min(pool, cores - others)`` above), each with a single-threaded BLAS
+(``_parts``): a bidirectional layer's directions at once, a unidirectional stack's layers as a wavefront,
+and the batch split into parts over the cores left. The BLAS pools are left
+at one thread while such a call runs, so no pool's waiting threads compete with the parts, and after it: a
+waiting OpenBLAS thread spins for about 0.1 s after each product it shared, so a product of the program's
+own on several threads between two calls would take a core from the next call's parts (1.7x slower where
+measured). A call of fewer than ``_parts.PART_GRAIN`` multiply-adds runs on one thread. The NumPy cells run
+the batch whole, with the threads per product above, and leave the pools as above.
 
 The package is the reference backend: ``_backend`` runs the network over layers, directions and time
 (the backend interface ``cudnn_rnn.ops`` calls for NumPy arrays), ``_cells`` and ``_fused_cells`` are

@@ -252,6 +252,7 @@ class _Run:
         else:
             self.schedule = _parts.schedule(batch, directions, layers, self.threads.workers(), multiply_adds)
             self.threads.pin(1)
+            self.threads.leave = 1  # an idle BLAS thread spins: left at more, it would take a core from the next call
         _parts.run_parts(work, self.schedule.parts)
 
     def time_chunk(self) -> int:
