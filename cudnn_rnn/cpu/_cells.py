@@ -67,10 +67,11 @@ class LayerWeights(TypedDict):
 
 @dataclass(frozen=True)
 class ForwardWeights:
-    """One pseudo-layer's weights as the forward steps use them: gates in ``FORWARD_ORDER``, each
-    gate's rows times its ``SCALES`` factor. ``W`` [G*N, width] (None under skip_input, then
-    ``input_scale`` (G factors) scales x per gate), ``R`` [G*N, P], ``bias`` [G*N] (bW + bR, without GRU's
-    bR_n), ``bR_n`` [N] (GRU, scaled like its gate), ``Proj`` [P, N] (LSTM projection)."""
+    """One pseudo-layer's weights as a cells module's forward steps use them: here (``forward_weights``) gates
+    in ``FORWARD_ORDER``, each gate's rows times its ``SCALES`` factor; the compiled cells' take the params'
+    own, in cuDNN's order and unscaled. ``W`` [G*N, width] (None under skip_input, then ``input_scale``
+    (G factors) scales x per gate), ``R`` [G*N, P], ``bias`` [G*N] (bW + bR, without GRU's bR_n), ``bR_n``
+    [N] (GRU, scaled like its gate), ``Proj`` [P, N] (LSTM projection)."""
 
     W: Array | None
     R: Array
