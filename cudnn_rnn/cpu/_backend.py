@@ -100,8 +100,8 @@ BACKWARD_CHUNK = 1 << 20
 FACTOR_BLOCK = 1 << 16
 
 
-def _chunks(max_time: int, size: int | None = None) -> list[tuple[int, int]]:
-    size = TIME_CHUNK if size is None else size
+def _chunks(max_time: int, size: int) -> list[tuple[int, int]]:
+    """[start, stop) of each run of ``size`` steps in [0, max_time) (the last one shorter)."""
     return [(start, min(max_time, start + size)) for start in range(0, max_time, size)]
 
 
@@ -245,8 +245,9 @@ class _Run:
     def parts(self, work: Callable[[slice], None], batch: int, directions: int, layers: int,
               multiply_adds: int) -> None:
         """``work(columns)`` over the batch: the compiled cells run it as their schedule says (``_parts``: parts
-        of the batch at once, a bidirectional layer's directions at once), each thread with a single-threaded
-        BLAS; the NumPy cells (the reference) run it whole, their products on the threads the policy gives each."""
+        of the batch at once, a bidirectional layer's directions at once, a unidirectional stack as a wavefront),
+        each thread with a single-threaded BLAS; the NumPy cells (the reference) run it whole, their products on
+        the threads the policy gives each."""
         if self.cells is _cells:
             self.schedule = _parts.Schedule([slice(0, batch)], False)
         else:
