@@ -39,9 +39,9 @@ from typing import Any, TypedDict
 
 from .._arrays import Array
 
-__all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "Workspace",
-           "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors", "unprojected_gradient",
-           "step_backward", "steps_backward"]
+__all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "folded_biases",
+           "Workspace", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
+           "unprojected_gradient", "step_backward", "steps_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -89,16 +89,25 @@ def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -
         blocks = stacked.reshape(len(order), n, -1)[list(order)]
         return (blocks * xp.asarray(scale, dtype=stacked.dtype)[:, None, None]).reshape(len(order) * n, -1)
 
-    bias = weights["bR"].copy()
-    bR_n = None
-    if mode == "gru":  # bR_n sits inside r * (R_n h + bR_n): not foldable into the input GEMM
-        bR_n = bias[2 * n:] * scale[2]  # a Python float: bR_n keeps the params' dtype
-        bias[2 * n:] = 0
-    if weights["bW"] is not None:
-        bias += weights["bW"]
+    bias, bR_n = folded_biases(mode, n, weights)
+    if bR_n is not None:
+        bR_n *= scale[2]  # scaled like its gate (by a Python float: it keeps the params' dtype)
     W = weights["W"]
     return ForwardWeights(W=None if W is None else arrange(W), R=arrange(weights["R"]), bias=arrange(bias)[:, 0],
                           input_scale=scale, bR_n=bR_n, Proj=weights["Proj"])
+
+
+def folded_biases(mode: str, num_units: int, weights: LayerWeights) -> tuple[Array, Array | None]:
+    """(bW + bR, in cuDNN's order, without a GRU's bR_n; that bR_n [N] or None), both new arrays: bR_n sits inside
+    r * (R_n h + bR_n), so it cannot join the input GEMM's bias."""
+    bias = weights["bR"].copy()
+    bR_n = None
+    if mode == "gru":
+        bR_n = bias[2 * num_units:].copy()
+        bias[2 * num_units:] = 0
+    if weights["bW"] is not None:
+        bias += weights["bW"]
+    return bias, bR_n
 
 
 class Workspace:

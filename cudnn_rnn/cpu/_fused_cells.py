@@ -24,7 +24,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .._arrays import Array
-from ._cells import Factors, ForwardWeights, LayerWeights, Workspace
+from ._cells import Factors, ForwardWeights, LayerWeights, Workspace, folded_biases
 
 __all__ = ["forward_weights", "steps_forward", "factors", "steps_backward", "KERNELS"]
 
@@ -152,13 +152,7 @@ def _rnn_forward(gates: Any, rec: Any, relu: bool) -> None:
 def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
     """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is copied or
     scaled, the kernels read cuDNN's gate order), ``bias`` bW + bR (without a GRU's bR_n, which stays apart)."""
-    bias = weights["bR"].copy()
-    bR_n = None
-    if mode == "gru":  # bR_n sits inside r * (R_n h + bR_n): not foldable into the input GEMM
-        bR_n = bias[2 * num_units:].copy()
-        bias[2 * num_units:] = 0
-    if weights["bW"] is not None:
-        bias += weights["bW"]
+    bias, bR_n = folded_biases(mode, num_units, weights)
     num_gates = weights["R"].shape[0] // num_units
     return ForwardWeights(W=weights["W"], R=weights["R"], bias=bias, input_scale=(1.0,) * num_gates, bR_n=bR_n,
                           Proj=weights["Proj"])
