@@ -37,7 +37,8 @@ else the BLAS pool's size (the cores unless a *_NUM_THREADS variable says otherw
 inter-op thread, sequentially, with all graph optimisations. Idle workers of torch (``OMP_WAIT_POLICY=PASSIVE``)
 and of ONNX Runtime sleep rather than spin, and each side of a configuration waits ``_bench_report.SETTLE_S``
 (untimed) before its turn, past the time OpenBLAS's idle threads spin, so that no side takes the cores from the
-side timed next.
+side timed next, then runs once untimed (what a call pays after an idle spell, which is large on a virtual
+machine) before its timed call: each time is what the call costs in a loop.
 
 Both sides agree on the results or the run fails: our output and input gradient against torch's (relative
 to their max, <= 1e-3; checked without dropout, whose masks differ), our inference output against ONNX
