@@ -140,7 +140,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     max_time, batch = layer_in.shape[0], layer_in.shape[1]
     dtype, chunk = layer_in.dtype, min(max_time, run.time_chunk())
-    fw = run.cells.forward_weights(mode, n, weights, xp)
+    fw = run.cells.forward_weights(mode, n, weights, xp, rows=max_time * batch)
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
 
     def track(name: str, width: int) -> _Track:
@@ -516,6 +516,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
     unprojected = xp.empty((chunk, batch, n), dtype=dtype) if projecting or h_seq is None else None
     d_projected = xp.empty((chunk, batch, p), dtype=dtype) if projecting else None
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
+    recurrent = run.cells.backward_recurrent(weights["R"], max_time * batch, xp)
     dh, dc = xp.array(dh, dtype=dtype), None if dc is None else xp.array(dc, dtype=dtype)
 
     def previous(sequence: Array, initial: Array, a: int, b: int) -> Array:
@@ -545,7 +546,7 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
                            None if rec_n is None else rec_n[a:b],
                            previous(h_seq, h_init, a, b) if mode == "gru" else None,
                            factors, None if invalid is None else invalid[a:b], xp)
-            run.cells.steps_backward(mode, n, factors, weights["R"], weights["Proj"], dh, dy[rows], dc,
+            run.cells.steps_backward(mode, n, factors, recurrent, weights["Proj"], dh, dy[rows], dc,
                                      None if d_projected is None else d_projected[rows],
                                      None if invalid is None else invalid[a:b], ws, xp)
         first = stop == max_time  # the first chunk backprop sees writes the weight gradients, later ones add

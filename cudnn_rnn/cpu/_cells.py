@@ -41,7 +41,7 @@ from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "folded_biases",
            "Workspace", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
-           "unprojected_gradient", "step_backward", "steps_backward"]
+           "unprojected_gradient", "step_backward", "backward_recurrent", "steps_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -70,8 +70,9 @@ class ForwardWeights:
     """One pseudo-layer's weights as a cells module's forward steps use them: here (``forward_weights``) gates
     in ``FORWARD_ORDER``, each gate's rows times its ``SCALES`` factor; the compiled cells' take the params'
     own, in cuDNN's order and unscaled. ``W`` [G*N, width] (None under skip_input, then ``input_scale``
-    (G factors) scales x per gate), ``R`` [G*N, P], ``bias`` [G*N] (bW + bR, without GRU's bR_n), ``bR_n``
-    [N] (GRU, scaled like its gate), ``Proj`` [P, N] (LSTM projection)."""
+    (G factors) scales x per gate), ``R`` [G*N, P] (the compiled cells: R^T packed, ``_gemm.pack``, where the
+    call's rows pay for it), ``bias`` [G*N] (bW + bR, without GRU's bR_n), ``bR_n`` [N] (GRU, scaled like its
+    gate), ``Proj`` [P, N] (LSTM projection)."""
 
     W: Array | None
     R: Array
@@ -81,8 +82,9 @@ class ForwardWeights:
     Proj: Array | None
 
 
-def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
-    """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_backend``) for the forward."""
+def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, rows: int = 0) -> ForwardWeights:
+    """Reorder and scale ``weights`` (cuDNN order: W, R, bW, bR, Proj; see ``_backend``) for the forward of
+    ``rows`` (T*B) rows (which the compiled cells' choice takes into account; here, unused)."""
     order, n, scale = FORWARD_ORDER[mode], num_units, SCALES[mode]
 
     def arrange(stacked: Array) -> Array:
@@ -355,6 +357,12 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
         xp.matmul(dg, R, out=dh)
     if invalid is not None:  # past the end the state was carried: so is its gradient
         xp.copyto(dh, dh_total, where=invalid)
+
+
+def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:
+    """R [G*N, P] as ``steps_backward`` takes it for a backprop of ``rows`` (T*B) rows: itself (the compiled
+    cells' may pack it)."""
+    return R
 
 
 def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,

@@ -2,9 +2,10 @@
 
 ``forward_weights``, ``steps_forward``, ``factors`` and ``steps_backward`` take the arguments of ``_cells``'s
 (which stays the reference and the fallback). ``steps_forward`` runs a chunk's steps in one compiled loop:
-per step ``R h`` through BLAS called from the compiled code (numba's ``np.dot``, on SciPy's BLAS), then one
-pass over the rows for the cell; ``steps_backward`` likewise runs a block's steps latest first, one pass
-then ``dg @ R``. The weights are read as the params hold them (cuDNN's gate order, unscaled: nothing is
+per step ``R h`` (``_gemm.product`` on R^T packed once per call, ``forward_weights``; BLAS from the compiled
+code, numba's ``np.dot`` on SciPy's, for a call too small to pack), then one pass over the rows for the
+cell; ``steps_backward`` likewise runs a block's steps latest first, one pass then ``dg @ R`` (R packed by
+``backward_recurrent``). The weights are read in the params' order (cuDNN's gate order, unscaled: nothing is
 rearranged per call); the activations are written in ``_cells.FORWARD_ORDER``, as the reserve keeps them.
 Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a)), tanh(a) = 2 sig(2a) - 1:
 ``_cells`` scales the weights by -1 and -2 instead, which is exact), with an exponential written out below
@@ -25,8 +26,14 @@ from numba.extending import overload
 
 from .._arrays import Array
 from ._cells import Factors, ForwardWeights, LayerWeights, Workspace, folded_biases
+from ._gemm import pack, product
 
-__all__ = ["forward_weights", "steps_forward", "factors", "steps_backward", "KERNELS"]
+__all__ = ["PACK_ROWS", "forward_weights", "steps_forward", "factors", "backward_recurrent", "steps_backward",
+           "KERNELS"]
+
+#: the rows (T*B) of a call from which the recurrent matrix is packed for ``_gemm.product`` (packing reads
+#: and writes it once; each row's product then runs faster than BLAS's: below, a decode step, it does not pay)
+PACK_ROWS = 8
 
 
 def _exp(x: float) -> float:
@@ -149,13 +156,35 @@ def _rnn_forward(gates: Any, rec: Any, relu: bool) -> None:
                 g[j] = two * (one / (one + _exp(minus_two * (g[j] + r[j])))) - one
 
 
-def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any) -> ForwardWeights:
-    """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is copied or
-    scaled, the kernels read cuDNN's gate order), ``bias`` bW + bR (without a GRU's bR_n, which stays apart)."""
+def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, rows: int = 0) -> ForwardWeights:
+    """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is scaled, the
+    kernels read cuDNN's gate order), R^T packed (``_gemm.pack``) from ``PACK_ROWS`` rows (T*B), ``bias``
+    bW + bR (without a GRU's bR_n, which stays apart)."""
     bias, bR_n = folded_biases(mode, num_units, weights)
     num_gates = weights["R"].shape[0] // num_units
-    return ForwardWeights(W=weights["W"], R=weights["R"], bias=bias, input_scale=(1.0,) * num_gates, bR_n=bR_n,
-                          Proj=weights["Proj"])
+    return ForwardWeights(W=weights["W"], R=backward_recurrent(weights["R"].T, rows, xp), bias=bias,
+                          input_scale=(1.0,) * num_gates, bR_n=bR_n, Proj=weights["Proj"])
+
+
+def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:
+    """As ``_cells.backward_recurrent``: R packed (``_gemm.pack``) from ``PACK_ROWS`` rows, else itself."""
+    return pack(R) if rows >= PACK_ROWS else R
+
+
+def _operands(matrix: Array) -> tuple[Array, Array]:
+    """(the matrix for BLAS, its panels for ``_gemm.product``) of a matrix or its panels: the other one empty."""
+    if matrix.ndim == 3:
+        return _absent(matrix.dtype, 2), matrix
+    return matrix, _absent(matrix.dtype, 3)
+
+
+@_jit
+def _recurrent(a: Any, matrix: Any, panels: Any, out: Any) -> None:
+    """out <- a @ the matrix: by ``_gemm.product`` where its panels are given, else by BLAS."""
+    if panels.shape[0] > 0:
+        product(a, panels, out)
+    else:
+        np.dot(a, matrix, out)
 
 
 def _absent(dtype: Any, ndim: int) -> Array:
@@ -164,15 +193,15 @@ def _absent(dtype: Any, ndim: int) -> Array:
 
 
 @_jit
-def _lstm_steps(gates: Any, RT: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any, c_rows: Any,
+def _lstm_steps(gates: Any, RT: Any, panels: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any, c_rows: Any,
                 invalid: Any, rec: Any, unprojected: Any) -> None:
-    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (BLAS), the cell, h_j <- o tanh(c_j) (times Proj^T when
+    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell, h_j <- o tanh(c_j) (times Proj^T when
     ``ProjT`` is not empty), rows past their end carried (when ``invalid`` is not empty)."""
     projecting, padded = ProjT.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else h_rows[j - 1]
         c_prev = c_init if j == 0 else c_rows[j - 1]
-        np.dot(h_prev, RT, rec)
+        _recurrent(h_prev, RT, panels, rec)
         if projecting:
             _lstm_forward(gates[j], rec, c_prev, unprojected, c_rows[j])
             np.dot(unprojected, ProjT, h_rows[j])
@@ -184,26 +213,26 @@ def _lstm_steps(gates: Any, RT: Any, ProjT: Any, h_init: Any, c_init: Any, h_row
 
 
 @_jit
-def _gru_steps(gates: Any, RT: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any, invalid: Any,
-               rec: Any, rec_n_scratch: Any) -> None:
-    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (BLAS), the cell (R_n h + bR_n into ``rec_n_rows`` when
+def _gru_steps(gates: Any, RT: Any, panels: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any,
+               invalid: Any, rec: Any, rec_n_scratch: Any) -> None:
+    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (R_n h + bR_n into ``rec_n_rows`` when
     it is not empty), rows past their end carried."""
     saving, padded = rec_n_rows.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else h_rows[j - 1]
-        np.dot(h_prev, RT, rec)
+        _recurrent(h_prev, RT, panels, rec)
         _gru_forward(gates[j], rec, bR_n, h_prev, h_rows[j], rec_n_rows[j] if saving else rec_n_scratch)
         if padded:
             _carry_rows(invalid[j], h_rows[j], h_prev)
 
 
 @_jit
-def _rnn_steps(gates: Any, RT: Any, relu: bool, h_init: Any, invalid: Any, rec: Any) -> None:
+def _rnn_steps(gates: Any, RT: Any, panels: Any, relu: bool, h_init: Any, invalid: Any, rec: Any) -> None:
     """Plain RNN steps j = 0 .. s-1 in place of ``gates`` (which become h): rec <- h_{j-1} R^T, act."""
     padded = invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else gates[j - 1]
-        np.dot(h_prev, RT, rec)
+        _recurrent(h_prev, RT, panels, rec)
         _rnn_forward(gates[j], rec, relu)
         if padded:
             _carry_rows(invalid[j], gates[j], h_prev)
@@ -215,16 +244,17 @@ def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_
     """As ``_cells.steps_forward``: the s steps in one compiled loop, the products through BLAS from it."""
     dtype = gates.dtype
     padding = _absent(bool, 3) if invalid is None else invalid
+    RT, panels = _operands(fw.R)
     if mode == "lstm":
         assert c_init is not None and c_rows is not None, "an LSTM has c"
-        _lstm_steps(gates, fw.R.T, _absent(dtype, 2) if fw.Proj is None else fw.Proj.T, h_init, c_init, h_rows,
+        _lstm_steps(gates, RT, panels, _absent(dtype, 2) if fw.Proj is None else fw.Proj.T, h_init, c_init, h_rows,
                     c_rows, padding, ws.rec, ws.n)
     elif mode == "gru":
         assert fw.bR_n is not None, "a GRU has bR_n"
-        _gru_steps(gates, fw.R.T, fw.bR_n, h_init, h_rows, _absent(dtype, 3) if rec_n_rows is None else rec_n_rows,
-                   padding, ws.rec, ws.n2)
+        _gru_steps(gates, RT, panels, fw.bR_n, h_init, h_rows,
+                   _absent(dtype, 3) if rec_n_rows is None else rec_n_rows, padding, ws.rec, ws.n2)
     else:
-        _rnn_steps(gates, fw.R.T, mode == "rnn_relu", h_init, padding, ws.rec)
+        _rnn_steps(gates, RT, panels, mode == "rnn_relu", h_init, padding, ws.rec)
 
 
 @_jit
@@ -388,9 +418,9 @@ def _zero_rows(invalid: Any, target: Any) -> None:
 
 
 @_jit
-def _lstm_back_steps(dg: Any, k: Any, carry: Any, R: Any, Proj: Any, dh: Any, dy: Any, dc: Any,
+def _lstm_back_steps(dg: Any, k: Any, carry: Any, R: Any, panels: Any, Proj: Any, dh: Any, dy: Any, dc: Any,
                      d_projected: Any, invalid: Any, dh_total: Any, dm: Any) -> None:
-    """LSTM backprop over the steps of a block, latest first (``_lstm_step``, then dh <- dg R by BLAS)."""
+    """LSTM backprop over the steps of a block, latest first (``_lstm_step``, then dh <- dg R, ``_recurrent``)."""
     projecting, padded = Proj.shape[0] > 0, invalid.shape[0] > 0
     for j in range(dg.shape[0] - 1, -1, -1):
         _add_rows(dh, dy[j], dh_total)
@@ -402,29 +432,29 @@ def _lstm_back_steps(dg: Any, k: Any, carry: Any, R: Any, Proj: Any, dh: Any, dy
             _lstm_step(dm, k[j], carry[j], dg[j], dc)
         else:
             _lstm_step(dh_total, k[j], carry[j], dg[j], dc)
-        np.dot(dg[j], R, dh)
+        _recurrent(dg[j], R, panels, dh)
         if padded:
             _carry_rows(invalid[j], dh, dh_total)
 
 
 @_jit
-def _gru_back_steps(dg: Any, dr: Any, carry: Any, R: Any, dh: Any, dy: Any, dh_total: Any) -> None:
+def _gru_back_steps(dg: Any, dr: Any, carry: Any, R: Any, panels: Any, dh: Any, dy: Any, dh_total: Any) -> None:
     """GRU backprop over the steps of a block, latest first (past the end dr = 0 and carry = 1)."""
     for j in range(dg.shape[0] - 1, -1, -1):
         _add_rows(dh, dy[j], dh_total)
         _gru_step(dh_total, dg[j], dr[j])
-        np.dot(dr[j], R, dh)
+        _recurrent(dr[j], R, panels, dh)
         _add_carried(dh, dh_total, carry[j])
 
 
 @_jit
-def _rnn_back_steps(dg: Any, R: Any, dh: Any, dy: Any, invalid: Any, dh_total: Any) -> None:
+def _rnn_back_steps(dg: Any, R: Any, panels: Any, dh: Any, dy: Any, invalid: Any, dh_total: Any) -> None:
     """Plain RNN backprop over the steps of a block, latest first: dg *= dh_total, dh <- dg R."""
     padded = invalid.shape[0] > 0
     for j in range(dg.shape[0] - 1, -1, -1):
         _add_rows(dh, dy[j], dh_total)
         _multiply_rows(dg[j], dh_total)
-        np.dot(dg[j], R, dh)
+        _recurrent(dg[j], R, panels, dh)
         if padded:
             _carry_rows(invalid[j], dh, dh_total)
 
@@ -441,22 +471,26 @@ def _multiply_rows(target: Any, factor: Any) -> None:
 def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
                    dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
                    xp: Any) -> None:
-    """As ``_cells.steps_backward``: the block's steps in one compiled loop."""
+    """As ``_cells.steps_backward`` (``R`` as ``backward_recurrent`` gives it): the block's steps in one compiled
+    loop."""
     dtype, dy = f.dg.dtype, np.ascontiguousarray(dy)
     padding = _absent(bool, 3) if invalid is None else np.ascontiguousarray(invalid)
+    R, panels = _operands(R)
     R = np.ascontiguousarray(R)
     if mode == "lstm":
         assert f.k is not None and f.carry is not None and dc is not None, "an LSTM has k, carry and dc"
-        _lstm_back_steps(f.dg, f.k, f.carry, R, _absent(dtype, 2) if Proj is None else np.ascontiguousarray(Proj),
-                         dh, dy, dc, _absent(dtype, 3) if d_projected is None else d_projected, padding, ws.p, ws.n)
+        _lstm_back_steps(f.dg, f.k, f.carry, R, panels,
+                         _absent(dtype, 2) if Proj is None else np.ascontiguousarray(Proj), dh, dy, dc,
+                         _absent(dtype, 3) if d_projected is None else d_projected, padding, ws.p, ws.n)
     elif mode == "gru":
         assert f.carry is not None, "a GRU has carry"
-        _gru_back_steps(f.dg, f.dr, f.carry, R, dh, dy, ws.p)
+        _gru_back_steps(f.dg, f.dr, f.carry, R, panels, dh, dy, ws.p)
     else:
-        _rnn_back_steps(f.dg, R, dh, dy, padding, ws.p)
+        _rnn_back_steps(f.dg, R, panels, dh, dy, padding, ws.p)
 
 
 #: every compiled function, for the tests of the disk cache
 KERNELS = (_sigmoid_rows, _carry_rows, _lstm_forward, _gru_forward, _rnn_forward, _lstm_factors,
            _gru_factors, _rnn_factors, _lstm_step, _gru_step, _add_carried, _lstm_steps, _gru_steps, _rnn_steps,
-           _add_rows, _zero_rows, _lstm_back_steps, _gru_back_steps, _rnn_back_steps, _multiply_rows)
+           _add_rows, _zero_rows, _recurrent, _lstm_back_steps, _gru_back_steps, _rnn_back_steps, _multiply_rows,
+           product)

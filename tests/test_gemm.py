@@ -1,0 +1,103 @@
+"""The compiled cells' recurrent product (``cpu._gemm``) against float64 NumPy, and the cells' two ways to it.
+
+``product`` over every remainder of its tiles (rows), of its panels (columns) and depths 0, 1 and odd, in
+float32 and float64; it writes exactly out[:M, :N] (a wider buffer's other columns keep their values); it
+refuses shapes that disagree and rows that are not contiguous. The fused cells give the same results
+packed (``PACK_ROWS`` rows and more) and through BLAS (fewer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import cudnn_rnn  # noqa: E402
+from cudnn_rnn import cpu  # noqa: E402
+from cudnn_rnn.cpu import _fused_cells, _gemm  # noqa: E402
+
+TOLERANCE = {np.float32: 2e-6, np.float64: 1e-14}
+ROWS, NR = _gemm.TILE[0], _gemm.columns_per_panel(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("depth", [0, 1, 7, 130])
+def test_product_matches_numpy_over_every_tile_remainder(dtype: type, depth: int) -> None:
+    rng = np.random.default_rng(depth)
+    for rows in range(0, 2 * ROWS + 2):
+        for columns in (1, NR - 1, NR, NR + 3, 3 * NR):
+            a, b = rng.standard_normal((rows, depth)).astype(dtype), rng.standard_normal((depth, columns)).astype(dtype)
+            out = np.full((rows, columns), np.nan, dtype=dtype)
+            _gemm.product(a, _gemm.pack(b), out)
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            scale = max(1.0, float(np.abs(exact).max(initial=0.0)))
+            assert np.abs(out - exact).max(initial=0.0) <= TOLERANCE[dtype] * scale * max(1, depth), (rows, columns)
+
+
+def test_product_writes_only_its_columns_and_reads_strided_rows() -> None:
+    rng = np.random.default_rng(1)
+    wide_a = rng.standard_normal((5, 40)).astype(np.float32)
+    a, b = wide_a[:, :17], rng.standard_normal((17, NR + 5)).astype(np.float32)  # rows 40 apart
+    buffer = np.full((5, NR + 12), -7.0, dtype=np.float32)
+    _gemm.product(a, _gemm.pack(b), buffer[:, :NR + 5])
+    np.testing.assert_allclose(buffer[:, :NR + 5], a @ b, rtol=1e-5, atol=1e-5)
+    assert np.all(buffer[:, NR + 5:] == -7.0)  # the last panel's padding is never stored
+
+
+def test_product_refuses_what_it_cannot_multiply() -> None:
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="shapes"):
+        _gemm.product(a, _gemm.pack(b), np.empty((3, NR + 1), np.float32))  # more columns than the panels hold
+    with pytest.raises(ValueError, match="shapes"):
+        _gemm.product(np.ones((3, 5), np.float32), _gemm.pack(b), np.empty((3, 6), np.float32))
+    with pytest.raises(ValueError, match="contiguous"):
+        _gemm.product(np.ones((4, 3), np.float32).T, _gemm.pack(b), np.empty((3, 6), np.float32))
+
+
+def test_pack_lays_out_panels_of_columns() -> None:
+    b = np.arange(3 * (NR + 2), dtype=np.float32).reshape(3, NR + 2)
+    panels = _gemm.pack(b)
+    assert panels.shape == (2, 3, NR) and panels.flags.c_contiguous
+    np.testing.assert_array_equal(panels[0], b[:, :NR])
+    np.testing.assert_array_equal(panels[1, :, :2], b[:, NR:])
+    assert np.all(panels[1, :, 2:] == 0)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_the_cells_agree_packed_and_through_blas(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu.set_cells("fused")
+    try:
+        rng = np.random.default_rng(3)
+        steps, batch, inputs, units = 5, 3, 4, 6
+        size = int(cudnn_rnn.cudnn_rnn_params_size(2, units, inputs, rnn_mode=mode, direction="bidirectional"))
+        x = rng.standard_normal((steps, batch, inputs)).astype(np.float32)
+        h = rng.standard_normal((4, batch, units)).astype(np.float32)
+        c = rng.standard_normal((4, batch, units)).astype(np.float32) if mode == "lstm" else None
+        params = (0.3 * rng.standard_normal(size)).astype(np.float32)
+        lengths = np.array([5, 2, 4], np.int32)
+        attrs = dict(rnn_mode=mode, direction="bidirectional")
+
+        def run() -> list[np.ndarray]:
+            out = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **attrs)
+            grads = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, out.output, out.output_h, out.output_c,
+                                                    np.ones_like(out.output), None, None, out.reserve_space, **attrs)
+            return [a for a in (*out[:3], *grads) if a.size]
+
+        packs: list[tuple[int, ...]] = []
+
+        def counted_pack(b: np.ndarray) -> np.ndarray:
+            packs.append(b.shape)
+            return _gemm.pack(b)
+
+        monkeypatch.setattr(_fused_cells, "pack", counted_pack)
+        packed = run()
+        assert len(packs) == 4 + 4  # R^T in the forward and R in backprop, for each of the 4 pseudo-layers
+        packs.clear()
+        monkeypatch.setattr(_fused_cells, "PACK_ROWS", steps * batch + 1)  # every product through BLAS
+        blas = run()
+        assert packs == []
+        for mine, other in zip(packed, blas):
+            np.testing.assert_allclose(mine, other, rtol=0, atol=1e-5 * max(1.0, float(np.abs(other).max())))
+    finally:
+        cpu.set_cells("auto")
