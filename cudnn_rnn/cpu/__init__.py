@@ -29,7 +29,8 @@ leaves them alone. The pools are NumPy's and, once the compiled cells load, the 
 
 **Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or compiled
 (``_fused_cells``, with numba and SciPy: ``pip install 'cudnn_rnn[fast]'``): one compiled loop per chunk of
-steps of each layer and direction, the recurrent products through BLAS called from the compiled code; both
+steps of each layer and direction, the recurrent products by a register-tiled GEMM on the matrix packed
+once per call (``_gemm``; BLAS called from the compiled code for a call too small to pack); both
 compute the same equations and agree to float rounding. ``"auto"`` takes the compiled cells when numba
 imports. CuPy arrays never use either: they run cuDNN.
 
