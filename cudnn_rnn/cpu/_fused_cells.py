@@ -162,13 +162,18 @@ def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, r
     bW + bR (without a GRU's bR_n, which stays apart)."""
     bias, bR_n = folded_biases(mode, num_units, weights)
     num_gates = weights["R"].shape[0] // num_units
-    return ForwardWeights(W=weights["W"], R=backward_recurrent(weights["R"].T, rows, xp), bias=bias,
+    return ForwardWeights(W=weights["W"], R=_packed(weights["R"].T, rows), bias=bias,
                           input_scale=(1.0,) * num_gates, bR_n=bR_n, Proj=weights["Proj"])
 
 
 def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:
     """As ``_cells.backward_recurrent``: R packed (``_gemm.pack``) from ``PACK_ROWS`` rows, else itself."""
-    return pack(R) if rows >= PACK_ROWS else R
+    return _packed(R, rows)
+
+
+def _packed(matrix: Array, rows: int) -> Array:
+    """The right operand of a call's products of ``rows`` rows in all: packed from ``PACK_ROWS`` rows, else itself."""
+    return pack(matrix) if rows >= PACK_ROWS else matrix
 
 
 def _operands(matrix: Array) -> tuple[Array, Array]:
