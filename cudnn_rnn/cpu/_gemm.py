@@ -52,10 +52,13 @@ def pack(b: Array) -> Array:
     """b [K, N] (any strides) as panels [ceil(N / NR), K, NR]: panels[j, k, l] = b[k, j*NR + l], 0 past N."""
     k, n = b.shape
     nr = columns_per_panel(b.dtype)
-    count = -(-n // nr)
-    padded = np.zeros((k, count * nr), dtype=b.dtype)
-    padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, count, nr).transpose(1, 0, 2))
+    full, rest = divmod(n, nr)
+    panels = np.zeros((full + (1 if rest else 0), k, nr), dtype=b.dtype)
+    by_depth = panels.transpose(1, 0, 2)  # a view [K, panels, NR]: b is copied once, straight into place
+    by_depth[:, :full] = b[:, :full * nr].reshape(k, full, nr)
+    if rest:
+        by_depth[:, full, :rest] = b[:, full * nr:]
+    return panels
 
 
 def _tile(rows: int) -> Any:
