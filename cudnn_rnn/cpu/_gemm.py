@@ -72,7 +72,8 @@ def _tile(rows: int) -> Any:
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             a_value, panels_value, out_value, row, panel, width = args
             element = context.get_value_type(sig.args[0].dtype)
-            lanes = _lanes(context.get_abi_sizeof(element))
+            size = context.get_abi_sizeof(element)  # bytes of one element: also the loads' and stores' alignment
+            lanes = _lanes(size)
             vector, nv = ir.VectorType(element, lanes), TILE[1]
             suffix = f"v{lanes}{'f32' if isinstance(element, ir.FloatType) else 'f64'}"
             intp = context.get_value_type(types.intp)
@@ -88,7 +89,7 @@ def _tile(rows: int) -> Any:
             A = context.make_array(sig.args[0])(context, builder, a_value)
             P = context.make_array(sig.args[1])(context, builder, panels_value)
             C = context.make_array(sig.args[2])(context, builder, out_value)
-            itemsize = const(context.get_abi_sizeof(element))
+            itemsize = const(size)
             depth = builder.extract_value(A.shape, 1)
             lda = builder.sdiv(builder.extract_value(A.strides, 0), itemsize)
             ldc = builder.sdiv(builder.extract_value(C.strides, 0), itemsize)
@@ -110,7 +111,7 @@ def _tile(rows: int) -> Any:
                     phi.add_incoming(zero, entry)
             at_k = builder.gep(panel_start, [builder.mul(k, const(nr))])
             columns = [builder.load(builder.bitcast(builder.gep(at_k, [const(v * lanes)]), vector.as_pointer()),
-                                    align=context.get_abi_sizeof(element))
+                                    align=size)
                        for v in range(nv)]
             updated = []
             for m in range(rows):
@@ -146,7 +147,7 @@ def _tile(rows: int) -> Any:
                 for m in range(rows):
                     target = builder.gep(out_start, [builder.add(builder.mul(const(m), ldc), const(v * lanes))])
                     builder.call(store, [results[m][v], builder.bitcast(target, vector.as_pointer()),
-                                         ir.Constant(ir.IntType(32), context.get_abi_sizeof(element)), mask])
+                                         ir.Constant(ir.IntType(32), size), mask])
             return context.get_dummy_value()
 
         return signature, codegen
