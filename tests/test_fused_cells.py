@@ -172,6 +172,19 @@ def test_a_failing_layer_ends_the_wavefront_with_its_own_error() -> None:
     assert wave.failed
 
 
+def test_a_stack_splits_its_batch_from_part_rows_a_part_and_runs_as_a_wavefront_below() -> None:
+    from cudnn_rnn.cpu._parts import PART_GRAIN, PART_ROWS, Schedule, batch_parts, schedule
+
+    large = PART_GRAIN
+    for batch in (2 * PART_ROWS, 32, 64):
+        assert schedule(batch, 1, 2, 2, large) == Schedule(batch_parts(batch, 2), False, False), batch
+    for batch in (1, PART_ROWS, 2 * PART_ROWS - 1):
+        assert schedule(batch, 1, 2, 2, large) == Schedule([slice(0, batch)], False, True), batch
+    assert schedule(4 * PART_ROWS - 1, 1, 2, 4, large) == Schedule(batch_parts(4 * PART_ROWS - 1, 2), False, True)
+    assert schedule(32, 2, 2, 2, large) == Schedule([slice(0, 32)], True, False)  # the directions, from the start
+    assert schedule(32, 1, 2, 2, large - 1) == Schedule([slice(0, 32)], False, False)  # too small for threads
+
+
 def test_parts_run_on_their_own_threads_and_raise_what_a_part_raised() -> None:
     import threading
 

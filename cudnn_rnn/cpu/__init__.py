@@ -36,8 +36,9 @@ imports. CuPy arrays never use either: they run cuDNN.
 
 **Schedule.** The compiled cells keep the cores busy themselves, on as many threads as the call may use
 cores (the count set, else ``min(pool, cores - others)`` above), each with a single-threaded BLAS
-(``_parts``): a bidirectional layer's directions at once, a unidirectional stack's layers as a wavefront,
-and the batch split into parts over the cores left. The BLAS pools are left
+(``_parts``): a bidirectional layer's directions at once; a unidirectional stack's batch split into parts
+of at least ``_parts.PART_ROWS`` sequences, or where it is smaller, its layers as a wavefront; the batch
+split into parts over the cores left. The BLAS pools are left
 at one thread while such a call runs, so no pool's waiting threads compete with the parts, and after it: a
 waiting OpenBLAS thread spins for about 0.1 s after each product it shared, so a product of the program's
 own on several threads between two calls would take a core from the next call's parts (1.7x slower where

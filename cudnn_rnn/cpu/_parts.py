@@ -1,7 +1,9 @@
 """How the compiled backend keeps the cores busy: a call's schedule, and the threads that run it.
 
     plan = schedule(batch=32, directions=1, layers=2, workers=2, multiply_adds=1 << 30)
-    # Schedule(parts=[slice(0, 32)], directions_together=False, layers_together=True)
+    # Schedule(parts=[slice(0, 16), slice(16, 32)], directions_together=False, layers_together=False)
+    schedule(batch=8, directions=1, layers=2, workers=2, multiply_adds=1 << 30)
+    # Schedule(parts=[slice(0, 8)], directions_together=False, layers_together=True)
     run_parts(work, plan.parts)                  # work(columns) for each part, one thread per part
 
 Three kinds of work never wait on each other step by step, and each thread runs them with a
@@ -15,9 +17,12 @@ single-threaded BLAS (no thread hand-off per step):
   reserve and the gradients is a whole call of its own, but for the weight gradients, summed over the
   batch: each part's go to a buffer of its own, added once at the end.
 
-The first two keep the whole batch in each recurrent product, where BLAS is most efficient (a product of
-16 rows runs at about 0.7x the rate of one of 32 on one core); the batch is split over the cores left
-(:func:`schedule`). The compiled cells and BLAS release the GIL, so the threads run in parallel.
+A unidirectional stack splits its batch over the cores when each part keeps at least ``PART_ROWS``
+sequences: the packed recurrent product (``_gemm``) runs a part of 8 rows at the rate of the whole batch, and
+parts never wait on each other, where a wavefront's layer above waits for the first chunk. A smaller batch
+runs its layers as a wavefront; a bidirectional network runs its two directions at once (the same work on
+each core, from the first step), its batch split over any cores left (:func:`schedule`). The compiled cells
+and BLAS release the GIL, so the threads run in parallel.
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ from dataclasses import dataclass
 
 from ..config import RNNConfig
 
-__all__ = ["PART_GRAIN", "Schedule", "schedule", "multiply_adds", "part_count", "batch_parts", "Aborted",
+__all__ = ["PART_GRAIN", "PART_ROWS", "Schedule", "schedule", "multiply_adds", "part_count", "batch_parts", "Aborted",
            "Wavefront", "ChunkHooks", "run_parts", "run_all"]
 
 #: the multiply-adds of a call below which it runs as one part: starting a thread (tens of microseconds)
 #: costs more than a second core gives to a call this small (a decode step, T = B = 1, is one)
 PART_GRAIN = 1 << 22
+#: the fewest sequences per part for which a unidirectional stack splits its batch rather than run as a
+#: wavefront: one tile of rows of the packed recurrent product (``_gemm.TILE``'s rows with AVX-512)
+PART_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -51,11 +59,12 @@ class Schedule:
 
 def schedule(batch: int, directions: int, layers: int, workers: int, multiply_adds: int) -> Schedule:
     """The schedule of a call with ``workers`` cores free: a bidirectional network's directions on two of
-    them, a unidirectional stack's layers on up to ``layers`` (each keeps the whole batch in its products,
-    where BLAS is most efficient), the batch split over the rest (``part_count``)."""
+    them; a unidirectional stack's batch in parts of at least ``PART_ROWS`` sequences, or where the batch is
+    smaller than that on every core, its layers on up to ``layers`` of them; the batch split over the rest
+    (``part_count``)."""
     large = workers >= 2 and multiply_adds >= PART_GRAIN
     directions_together = large and directions == 2
-    layers_together = large and directions == 1 and layers >= 2
+    layers_together = large and directions == 1 and layers >= 2 and batch < PART_ROWS * workers
     per_part = 2 if directions_together else min(layers, workers) if layers_together else 1
     return Schedule(batch_parts(batch, part_count(batch, max(1, workers // per_part), multiply_adds)),
                     directions_together, layers_together)
