@@ -131,8 +131,8 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
                    out: Array, run: _Run, xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width] (``hooks`` around each chunk).
 
-    Per chunk of steps: the input GEMM writes the pre-activations straight into the gate rows, the
-    step loop (``steps_forward`` of ``run.cells``) turns them into activations and writes h (and c) rows,
+    Per chunk of steps: the input GEMM writes W x straight into the gate rows, the step loop
+    (``steps_forward`` of ``run.cells``) adds the biases, turns them into activations and writes h (and c) rows,
     then the chunk's outputs go to their natural positions. Writes this direction's output
     [T, B, P] into ``out`` (0 past each length; ``out`` arrives zeroed) and the saved tensors into
     ``saved``; returns the final (h, c).
@@ -188,16 +188,15 @@ def _layer_weights(layout: ParamsLayout, params: Array, k: int) -> LayerWeights:
 
 
 def _input_preactivations(fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int, xp: Any) -> None:
-    """``out`` [t, B, G*N] <- W x_t + the foldable biases, for steps x [t, B, width], in the cells'
-    order and scaling (``forward_weights`` of the cells). Under skip_input, x itself stands in
-    place of W x for every gate."""
+    """``out`` [t, B, G*N] <- W x_t for steps x [t, B, width], in the cells' order and scaling
+    (``forward_weights`` of the cells; their ``steps_forward`` adds the biases). Under skip_input, x
+    itself stands in place of W x for every gate."""
     t, b, n = x.shape[0], x.shape[1], num_units
     if fw.W is None:
         for gate, scale in enumerate(fw.input_scale):
             xp.multiply(x, scale, out=out[:, :, gate * n:(gate + 1) * n])
     else:
         xp.matmul(x.reshape(t * b, x.shape[2]), fw.W.T, out=out.reshape(t * b, out.shape[2]))
-    out += fw.bias
 
 
 def _valid_mask(lengths: np.ndarray, max_time: int, xp: Any) -> Array | None:

@@ -143,9 +143,11 @@ def step_forward(mode: str, fw: ForwardWeights, gates: Array, h_prev: Array, c_p
 def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_init: Array | None,
                   h_rows: Array, c_rows: Array | None, rec_n_rows: Array | None, ws: Workspace, xp: Any,
                   invalid: Array | None = None) -> None:
-    """``step_forward`` over s steps in order: ``gates`` [s, B, G*N], ``h_rows`` [s, B, P] (the RNN modes:
-    ``gates`` itself), ``c_rows`` and ``rec_n_rows`` [s, B, N] or None, ``invalid`` [s, B, 1] or None.
-    Step j starts from row j-1 of ``h_rows`` and ``c_rows`` (``h_init`` [B, P] and ``c_init`` [B, N] at j = 0)."""
+    """``step_forward`` over s steps in order: ``gates`` [s, B, G*N] (the input pre-activations without
+    ``fw.bias``, added first), ``h_rows`` [s, B, P] (the RNN modes: ``gates`` itself), ``c_rows`` and ``rec_n_rows``
+    [s, B, N] or None, ``invalid`` [s, B, 1] or None. Step j starts from row j-1 of ``h_rows`` and ``c_rows``
+    (``h_init`` [B, P] and ``c_init`` [B, N] at j = 0)."""
+    gates += fw.bias
     for j in range(gates.shape[0]):
         h_prev = h_rows[j - 1] if j else h_init
         c_prev = None if c_rows is None else (c_rows[j - 1] if j else c_init)

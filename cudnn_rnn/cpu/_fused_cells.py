@@ -86,13 +86,13 @@ _jit = njit(cache=True, error_model="numpy", nogil=True, fastmath={"contract"}) 
 
 
 @_jit
-def _sigmoid_rows(a: Any, b: Any, width: int) -> None:
-    """a[:, :width] <- sig(a + b) = 1 / (1 + exp(-(a + b)))."""
+def _sigmoid_rows(a: Any, b: Any, bias: Any, width: int) -> None:
+    """a[:, :width] <- sig(a + b + bias) = 1 / (1 + exp(-(a + b + bias)))."""
     one = a.dtype.type(1)
     for row in range(a.shape[0]):
         ar, br = a[row], b[row]
         for j in range(width):
-            ar[j] = one / (one + _exp(-(ar[j] + br[j])))
+            ar[j] = one / (one + _exp(-(ar[j] + br[j] + bias[j])))
 
 
 @_jit
@@ -104,16 +104,17 @@ def _carry_rows(invalid: Any, target: Any, source: Any) -> None:
 
 
 @_jit
-def _lstm_forward(gates: Any, rec: Any, c_prev: Any, h_out: Any, c_out: Any) -> None:
-    """gates [B, 4N]: W x + bW + bR in cuDNN's order (i, f, g, o) <- the activations in ``FORWARD_ORDER``
-    (i, f, o, g), with ``rec`` = R h_{t-1} added; c_out <- f c_{t-1} + i g; h_out <- o tanh(c_t)."""
+def _lstm_forward(gates: Any, rec: Any, bias: Any, c_prev: Any, h_out: Any, c_out: Any) -> None:
+    """gates [B, 4N]: W x in cuDNN's order (i, f, g, o) <- the activations in ``FORWARD_ORDER`` (i, f, o, g),
+    with ``rec`` = R h_{t-1} and ``bias`` = bW + bR added; c_out <- f c_{t-1} + i g; h_out <- o tanh(c_t)."""
     one, minus_two, two = gates.dtype.type(1), gates.dtype.type(-2), gates.dtype.type(2)
     n = c_out.shape[1]
-    _sigmoid_rows(gates, rec, 2 * n)
+    _sigmoid_rows(gates, rec, bias, 2 * n)
     for row in range(gates.shape[0]):
         g, r = gates[row], rec[row]
         for j in range(n):
-            candidate, output = g[2 * n + j] + r[2 * n + j], g[3 * n + j] + r[3 * n + j]
+            candidate = g[2 * n + j] + r[2 * n + j] + bias[2 * n + j]
+            output = g[3 * n + j] + r[3 * n + j] + bias[3 * n + j]
             g[2 * n + j] = one / (one + _exp(-output))
             g[3 * n + j] = two * (one / (one + _exp(minus_two * candidate))) - one
         cp, co, ho = c_prev[row], c_out[row], h_out[row]
@@ -124,36 +125,37 @@ def _lstm_forward(gates: Any, rec: Any, c_prev: Any, h_out: Any, c_out: Any) -> 
 
 
 @_jit
-def _gru_forward(gates: Any, rec: Any, bR_n: Any, h_prev: Any, h_out: Any, rec_n_out: Any) -> None:
-    """gates [B, 3N] (r, u, n: W x + bW, + bR for r and u) <- activations, with ``rec`` = R h_{t-1};
-    rec_n_out <- R_n h + bR_n; h_out <- n + u*(h_prev - n)."""
+def _gru_forward(gates: Any, rec: Any, bias: Any, bR_n: Any, h_prev: Any, h_out: Any, rec_n_out: Any) -> None:
+    """gates [B, 3N] (r, u, n: W x) <- activations, with ``rec`` = R h_{t-1} and ``bias`` (bW, + bR for r and u)
+    added; rec_n_out <- R_n h + bR_n; h_out <- n + u*(h_prev - n)."""
     one, minus_two, two = gates.dtype.type(1), gates.dtype.type(-2), gates.dtype.type(2)
     n = h_out.shape[1]
-    _sigmoid_rows(gates, rec, 2 * n)
+    _sigmoid_rows(gates, rec, bias, 2 * n)
     for row in range(gates.shape[0]):
         g, rn, hp, ho = gates[row], rec_n_out[row], h_prev[row], h_out[row]
         rec_row = rec[row]
         for j in range(n):
             rn[j] = rec_row[2 * n + j] + bR_n[j]
         for j in range(n):
-            g[2 * n + j] = two * (one / (one + _exp(minus_two * (g[2 * n + j] + g[j] * rn[j])))) - one
+            a = g[2 * n + j] + bias[2 * n + j] + g[j] * rn[j]
+            g[2 * n + j] = two * (one / (one + _exp(minus_two * a))) - one
         for j in range(n):
             ho[j] = g[2 * n + j] + g[n + j] * (hp[j] - g[2 * n + j])
 
 
 @_jit
-def _rnn_forward(gates: Any, rec: Any, relu: bool) -> None:
-    """gates [B, N] <- act(gates + rec): relu, or tanh."""
+def _rnn_forward(gates: Any, rec: Any, bias: Any, relu: bool) -> None:
+    """gates [B, N] <- act(gates + rec + bias): relu, or tanh."""
     one, two, zero, minus_two = gates.dtype.type(1), gates.dtype.type(2), gates.dtype.type(0), gates.dtype.type(-2)
     for row in range(gates.shape[0]):
         g, r = gates[row], rec[row]
         if relu:
             for j in range(g.shape[0]):
-                a = g[j] + r[j]
+                a = g[j] + r[j] + bias[j]
                 g[j] = a if (a > zero or a != a) else zero  # NaN stays NaN, as np.maximum
         else:
             for j in range(g.shape[0]):
-                g[j] = two * (one / (one + _exp(minus_two * (g[j] + r[j])))) - one
+                g[j] = two * (one / (one + _exp(minus_two * (g[j] + r[j] + bias[j])))) - one
 
 
 def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, rows: int = 0) -> ForwardWeights:
@@ -198,9 +200,9 @@ def _absent(dtype: Any, ndim: int) -> Array:
 
 
 @_jit
-def _lstm_steps(gates: Any, RT: Any, panels: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any, c_rows: Any,
-                invalid: Any, rec: Any, unprojected: Any) -> None:
-    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell, h_j <- o tanh(c_j) (times Proj^T when
+def _lstm_steps(gates: Any, RT: Any, panels: Any, bias: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any,
+                c_rows: Any, invalid: Any, rec: Any, unprojected: Any) -> None:
+    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added), h_j <- o tanh(c_j) (times Proj^T when
     ``ProjT`` is not empty), rows past their end carried (when ``invalid`` is not empty)."""
     projecting, padded = ProjT.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
@@ -208,37 +210,37 @@ def _lstm_steps(gates: Any, RT: Any, panels: Any, ProjT: Any, h_init: Any, c_ini
         c_prev = c_init if j == 0 else c_rows[j - 1]
         _recurrent(h_prev, RT, panels, rec)
         if projecting:
-            _lstm_forward(gates[j], rec, c_prev, unprojected, c_rows[j])
+            _lstm_forward(gates[j], rec, bias, c_prev, unprojected, c_rows[j])
             np.dot(unprojected, ProjT, h_rows[j])
         else:
-            _lstm_forward(gates[j], rec, c_prev, h_rows[j], c_rows[j])
+            _lstm_forward(gates[j], rec, bias, c_prev, h_rows[j], c_rows[j])
         if padded:
             _carry_rows(invalid[j], c_rows[j], c_prev)
             _carry_rows(invalid[j], h_rows[j], h_prev)
 
 
 @_jit
-def _gru_steps(gates: Any, RT: Any, panels: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any,
+def _gru_steps(gates: Any, RT: Any, panels: Any, bias: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any,
                invalid: Any, rec: Any, rec_n_scratch: Any) -> None:
-    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (R_n h + bR_n into ``rec_n_rows`` when
+    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added; R_n h + bR_n into ``rec_n_rows`` when
     it is not empty), rows past their end carried."""
     saving, padded = rec_n_rows.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else h_rows[j - 1]
         _recurrent(h_prev, RT, panels, rec)
-        _gru_forward(gates[j], rec, bR_n, h_prev, h_rows[j], rec_n_rows[j] if saving else rec_n_scratch)
+        _gru_forward(gates[j], rec, bias, bR_n, h_prev, h_rows[j], rec_n_rows[j] if saving else rec_n_scratch)
         if padded:
             _carry_rows(invalid[j], h_rows[j], h_prev)
 
 
 @_jit
-def _rnn_steps(gates: Any, RT: Any, panels: Any, relu: bool, h_init: Any, invalid: Any, rec: Any) -> None:
-    """Plain RNN steps j = 0 .. s-1 in place of ``gates`` (which become h): rec <- h_{j-1} R^T, act."""
+def _rnn_steps(gates: Any, RT: Any, panels: Any, bias: Any, relu: bool, h_init: Any, invalid: Any, rec: Any) -> None:
+    """Plain RNN steps j = 0 .. s-1 in place of ``gates`` (which become h): rec <- h_{j-1} R^T, act(+ ``bias``)."""
     padded = invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else gates[j - 1]
         _recurrent(h_prev, RT, panels, rec)
-        _rnn_forward(gates[j], rec, relu)
+        _rnn_forward(gates[j], rec, bias, relu)
         if padded:
             _carry_rows(invalid[j], gates[j], h_prev)
 
@@ -246,20 +248,21 @@ def _rnn_steps(gates: Any, RT: Any, panels: Any, relu: bool, h_init: Any, invali
 def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_init: Array | None,
                   h_rows: Array, c_rows: Array | None, rec_n_rows: Array | None, ws: Workspace, xp: Any,
                   invalid: Array | None = None) -> None:
-    """As ``_cells.steps_forward``: the s steps in one compiled loop, the products through BLAS from it."""
+    """As ``_cells.steps_forward``: the s steps in one compiled loop, the products through BLAS from it, the bias
+    added in the cell's own pass."""
     dtype = gates.dtype
     padding = _absent(bool, 3) if invalid is None else invalid
     RT, panels = _operands(fw.R)
     if mode == "lstm":
         assert c_init is not None and c_rows is not None, "an LSTM has c"
-        _lstm_steps(gates, RT, panels, _absent(dtype, 2) if fw.Proj is None else fw.Proj.T, h_init, c_init, h_rows,
-                    c_rows, padding, ws.rec, ws.n)
+        _lstm_steps(gates, RT, panels, fw.bias, _absent(dtype, 2) if fw.Proj is None else fw.Proj.T, h_init, c_init,
+                    h_rows, c_rows, padding, ws.rec, ws.n)
     elif mode == "gru":
         assert fw.bR_n is not None, "a GRU has bR_n"
-        _gru_steps(gates, RT, panels, fw.bR_n, h_init, h_rows,
+        _gru_steps(gates, RT, panels, fw.bias, fw.bR_n, h_init, h_rows,
                    _absent(dtype, 3) if rec_n_rows is None else rec_n_rows, padding, ws.rec, ws.n2)
     else:
-        _rnn_steps(gates, RT, panels, mode == "rnn_relu", h_init, padding, ws.rec)
+        _rnn_steps(gates, RT, panels, fw.bias, mode == "rnn_relu", h_init, padding, ws.rec)
 
 
 @_jit
