@@ -204,11 +204,44 @@ def test_parts_run_on_their_own_threads_and_raise_what_a_part_raised() -> None:
         if part.start == 2:
             raise ValueError("part 2")
 
+    def workers() -> set[int]:
+        return {t.ident for t in threading.enumerate() if t.name == "cudnn_rnn worker" and t.ident is not None}
+
     with pytest.raises(ValueError, match="part 2"):
         _parts.run_parts(work, _parts.batch_parts(4, 4))
     assert sorted(threads) == [0, 1, 2, 3] and len(set(threads.values())) == 4
-    assert threads[0] == threading.get_ident()
-    assert not [t for t in threading.enumerate() if t.name.startswith("cudnn_rnn part")]  # all joined
+    assert threads[0] == threading.get_ident() and set(threads.values()) - {threads[0]} <= workers()
+    before = workers()
+    for _ in range(20):  # the workers are kept and reused: calls make no more threads than ran at once
+        threads.clear()
+        with pytest.raises(ValueError, match="part 2"):
+            _parts.run_parts(work, _parts.batch_parts(4, 4))
+        assert len(set(threads.values())) == 4
+    assert workers() == before and len(before) >= 3
+
+
+def _run_two_jobs_then_exit() -> None:
+    from cudnn_rnn.cpu import _parts
+
+    ran: list[int] = []
+    _parts.run_all([lambda: ran.append(0), lambda: ran.append(1)])
+    os._exit(0 if sorted(ran) == [0, 1] else 3)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="a platform without fork")
+def test_a_forked_child_runs_parts_on_workers_of_its_own() -> None:
+    """The parent's idle workers are not in the child: it makes its own instead of waiting on them forever."""
+    import multiprocessing
+
+    from cudnn_rnn.cpu import _parts
+
+    _parts.run_all([lambda: None, lambda: None])  # an idle worker in the parent
+    child = multiprocessing.get_context("fork").Process(target=_run_two_jobs_then_exit)
+    child.start()
+    child.join(timeout=120)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

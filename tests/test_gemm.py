@@ -64,6 +64,20 @@ def test_pack_lays_out_panels_of_columns() -> None:
     assert np.all(panels[1, :, 2:] == 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pack_reads_any_strides_in_either_order(dtype: type) -> None:
+    """R^T (a transposed view, read along R's rows), a contiguous matrix and strided views pack alike."""
+    nr = _gemm.columns_per_panel(dtype)
+    big = np.random.default_rng(2).standard_normal((3 * nr + 7, 2 * nr + 9)).astype(dtype)
+    for b in (big.T, np.ascontiguousarray(big.T), big, big[1::2, ::3], big[::3, 1::2].T, big[:0], big[:, :1].T):
+        panels = _gemm.pack(b)
+        k, n = b.shape
+        assert panels.shape == (-(-n // nr), k, nr) and panels.flags.c_contiguous, b.shape
+        expected = np.zeros((panels.shape[0] * nr, k), dtype=dtype)
+        expected[:n] = b.T
+        np.testing.assert_array_equal(panels.transpose(0, 2, 1).reshape(expected.shape), expected)
+
+
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 def test_the_cells_agree_packed_and_through_blas(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu.set_cells("fused")

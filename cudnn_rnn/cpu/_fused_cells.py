@@ -202,8 +202,8 @@ def _absent(dtype: Any, ndim: int) -> Array:
 @_jit
 def _lstm_steps(gates: Any, RT: Any, panels: Any, bias: Any, ProjT: Any, h_init: Any, c_init: Any, h_rows: Any,
                 c_rows: Any, invalid: Any, rec: Any, unprojected: Any) -> None:
-    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added), h_j <- o tanh(c_j) (times Proj^T when
-    ``ProjT`` is not empty), rows past their end carried (when ``invalid`` is not empty)."""
+    """LSTM steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added), h_j <- o tanh(c_j)
+    (times Proj^T when ``ProjT`` is not empty), rows past their end carried (when ``invalid`` is not empty)."""
     projecting, padded = ProjT.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else h_rows[j - 1]
@@ -222,8 +222,8 @@ def _lstm_steps(gates: Any, RT: Any, panels: Any, bias: Any, ProjT: Any, h_init:
 @_jit
 def _gru_steps(gates: Any, RT: Any, panels: Any, bias: Any, bR_n: Any, h_init: Any, h_rows: Any, rec_n_rows: Any,
                invalid: Any, rec: Any, rec_n_scratch: Any) -> None:
-    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added; R_n h + bR_n into ``rec_n_rows`` when
-    it is not empty), rows past their end carried."""
+    """GRU steps j = 0 .. s-1: rec <- h_{j-1} R^T (``_recurrent``), the cell (``bias`` added; R_n h + bR_n into
+    ``rec_n_rows`` when it is not empty), rows past their end carried."""
     saving, padded = rec_n_rows.shape[0] > 0, invalid.shape[0] > 0
     for j in range(gates.shape[0]):
         h_prev = h_init if j == 0 else h_rows[j - 1]

@@ -52,13 +52,31 @@ def pack(b: Array) -> Array:
     """b [K, N] (any strides) as panels [ceil(N / NR), K, NR]: panels[j, k, l] = b[k, j*NR + l], 0 past N."""
     k, n = b.shape
     nr = columns_per_panel(b.dtype)
-    full, rest = divmod(n, nr)
-    panels = np.zeros((full + (1 if rest else 0), k, nr), dtype=b.dtype)
-    by_depth = panels.transpose(1, 0, 2)  # a view [K, panels, NR]: b is copied once, straight into place
-    by_depth[:, :full] = b[:, :full * nr].reshape(k, full, nr)
-    if rest:
-        by_depth[:, full, :rest] = b[:, full * nr:]
+    panels = np.empty((-(-n // nr), k, nr), dtype=b.dtype)
+    _pack_into(b, panels)
     return panels
+
+
+@njit(cache=True, nogil=True)
+def _pack_into(b: Any, panels: Any) -> None:
+    """panels[j, k, l] <- b[k, j*NR + l] (0 past N), reading b along its smaller stride (R^T: R's rows)."""
+    depth, n = b.shape
+    nr = panels.shape[2]
+    by_rows = b.strides[0] < b.strides[1]
+    for panel in range(panels.shape[0]):
+        first = panel * nr
+        width = min(nr, n - first)
+        if by_rows:
+            for lane in range(width):
+                for k in range(depth):
+                    panels[panel, k, lane] = b[k, first + lane]
+        else:
+            for k in range(depth):
+                for lane in range(width):
+                    panels[panel, k, lane] = b[k, first + lane]
+        for k in range(depth):
+            for lane in range(width, nr):
+                panels[panel, k, lane] = 0
 
 
 def _tile(rows: int) -> Any:

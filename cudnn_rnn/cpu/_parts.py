@@ -22,13 +22,16 @@ sequences: the packed recurrent product (``_gemm``) runs a part of 8 rows at the
 parts never wait on each other, where a wavefront's layer above waits for the first chunk. A smaller batch
 runs its layers as a wavefront; a bidirectional network runs its two directions at once (the same work on
 each core, from the first step), its batch split over any cores left (:func:`schedule`). The compiled cells
-and BLAS release the GIL, so the threads run in parallel.
+and BLAS release the GIL, so the threads run in parallel; they are kept between calls, asleep (a forked
+child makes its own).
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,10 +158,46 @@ def run_parts(work: Callable[[slice], None], parts: Sequence[slice]) -> None:
     run_all([functools.partial(work, part) for part in parts])
 
 
+class _Worker:
+    """A thread kept for ``run_all``'s jobs: it runs what ``start`` hands it, then waits, idle, for the next
+    (a call's parts start in microseconds, not the tens a new thread takes, and on cores that ran them last)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="cudnn_rnn worker", daemon=True).start()
+
+    def start(self, job: Callable[[], None]) -> threading.Event:
+        """Run ``job`` (which raises nothing) on this worker; the event is set when it has ended."""
+        done = threading.Event()
+        self._jobs.put((job, done))
+        return done
+
+    def _serve(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                job()
+            finally:
+                _idle.append(self)  # free before the caller resumes, so its next call can reuse it
+                done.set()
+
+
+#: the workers waiting for a job (list.append and list.pop are atomic); as many as ever ran at once, all asleep
+_idle: list[_Worker] = []
+os.register_at_fork(after_in_child=_idle.clear)  # a forked child has none of its parent's threads
+
+
+def _worker() -> _Worker:
+    try:
+        return _idle.pop()
+    except IndexError:
+        return _Worker()
+
+
 def run_all(jobs: Sequence[Callable[[], None]]) -> None:
-    """Run every job at once: the first on the calling thread, each other on a thread of its own, all in a
-    copy of the caller's context (NumPy's error state is per context). The first error raised by any job is
-    raised here, after every job has ended."""
+    """Run every job at once: the first on the calling thread, each other on a worker thread (kept between
+    calls: no more are made than ever ran at once), all in a copy of the caller's context (NumPy's error state
+    is per context). The first error raised by any job is raised here, after every job has ended."""
     if len(jobs) == 1:
         jobs[0]()
         return
@@ -170,13 +209,9 @@ def run_all(jobs: Sequence[Callable[[], None]]) -> None:
         except BaseException as error:  # raised again on the calling thread below
             errors.append(error)
 
-    threads = [threading.Thread(target=contextvars.copy_context().run, args=(guarded, job),
-                                name=f"cudnn_rnn part {index}", daemon=True)
-               for index, job in enumerate(jobs[1:], start=1)]
-    for thread in threads:
-        thread.start()
+    running = [_worker().start(functools.partial(contextvars.copy_context().run, guarded, job)) for job in jobs[1:]]
     guarded(jobs[0])
-    for thread in threads:
-        thread.join()
+    for done in running:
+        done.wait()
     if errors:
         raise next((error for error in errors if not isinstance(error, Aborted)), errors[0])
