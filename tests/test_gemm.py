@@ -3,7 +3,8 @@
 ``product`` over every remainder of its tiles (rows), of its panels (columns) and depths 0, 1 and odd, in
 float32 and float64; it writes exactly out[:M, :N] (a wider buffer's other columns keep their values); it
 refuses shapes that disagree and rows that are not contiguous. The fused cells give the same results
-packed (``PACK_ROWS`` rows and more) and through BLAS (fewer).
+packed (``PACK_ROWS`` rows and more; the input projection too, for a W of at most ``INPUT_PACK_BYTES``) and
+through BLAS.
 """
 
 from __future__ import annotations
@@ -106,12 +107,17 @@ def test_the_cells_agree_packed_and_through_blas(mode: str, monkeypatch: pytest.
 
         monkeypatch.setattr(_fused_cells, "pack", counted_pack)
         packed = run()
-        assert len(packs) == 4 + 4  # R^T in the forward and R in backprop, for each of the 4 pseudo-layers
+        assert len(packs) == 4 + 4 + 4  # W^T and R^T in the forward, R in backprop, for each of the 4 pseudo-layers
+        packs.clear()
+        monkeypatch.setattr(_fused_cells, "INPUT_PACK_BYTES", 0)  # the input projection through BLAS
+        recurrent_packed = run()
+        assert len(packs) == 4 + 4
         packs.clear()
         monkeypatch.setattr(_fused_cells, "PACK_ROWS", steps * batch + 1)  # every product through BLAS
         blas = run()
         assert packs == []
-        for mine, other in zip(packed, blas):
-            np.testing.assert_allclose(mine, other, rtol=0, atol=1e-5 * max(1.0, float(np.abs(other).max())))
+        for results in (packed, recurrent_packed):
+            for mine, other in zip(results, blas, strict=True):
+                np.testing.assert_allclose(mine, other, rtol=0, atol=1e-5 * max(1.0, float(np.abs(other).max())))
     finally:
         cpu.set_cells("auto")

@@ -160,7 +160,7 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
         c_rows = None if cell is None else cell.rows(start, stop)
         n_rows = None if rec_n is None else rec_n.rows(start, stop)
         run.threads.for_products((stop - start) * batch * width * gn)
-        _input_preactivations(fw, order.gather(layer_in, start, stop), g_rows, n, xp)
+        _input_preactivations(cells, fw, order.gather(layer_in, start, stop), g_rows, n, xp)
         run.threads.for_products(batch * p * gn)
         cells.steps_forward(mode, fw, g_rows, h_carry, c_carry, h_rows, c_rows, n_rows, ws, xp,
                             None if invalid is None else invalid[start:stop])  # past the end: state carried
@@ -187,16 +187,17 @@ def _layer_weights(layout: ParamsLayout, params: Array, k: int) -> LayerWeights:
     }
 
 
-def _input_preactivations(fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int, xp: Any) -> None:
-    """``out`` [t, B, G*N] <- W x_t for steps x [t, B, width], in the cells' order and scaling
-    (``forward_weights`` of the cells; their ``steps_forward`` adds the biases). Under skip_input, x
-    itself stands in place of W x for every gate."""
+def _input_preactivations(cells: ModuleType, fw: _cells.ForwardWeights, x: Array, out: Array, num_units: int,
+                          xp: Any) -> None:
+    """``out`` [t, B, G*N] <- W x_t for steps x [t, B, width] (``input_product`` of the ``cells``), in their order
+    and scaling (their ``forward_weights``; their ``steps_forward`` adds the biases). Under skip_input, x itself
+    stands in place of W x for every gate."""
     t, b, n = x.shape[0], x.shape[1], num_units
     if fw.W is None:
         for gate, scale in enumerate(fw.input_scale):
             xp.multiply(x, scale, out=out[:, :, gate * n:(gate + 1) * n])
     else:
-        xp.matmul(x.reshape(t * b, x.shape[2]), fw.W.T, out=out.reshape(t * b, out.shape[2]))
+        cells.input_product(fw, x.reshape(t * b, x.shape[2]), out.reshape(t * b, out.shape[2]), xp)
 
 
 def _valid_mask(lengths: np.ndarray, max_time: int, xp: Any) -> Array | None:

@@ -40,7 +40,7 @@ from typing import Any, TypedDict
 from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "folded_biases",
-           "Workspace", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
+           "Workspace", "input_product", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
            "unprojected_gradient", "step_backward", "backward_recurrent", "steps_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
@@ -97,6 +97,12 @@ def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, r
     W = weights["W"]
     return ForwardWeights(W=None if W is None else arrange(W), R=arrange(weights["R"]), bias=arrange(bias)[:, 0],
                           input_scale=scale, bR_n=bR_n, Proj=weights["Proj"])
+
+
+def input_product(fw: ForwardWeights, x: Array, out: Array, xp: Any) -> None:
+    """out [M, G*N] <- x [M, width] @ W^T: the input projection of M rows (steps x batch)."""
+    assert fw.W is not None, "an input projection has W"
+    xp.matmul(x, fw.W.T, out=out)
 
 
 def folded_biases(mode: str, num_units: int, weights: LayerWeights) -> tuple[Array, Array | None]:

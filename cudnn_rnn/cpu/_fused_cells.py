@@ -28,12 +28,16 @@ from .._arrays import Array
 from ._cells import Factors, ForwardWeights, LayerWeights, Workspace, folded_biases
 from ._gemm import pack, product
 
-__all__ = ["PACK_ROWS", "forward_weights", "steps_forward", "factors", "backward_recurrent", "steps_backward",
-           "KERNELS"]
+__all__ = ["PACK_ROWS", "INPUT_PACK_BYTES", "forward_weights", "input_product", "steps_forward", "factors",
+           "backward_recurrent", "steps_backward", "KERNELS"]
 
 #: the rows (T*B) of a call from which the recurrent matrix is packed for ``_gemm.product`` (packing reads
 #: and writes it once; each row's product then runs faster than BLAS's: below, a decode step, it does not pay)
 PACK_ROWS = 8
+#: the largest W (bytes) whose W^T ``forward_weights`` packs for the input projection too: packed, a matrix that
+#: stays in a core's L2 cache runs at 1.1-1.35x BLAS's rate on these rows (K = 63-128); larger, BLAS's own
+#: blocking is as fast or faster
+INPUT_PACK_BYTES = 1 << 19
 
 
 def _exp(x: float) -> float:
@@ -160,12 +164,24 @@ def _rnn_forward(gates: Any, rec: Any, bias: Any, relu: bool) -> None:
 
 def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, rows: int = 0) -> ForwardWeights:
     """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is scaled, the
-    kernels read cuDNN's gate order), R^T packed (``_gemm.pack``) from ``PACK_ROWS`` rows (T*B), ``bias``
-    bW + bR (without a GRU's bR_n, which stays apart)."""
+    kernels read cuDNN's gate order), R^T packed (``_gemm.pack``) from ``PACK_ROWS`` rows (T*B), and so W^T
+    where it is at most ``INPUT_PACK_BYTES``; ``bias`` bW + bR (without a GRU's bR_n, which stays apart)."""
     bias, bR_n = folded_biases(mode, num_units, weights)
     num_gates = weights["R"].shape[0] // num_units
-    return ForwardWeights(W=weights["W"], R=_packed(weights["R"].T, rows), bias=bias,
+    W = weights["W"]
+    if W is not None and rows >= PACK_ROWS and W.size * W.itemsize <= INPUT_PACK_BYTES:
+        W = pack(W.T)
+    return ForwardWeights(W=W, R=_packed(weights["R"].T, rows), bias=bias,
                           input_scale=(1.0,) * num_gates, bR_n=bR_n, Proj=weights["Proj"])
+
+
+def input_product(fw: ForwardWeights, x: Array, out: Array, xp: Any) -> None:
+    """As ``_cells.input_product``: by ``_gemm.product`` where ``forward_weights`` packed W^T, else by BLAS."""
+    assert fw.W is not None, "an input projection has W"
+    if fw.W.ndim == 3:
+        product(x, fw.W, out)
+    else:
+        np.matmul(x, fw.W.T, out=out)
 
 
 def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:
