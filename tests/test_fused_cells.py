@@ -228,7 +228,8 @@ def _run_two_jobs_then_exit() -> None:
     os._exit(0 if sorted(ran) == [0, 1] else 3)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="a platform without fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # JAX's, where the suite imported it: the child
+@pytest.mark.filterwarnings("ignore:This process:DeprecationWarning")  # and Python's: touches neither's threads
 def test_a_forked_child_runs_parts_on_workers_of_its_own() -> None:
     """The parent's idle workers are not in the child: it makes its own instead of waiting on them forever."""
     import multiprocessing
