@@ -121,3 +121,42 @@ def test_the_cells_agree_packed_and_through_blas(mode: str, monkeypatch: pytest.
                 np.testing.assert_allclose(mine, other, rtol=0, atol=1e-5 * max(1.0, float(np.abs(other).max())))
     finally:
         cpu.set_cells("auto")
+
+
+def test_the_parts_of_a_call_share_one_packing_of_each_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two parts of the batch (each a wavefront of two layers) pack each pseudo-layer's matrices once per call."""
+    from cudnn_rnn.cpu import _parts
+
+    cpu.set_cells("fused")
+    monkeypatch.setattr(_parts, "PART_GRAIN", 0)
+    cudnn_rnn.set_num_threads(4)
+    try:
+        rng = np.random.default_rng(4)
+        steps, batch, inputs, units = 6, 4, 5, 7
+        size = int(cudnn_rnn.cudnn_rnn_params_size(2, units, inputs, rnn_mode="lstm"))
+        x = rng.standard_normal((steps, batch, inputs)).astype(np.float32)
+        h, c = (rng.standard_normal((2, batch, units)).astype(np.float32) for _ in range(2))
+        params = (0.3 * rng.standard_normal(size)).astype(np.float32)
+        seen: list[_parts.Schedule] = []
+        schedule = _parts.schedule
+        monkeypatch.setattr(_parts, "schedule", lambda *args: seen.append(schedule(*args)) or seen[-1])
+        packs: list[tuple[int, ...]] = []
+        monkeypatch.setattr(_fused_cells, "pack", lambda b: packs.append(b.shape) or _gemm.pack(b))
+        out = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, rnn_mode="lstm")
+        assert len(packs) == 2 * 2  # W^T and R^T of each of the 2 layers
+        grads = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, None, out.output, out.output_h, out.output_c,
+                                                np.ones_like(out.output), None, None, out.reserve_space,
+                                                rnn_mode="lstm")
+        assert len(packs) == 2 * 2 + 2  # and R of each in backprop
+        assert all(len(s.parts) == 2 and s.layers_together for s in seen)  # 2 parts, each a wavefront of 2 layers
+        cpu.set_cells("numpy")
+        reference = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, rnn_mode="lstm")
+        reference_grads = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, None, reference.output,
+                                                          reference.output_h, reference.output_c,
+                                                          np.ones_like(out.output), None, None,
+                                                          reference.reserve_space, rnn_mode="lstm")
+        for mine, other in zip((*out[:3], *grads), (*reference[:3], *reference_grads), strict=True):
+            np.testing.assert_allclose(mine, other, rtol=0, atol=1e-5 * max(1.0, float(np.abs(other).max())))
+    finally:
+        cudnn_rnn.set_num_threads(None)
+        cpu.set_cells("auto")

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -35,10 +36,13 @@ from ..config import COMPUTE_DTYPES, RNNConfig
 from ..layout import ParamsLayout, params_layout
 from . import _cells, _parts
 from ._dropout import dropout_mask
+from ._reserve_layout import ReserveLayout
 from ._time_order import TimeOrder
 from ._cells import LayerWeights
 
 __all__ = ["forward", "backward", "ReserveLayout"]
+
+_T = TypeVar("_T")
 
 
 def _compute_dtype(dtype: DTypeLike) -> np.dtype:
@@ -46,46 +50,6 @@ def _compute_dtype(dtype: DTypeLike) -> np.dtype:
     given = np.dtype(dtype)
     wider = COMPUTE_DTYPES.get(given.name)
     return given if wider is None else np.dtype(wider)
-
-
-@dataclass(frozen=True)
-class ReserveLayout:
-    """Shapes and offsets of the reference backend's saved tensors.
-
-    Slots per pseudo-layer k (in processing order, i.e. reversed within each span for reverse
-    directions): ``gates`` [T, B, G*N] (activations, in ``_cells.FORWARD_ORDER``), ``cell`` [T, B, N]
-    (LSTM carried c), ``rec_n`` [T, B, N] (GRU R_n h + bR_n), ``hidden`` [T, B, P] (carried h; GRU, and
-    LSTM with a projection: an LSTM's h = o*tanh(c) is recomputed from ``gates`` and ``cell`` instead).
-    Per layer l < L-1: ``output`` [T, B, D*P] (that layer's output, dropout applied: the next layer's input).
-    """
-
-    slots: tuple[tuple[tuple[str, int], tuple[int, ...], int], ...]
-    size: int
-
-    @staticmethod
-    def build(config: RNNConfig, max_time: int, batch: int) -> "ReserveLayout":
-        t, b = max_time, batch
-        n, p, gn = config.num_units, config.state_size, config.num_gates * config.num_units
-        per_layer: list[tuple[str, tuple[int, ...]]] = [("gates", (t, b, gn))]
-        if config.rnn_mode == "lstm":
-            per_layer.append(("cell", (t, b, n)))
-        if config.rnn_mode == "gru":
-            per_layer.append(("rec_n", (t, b, n)))
-        if config.rnn_mode == "gru" or config.num_proj:
-            per_layer.append(("hidden", (t, b, p)))
-        slots, offset = [], 0
-        for k in range(config.num_pseudo_layers):
-            for name, shape in per_layer:
-                slots.append(((name, k), shape, offset))
-                offset += int(np.prod(shape))
-        for layer in range(config.num_layers - 1):
-            shape = (t, b, config.output_size)
-            slots.append((("output", layer), shape, offset))
-            offset += int(np.prod(shape))
-        return ReserveLayout(tuple(slots), offset)
-
-    def views(self, flat: Array) -> dict[tuple[str, int], Array]:
-        return {key: flat[off:off + int(np.prod(shape))].reshape(shape) for key, shape, off in self.slots}
 
 
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
@@ -127,7 +91,7 @@ class _Track:
 
 
 def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Array, c: Array | None,
-                   weights: LayerWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
+                   fw: _cells.ForwardWeights, valid: Array | None, invalid: Array | None, saved: dict[str, Array],
                    out: Array, run: _Run, xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
     """Run one pseudo-layer over natural-order ``layer_in`` [T, B, width] (``hooks`` around each chunk).
 
@@ -140,7 +104,6 @@ def _run_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, h: Arra
     mode, n, p = config.rnn_mode, config.num_units, config.state_size
     max_time, batch = layer_in.shape[0], layer_in.shape[1]
     dtype, chunk = layer_in.dtype, min(max_time, run.time_chunk())
-    fw = run.cells.forward_weights(mode, n, weights, xp, rows=max_time * batch)
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
 
     def track(name: str, width: int) -> _Track:
@@ -233,6 +196,21 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
+class _Once:
+    """A value made by the first caller of ``get``, which the others wait for (made again if that failed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made = False
+        self._value: Any = None
+
+    def get(self, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if not self._made:
+                self._value, self._made = make(), True
+            return self._value
+
+
 @dataclass
 class _Run:
     """How one call runs: the cells (``_cells``, or ``_fused_cells`` on NumPy, see ``cpu``), its BLAS threads,
@@ -241,6 +219,15 @@ class _Run:
     cells: ModuleType
     threads: cpu.BlasThreads
     schedule: _parts.Schedule = _parts.Schedule([], False)
+    made: dict[tuple[str, int], _Once] = field(default_factory=dict)
+    _making: threading.Lock = field(default_factory=threading.Lock)
+
+    def once(self, key: tuple[str, int], make: Callable[[], _T]) -> _T:
+        """``make()`` once per call for ``key`` (a pseudo-layer's forward weights, its backprop's R), shared by
+        the parts that ask for it: the first makes it (packing its matrices), the others wait for it."""
+        with self._making:
+            once = self.made.setdefault(key, _Once())
+        return once.get(make)  # type: ignore[no-any-return]
 
     def parts(self, work: Callable[[slice], None], batch: int, directions: int, layers: int,
               multiply_adds: int) -> None:
@@ -315,9 +302,11 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
             """Both directions of ``layer`` (as the schedule says: at once, or one after the other)."""
             def direction_forward(direction: int) -> None:
                 k = layer * d + direction
+                fw = run.once(("forward", k), lambda: run.cells.forward_weights(
+                    config.rnn_mode, config.num_units, _layer_weights(layout, params_c, k), xp, rows=max_time * batch))
                 h_last, c_last = _run_direction(
                     config, layer_in, TimeOrder(direction == 1, part_lengths, max_time, xp), h0[k, columns],
-                    None if c0 is None else c0[k, columns], _layer_weights(layout, params_c, k), valid, invalid,
+                    None if c0 is None else c0[k, columns], fw, valid, invalid,
                     _slots_for(saved_all, k, columns), out[:, :, direction * p:(direction + 1) * p], run, xp, hooks)
                 hy[k, columns] = h_last
                 if cy is not None:
@@ -427,9 +416,12 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
 
             def direction_backward(direction: int) -> None:
                 k = layer * d + direction
+                weights = _layer_weights(layout, params_c, k)
+                recurrent = run.once(("backward", k), lambda: run.cells.backward_recurrent(
+                    weights["R"], max_time * batch, xp))
                 dh, dc = _backprop_direction(
                     config, layer_in, TimeOrder(direction == 1, part_lengths, max_time, xp),
-                    _layer_weights(layout, params_c, k), _layer_weights(layout, grads, k),
+                    weights, recurrent, _layer_weights(layout, grads, k),
                     _slots_for(saved_all, k, columns), d_out[:, :, direction * p:(direction + 1) * p],
                     dhy[k, columns], None if dcy is None else dcy[k, columns], h0[k, columns].astype(dtype, copy=False),
                     None if c0 is None else c0[k, columns].astype(dtype, copy=False), invalid,
@@ -487,10 +479,9 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
 
 
 def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, weights: LayerWeights,
-                        grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array, dc: Array | None,
-                        h_init: Array,
-                        c_init: Array | None, invalid: Array | None, d_in: Array, first_writer: bool, run: _Run,
-                        xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
+                        recurrent: Array, grads: LayerWeights, saved: dict[str, Array], d_out: Array, dh: Array,
+                        dc: Array | None, h_init: Array, c_init: Array | None, invalid: Array | None, d_in: Array,
+                        first_writer: bool, run: _Run, xp: Any, hooks: _parts.ChunkHooks) -> tuple[Array, Array | None]:
     """Backprop through one pseudo-layer, a chunk of steps at a time, latest chunk first.
 
     ``layer_in`` [T, B, width] and ``d_out`` [T, B, P] are in natural order; the saved tensors
@@ -516,7 +507,6 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
     unprojected = xp.empty((chunk, batch, n), dtype=dtype) if projecting or h_seq is None else None
     d_projected = xp.empty((chunk, batch, p), dtype=dtype) if projecting else None
     ws = _cells.Workspace(batch, config.num_gates, n, p, dtype, xp)
-    recurrent = run.cells.backward_recurrent(weights["R"], max_time * batch, xp)
     dh, dc = xp.array(dh, dtype=dtype), None if dc is None else xp.array(dc, dtype=dtype)
 
     def previous(sequence: Array, initial: Array, a: int, b: int) -> Array:
