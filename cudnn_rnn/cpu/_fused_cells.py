@@ -4,7 +4,8 @@
 (which stays the reference and the fallback). ``steps_forward`` runs a chunk's steps in one compiled loop:
 per step ``R h`` (``_gemm.product`` on R^T packed once per call, ``forward_weights``; BLAS from the compiled
 code, numba's ``np.dot`` on SciPy's, for a call too small to pack), then one pass over the rows for the
-cell; ``steps_backward`` likewise runs a block's steps latest first, one pass then ``dg @ R`` (R packed by
+cell, which adds the biases; ``input_product`` runs a chunk's input projection on W^T packed likewise where W
+is small (``INPUT_PACK_BYTES``), else by BLAS; ``steps_backward`` likewise runs a block's steps latest first, one pass then ``dg @ R`` (R packed by
 ``backward_recurrent``). The weights are read in the params' order (cuDNN's gate order, unscaled: nothing is
 rearranged per call); the activations are written in ``_cells.FORWARD_ORDER``, as the reserve keeps them.
 Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a)), tanh(a) = 2 sig(2a) - 1:
