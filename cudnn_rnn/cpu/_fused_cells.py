@@ -1,19 +1,20 @@
 """The reference backend's cells compiled (numba): the same equations as ``_cells``, one loop per chunk of steps.
 
 ``forward_weights``, ``steps_forward``, ``factors`` and ``steps_backward`` take the arguments of ``_cells``'s
-(which stays the reference and the fallback). ``steps_forward`` runs a chunk's steps in one compiled loop:
-per step ``R h`` (``_gemm.product`` on R^T packed once per call, ``forward_weights``; BLAS from the compiled
-code, numba's ``np.dot`` on SciPy's, for a call too small to pack), then one pass over the rows for the
-cell, which adds the biases; ``input_product`` runs a chunk's input projection on W^T packed likewise where W
-is small (``INPUT_PACK_BYTES``), else by BLAS; ``steps_backward`` likewise runs a block's steps latest first, one pass then ``dg @ R`` (R packed by
-``backward_recurrent``). The weights are read in the params' order (cuDNN's gate order, unscaled: nothing is
-rearranged per call); the activations are written in ``_cells.FORWARD_ORDER``, as the reserve keeps them.
-Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a)), tanh(a) = 2 sig(2a) - 1:
-``_cells`` scales the weights by -1 and -2 instead, which is exact), with an exponential written out below
-so that the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in float32 and ``exp`` (rational Pade
-form) in float64, after reduction by ln 2, each within 2 units in the last place of the exact value. So
-the two paths agree to float rounding. Compiled functions are cached on disk (``cache=True``: next to this
-file, or numba's user cache where that is read-only): a second process compiles nothing.
+(which stays the reference and the fallback). ``steps_forward`` runs a chunk's steps in one compiled loop: per
+step ``R h`` (``_gemm.product`` on R^T packed once per call, ``forward_weights``; BLAS from the compiled code,
+numba's ``np.dot`` on SciPy's, for a call too small to pack), then one pass over the rows for the cell, which
+adds the biases; ``input_product`` runs a chunk's input projection on W^T packed likewise where W is small
+(``INPUT_PACK_BYTES``), else by BLAS; ``steps_backward`` runs a block's steps latest first, one pass then
+``dg @ R`` (R packed by ``backward_recurrent``). The weights are read in the params' order (cuDNN's gate order,
+unscaled: nothing is rearranged per call); the activations are written in ``_cells.FORWARD_ORDER``, as the
+reserve keeps them. Each value is computed by the same formula as ``_cells`` (sig(a) = 1/(1 + exp(-a)),
+tanh(a) = 2 sig(2a) - 1: ``_cells`` scales the weights by -1 and -2 instead, which is exact), with an
+exponential written out below so that the loops vectorise: Cephes' ``expf`` (degree-6 polynomial) in float32
+and ``exp`` (rational Pade form) in float64, after reduction by ln 2, each within 2 units in the last place of
+the exact value. So the two paths agree to float rounding. Compiled functions are cached on disk
+(``cache=True``: next to this file, or numba's user cache where that is read-only): a second process compiles
+nothing.
 """
 
 from __future__ import annotations
