@@ -70,9 +70,9 @@ class ForwardWeights:
     """One pseudo-layer's weights as a cells module's forward steps use them: here (``forward_weights``) gates
     in ``FORWARD_ORDER``, each gate's rows times its ``SCALES`` factor; the compiled cells' take the params'
     own, in cuDNN's order and unscaled. ``W`` [G*N, width] (None under skip_input, then ``input_scale``
-    (G factors) scales x per gate), ``R`` [G*N, P] (the compiled cells: R^T packed, ``_gemm.pack``, where the
-    call's rows pay for it), ``bias`` [G*N] (bW + bR, without GRU's bR_n), ``bR_n`` [N] (GRU, scaled like its
-    gate), ``Proj`` [P, N] (LSTM projection)."""
+    (G factors) scales x per gate; the compiled cells: W^T packed where it is small), ``R`` [G*N, P] (the
+    compiled cells: R^T packed, ``_gemm.pack``, where the call's rows pay for it), ``bias`` [G*N] (bW + bR,
+    without GRU's bR_n), ``bR_n`` [N] (GRU, scaled like its gate), ``Proj`` [P, N] (LSTM projection)."""
 
     W: Array | None
     R: Array
@@ -107,7 +107,7 @@ def input_product(fw: ForwardWeights, x: Array, out: Array, xp: Any) -> None:
 
 def folded_biases(mode: str, num_units: int, weights: LayerWeights) -> tuple[Array, Array | None]:
     """(bW + bR, in cuDNN's order, without a GRU's bR_n; that bR_n [N] or None), both new arrays: bR_n sits inside
-    r * (R_n h + bR_n), so it cannot join the input GEMM's bias."""
+    r * (R_n h + bR_n), so it cannot join the other biases added to W x."""
     bias = weights["bR"].copy()
     bR_n = None
     if mode == "gru":
