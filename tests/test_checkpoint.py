@@ -9,6 +9,9 @@ against N + M steps that never stopped, on the reference backend in float32 and 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -333,6 +336,81 @@ def test_the_manager_keeps_the_newest_and_resumes_from_the_newest(tmp_path: Path
     assert manager.steps() == [10, 12, 15]
     manager.save(15, state={"again": True})
     assert manager.steps() == [12, 15] and manager.latest().state == {"again": True}
+
+
+class _RotatedWhileListed(CheckpointManager):
+    """A reader whose listings are each followed, before it reads, by ``writer``'s save of the next of ``saves``."""
+
+    def __init__(self, directory: Path, writer: CheckpointManager, saves: list[int]) -> None:
+        super().__init__(directory)
+        self.writer, self.saves = writer, list(saves)
+
+    def steps(self) -> list[int]:
+        listed = super().steps()
+        if self.saves:
+            step = self.saves.pop(0)
+            self.writer.save(step, state={"at": step})
+        return listed
+
+
+def test_latest_finds_the_newest_whole_checkpoint_while_another_manager_rotates(tmp_path: Path) -> None:
+    """Each listing goes stale before it is read (keep=1 removes every file it holds): latest() lists again.
+
+    Before, it warned that the rotated files were "damaged" and returned None, and a resuming run
+    would have started from scratch.
+    """
+    writer = CheckpointManager(tmp_path, keep=1)
+    writer.save(1, state={"at": 1})
+    reader = _RotatedWhileListed(tmp_path, writer, saves=[2, 3, 4])  # keep=1: each removes every listed file
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file rotation removed is not a damaged one
+        latest = reader.latest()
+    assert latest is not None and (latest.step, latest.state) == (4, {"at": 4})
+    assert reader.saves == [] and writer.steps() == [4]
+
+
+def test_latest_skips_a_damaged_file_once_however_often_it_lists_again(tmp_path: Path) -> None:
+    """A damaged newest file is named in one warning while rotation makes latest() list the folder three times."""
+    writer = CheckpointManager(tmp_path, keep=1)
+    writer.save(1, state={"at": 1})
+    writer.path_for(9).write_bytes(b"not a checkpoint")  # a later step than the writer's: rotation leaves it
+    reader = _RotatedWhileListed(tmp_path, writer, saves=[2, 3])
+    with pytest.warns(checkpoint.CheckpointWarning, match="ckpt-000000009") as caught:
+        latest = reader.latest()
+    assert latest is not None and (latest.step, latest.state) == (3, {"at": 3})
+    assert [str(w.message).count("skipping a damaged checkpoint") for w in caught] == [1]
+
+
+_SAVE_AND_ROTATE = """
+import sys
+from cudnn_rnn.checkpoint import CheckpointManager
+manager = CheckpointManager(sys.argv[1], keep=int(sys.argv[2]))
+print("ready", flush=True)
+for step in range(1, int(sys.argv[3]) + 1):
+    manager.save(step, state={"at": step})
+"""
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_latest_never_misses_while_another_process_saves_and_rotates(tmp_path: Path, keep: int) -> None:
+    """A real writer process saves 400 checkpoints at ``keep``; every latest() polled meanwhile finds one."""
+    manager = CheckpointManager(tmp_path, keep=keep)
+    manager.save(0, state={"at": 0})
+    writer = subprocess.Popen([sys.executable, "-c", _SAVE_AND_ROTATE, str(tmp_path), str(keep), "400"],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
+    polls, seen = 0, []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        while writer.poll() is None or polls == 0:
+            latest = manager.latest()
+            assert latest is not None, f"latest() found nothing after {polls} polls while a checkpoint existed"
+            assert latest.state == {"at": latest.step}
+            seen.append(latest.step)
+            polls += 1
+    assert writer.wait(timeout=300) == 0
+    assert seen == sorted(seen), "a later poll must never find an older checkpoint"
+    assert manager.latest().step == 400 and len(manager.steps()) == keep
 
 
 def test_the_manager_refuses_bad_settings(tmp_path: Path) -> None:

@@ -116,25 +116,37 @@ class CheckpointManager:
 
         Damaged files, and whole files that :func:`cudnn_rnn.checkpoint.load` refuses (a number out
         of range, a field of the wrong type), are skipped with a :class:`CheckpointWarning` naming
-        each.
+        each. A file that is gone by the time it is read was removed by a writer's rotation, not
+        damaged: the folder is listed again, so that a run resuming while another process saves and
+        rotates gets the newest whole checkpoint, never None while one exists.
         """
         found: dict[str, Checkpoint] = {}
+        warned: set[str] = set()  # a damaged file is named once, however often the folder is listed
 
         def read() -> tuple[str, bytes] | None:
-            for step in reversed(self.steps()):
-                path = self.path_for(step)
-                try:
-                    blob = read_checkpoint_bytes(path)
-                    checkpoint = from_bytes(os.fspath(path), blob)
-                    if checkpoint.step != step:
-                        raise CheckpointError(os.fspath(path), f"it holds step {checkpoint.step}, not the step "
-                                                               f"{step} its name says")
-                except (CheckpointError, FileNotFoundError) as error:
-                    warnings.warn(f"skipping a damaged checkpoint: {error}", CheckpointWarning, stacklevel=3)
-                    continue
-                found["checkpoint"] = checkpoint
-                return os.fspath(path), blob
-            return None
+            while True:
+                vanished = False
+                for step in reversed(self.steps()):
+                    path = self.path_for(step)
+                    try:
+                        blob = read_checkpoint_bytes(path)
+                    except FileNotFoundError:  # rotated away since the listing
+                        vanished = True
+                        break
+                    try:
+                        checkpoint = from_bytes(os.fspath(path), blob)
+                        if checkpoint.step != step:
+                            raise CheckpointError(os.fspath(path), f"it holds step {checkpoint.step}, not the step "
+                                                                   f"{step} its name says")
+                    except CheckpointError as error:
+                        if os.fspath(path) not in warned:
+                            warned.add(os.fspath(path))
+                            warnings.warn(f"skipping a damaged checkpoint: {error}", CheckpointWarning, stacklevel=3)
+                        continue
+                    found["checkpoint"] = checkpoint
+                    return os.fspath(path), blob
+                if not vanished:  # every listed file was read: none is whole
+                    return None
 
         shared = share_from_root(self.comm, read)
         if shared is None:
