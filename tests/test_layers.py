@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, Callable
 
 import ml_dtypes  # noqa: F401  (registers NumPy's "bfloat16")
@@ -167,6 +168,28 @@ def test_dropout_masks_change_between_steps_and_follow_the_step_counter(rng: np.
                                     rnn_mode="lstm", dropout=0.5, seed=21, seed2=0, time_major=False)
     np.testing.assert_array_equal(direct.output, y0)
     assert c.seed == 21
+
+
+def test_a_training_forward_at_the_last_step_is_refused_and_the_state_stays_savable(tmp_path: Path) -> None:
+    """At step 2**63 - 1 a training forward raises naming step, changing nothing; the layer saves and loads.
+
+    Before, the forward ran (step became 2**63), then save() raised a bare OverflowError and
+    load_state_dict(state_dict()) refused the layer's own state.
+    """
+    layer = LSTM(3, 4, num_layers=2, dropout=0.3)
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    layer.step = 2**63 - 1
+    with pytest.raises(ValueError, match=r"step must stay a non-negative integer < 2\*\*63: a training forward at "
+                                         r"step 9223372036854775807 is refused"):
+        layer.forward(x)
+    assert layer.step == 2**63 - 1 and layer._saved is None
+    layer.forward(x, training=False)  # inference leaves the step alone: allowed
+    layer.save(tmp_path / "last.npz")
+    assert LSTM.load(tmp_path / "last.npz").step == 2**63 - 1
+    layer.load_state_dict(layer.state_dict())
+    layer.step = 2**63 - 2
+    layer.forward(x)
+    assert layer.step == 2**63 - 1  # the last training forward there is
 
 
 def test_inference_has_no_dropout_and_keeps_nothing(rng: np.random.Generator) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from .._arrays import Array, array_kind, array_module, beside, copy_into, to_host
-from .._checks import checked_count, flag
+from .._checks import MAX_COUNT, checked_count, flag
 from .._cudnn import _graph_watch
 from .._cudnn._dropout_rng import DropoutRNG
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
@@ -245,11 +245,16 @@ class RecurrentLayer:
                 or ``training`` is not True or False.
             ValueError: ``x`` is not 3-D or has another feature count than ``input_size``; ``c0``
                 given to a GRU or RNN; ``h0``/``c0`` of another shape (the other layout's named);
-                ``lengths`` not one value in [0, T] per sequence. Each message is in the layer's
+                ``lengths`` not one value in [0, T] per sequence; a training forward at ``step``
+                2**63 - 1 (the step after it would not fit a saved file). Each message is in the layer's
                 terms (``input_size``, ``num_units``, ``num_layers``, ``bidirectional``, ``dtype``).
         """
         config = self.config
         time_major, training = flag("time_major", time_major), flag("training", training)
+        if training and self.step >= MAX_COUNT:  # the step after it could be neither saved nor loaded
+            raise ValueError(f"step must stay a non-negative integer < 2**63: a training forward at step "
+                             f"{self.step} is refused (set step to a smaller count, e.g. step % 2**31, "
+                             f"the dropout seed2 it stands for)")
         check = ArgumentCheck(config, self.xp)
         batch, max_time = check.input(x, time_major)
         if not config.has_cell and c0 is not None:
