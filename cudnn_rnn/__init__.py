@@ -20,12 +20,24 @@ from typing import TYPE_CHECKING, Any
 from .config import RNNConfig
 from .errors import CheckpointError, CudnnError, CudnnNotAvailableError
 from .gru_block import gru_block_cell, gru_block_cell_grad, gru_block_cell_weight_grads
-from .layers import GRU, LSTM, RNN
+from .layers import GRU, LSTM, RNN, HeldRNN, read_model_files_with
 from .layout import cudnn_rnn_canonical_to_params, cudnn_rnn_params_size, cudnn_rnn_params_to_canonical
 from .ops import RNNGradients, RNNOutputs, cudnn_rnn_backprop_v3, cudnn_rnn_v3
 
 #: the package's version: the one place it is written (pyproject.toml reads it from here when building)
 __version__ = "0.1.0"
+
+
+def _rnns_in(path: str) -> list[HeldRNN]:
+    """The RNNs of the model file ``path`` as :func:`cudnn_rnn.convert.read_file` finds them: what a layer's
+    ``load`` names when it is given a model file (convert sits above the layers, so it is handed to them)."""
+    from .convert import read_file
+
+    return [(found.source, found.fields.get("rnn_mode"), found.describe()) for found in read_file(path)]
+
+
+read_model_files_with(_rnns_in)
+
 
 #: the names that load on first use -> the module that defines each (a subpackage is its own module)
 _LAZY: dict[str, str] = {

@@ -54,6 +54,30 @@ def test_loading_a_model_file_says_how_to_load_it(model: str, kind: str) -> None
         assert isinstance(layer, cudnn_rnn.LSTM)
 
 
+def test_loading_a_model_file_of_another_kind_of_rnn_names_the_rnn_it_holds(tmp_path: Path) -> None:
+    """LSTM.load of a torch.save'd nn.GRU state_dict says it holds a GRU, not an LSTM, and how to load it.
+
+    Before, it said only that the file was missing the params file's members and "holds []".
+    """
+    import torch
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "gru.pt")
+    torch.save(torch.nn.GRU(3, 4, num_layers=2).state_dict(), path)
+    with pytest.raises(ValueError) as refused:
+        cudnn_rnn.LSTM.load(path)
+    message = str(refused.value)
+    assert "holds []" not in message and "missing" not in message, message
+    assert message.startswith(f"{path!r} is not a cudnn_rnn params file"), message
+    assert ("It is a PyTorch file (torch.save), a model file holding a GRU (PyTorch nn.GRU state_dict: "
+            "rnn_mode=gru, num_layers=2, num_units=4, input_size=3, ") in message, message
+    assert ", not an LSTM: load the RNN it holds with " in message, message
+    with pytest.raises(ValueError) as refused:  # the right class: no "not a ..."
+        cudnn_rnn.GRU.load(path)
+    assert "a model file holding a GRU (" in str(refused.value) and "not a" not in str(refused.value).split("GRU (")[1]
+    assert isinstance(read_file(path)[0].to_layer(), cudnn_rnn.GRU)  # what the message says works
+
+
 def test_an_npz_of_torch_tensors_gets_the_hint_and_other_npz_files_do_not(tmp_path: Path) -> None:
     """An .npz is a model file where read_file finds a format's (or a parent module's torch) tensors in it; arrays
     of no format get no hint."""
@@ -64,7 +88,8 @@ def test_an_npz_of_torch_tensors_gets_the_hint_and_other_npz_files_do_not(tmp_pa
     np.savez(tmp_path / "other.npz", a=random_params(config, 1))
     for name in ("torch_tensors.npz", "parent_module.npz"):
         assert read_file(tmp_path / name)
-        with pytest.raises(ValueError, match=r"It is a NumPy \.npz archive, a model file: load the RNN"):
+        with pytest.raises(ValueError, match=r"It is a NumPy \.npz archive, a model file holding an LSTM \(.* "
+                                             r"in an \.npz archive: rnn_mode=lstm, .*\): load the RNN"):
             cudnn_rnn.LSTM.load(tmp_path / name)
     with pytest.raises(ValueError, match=r"it holds \['a'\]$"):
         cudnn_rnn.LSTM.load(tmp_path / "other.npz")

@@ -34,6 +34,8 @@ from ._recurrent_layer import RecurrentLayer
 # what cudnn_rnn.torch's modules share with the layers besides __all__ (each ``as`` marks a name exported from here)
 from ._args import ArgumentCheck as ArgumentCheck
 from ._recurrent_layer import SEED2_PERIOD as SEED2_PERIOD, constructor_arguments as constructor_arguments
+# how the package hands the layers its model-file reader, for the refusal of a model file given to ``load``
+from ._model_files import HeldRNN as HeldRNN, read_model_files_with as read_model_files_with
 
 __all__ = ["RecurrentLayer", "LSTM", "GRU", "RNN", "keras_init_params", "orthogonal", "glorot_uniform"]
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import numbers
 import os
-import shlex
 import types
-import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +25,7 @@ from .._arrays import Array, array_kind, array_module
 from ..config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from ..layout import params_size
 
-__all__ = ["path_argument", "model_file_hint", "size_arguments", "ArgumentCheck"]
+__all__ = ["path_argument", "size_arguments", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -46,32 +44,6 @@ def path_argument(path: object, name: str = "path") -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
     return text
-
-
-def model_file_hint(path: str) -> str:
-    """What to say after "not a params file" when ``path`` is a model file that
-    :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): its kind, and how to load its RNN.
-
-    An .npz is such a file where its members' names are a format's or a parent module's torch names, as
-    the .npz reader tells them (:func:`~cudnn_rnn.formats.guess_format`). Asked only once a load has
-    failed, so what it needs is imported here.
-    """
-    from .._containers import MODEL_FILE_KINDS, model_file_kind
-
-    try:
-        kind = model_file_kind(path)
-        if kind == "npz":
-            from ..formats import PREFIXED_TORCH_NAME, guess_format
-
-            with zipfile.ZipFile(path) as archive:
-                names = [name.removesuffix(".npy") for name in archive.namelist()]
-            if guess_format(names) is None and not any(PREFIXED_TORCH_NAME.search(name) for name in names):
-                return ""
-    except (ValueError, OSError, zipfile.BadZipFile):
-        return ""
-    return (f". It is {MODEL_FILE_KINDS[kind]}, a model file: load the RNN it holds with "
-            f"cudnn_rnn.convert.read_file({path!r})[0].to_layer(), or convert it to a params file with "
-            f"`cudnn-rnn convert {shlex.quote(path)} OUT.npz`")
 
 
 def size_arguments(config: RNNConfig) -> list[str]:

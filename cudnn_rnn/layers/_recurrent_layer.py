@@ -17,9 +17,10 @@ from .._cudnn._dropout_rng import DropoutRNG
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
 from ..layout import ParamEntry, params_layout, params_size
 from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
-from ._args import ArgumentCheck, model_file_hint, path_argument, size_arguments
+from ._args import ArgumentCheck, path_argument, size_arguments
 from ._constructor import ModeArgument, class_doc, class_signature, method_signature
 from ._initializers import keras_init_params
+from ._model_files import model_file_hint
 
 if TYPE_CHECKING:
     from ..formats import Converted
@@ -367,8 +368,13 @@ class RecurrentLayer:
         path = path_argument(path)
         try:
             saved = read_params_file(path)
-        except ValueError as error:
-            raise ValueError(f"{error}{model_file_hint(path)}") from None
+        except ValueError:
+            classes = {mode: layer_cls.__name__ for mode, layer_cls in RecurrentLayer._classes.items()}
+            hint = model_file_hint(path, None if cls is RecurrentLayer else cls.__name__, classes)
+            if hint:  # (what a params file's reader missed in it says nothing of use here)
+                raise ValueError(f"{path!r} is not a cudnn_rnn params file (a saved layer or a converted "
+                                 f"model){hint}") from None
+            raise
         return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
 
     @classmethod
