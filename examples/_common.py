@@ -186,10 +186,13 @@ def to_host(array: Array) -> np.ndarray:
 
 # ---- progress bar ------------------------------------------------------------------------------
 class ProgressBar:
-    """A one-line progress bar: ``step 40/200 [#####-----] loss 2.31  5,120 chars/s  eta 12s``.
+    """A one-line progress bar: ``step 40/200 [#####-----] loss 2.31  val 2.40 (step 40)  5,120 chars/s  eta 12s``.
 
-    On a terminal it redraws in place; otherwise (logs, tests) it prints a line about every
-    tenth of the run.
+    A value given as ``(value, step)`` is shown with the step it was measured at (a validation loss
+    measured every K steps). The rate and the ETA leave out the first step this process runs, which
+    pays for compiling (numba on the CPU, cuDNN plans on the GPU): its line says ``eta ...``. On a
+    terminal the bar redraws in place; otherwise (logs, tests) it prints a line about every tenth of
+    the run.
     """
 
     def __init__(self, total: int, unit: str, width: int = 24, stream: TextIO | None = None, first: int = 1) -> None:
@@ -199,21 +202,30 @@ class ProgressBar:
         self.start = time.perf_counter()
         self.count = 0
         self.first = first  # the first step this process runs (a resumed run starts later)
+        self._after_first: tuple[float, int] | None = None  # (time, count) when the first step ended
         self._next_line = 0
 
-    def update(self, step: int, items: int, **values: float) -> None:
+    def update(self, step: int, items: int, **values: float | tuple[float, int]) -> None:
         """Record that ``step`` (1-based) finished after ``items`` more units (chars, sequences)."""
         self.count += items
+        now = time.perf_counter()
+        if self._after_first is None:
+            self._after_first = (now, self.count)
         if not self.interactive and step < self._next_line and step != self.total:
             return
         self._next_line = step + max(1, self.total // 10)
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
         filled = round(self.width * step / self.total)
         bar = "#" * filled + "-" * (self.width - filled)
-        shown = "  ".join(f"{name} {value:.3f}" for name, value in values.items())
-        eta = elapsed / (step - self.first + 1) * (self.total - step)
+        shown = "  ".join(f"{name} {value[0]:.3f} (step {value[1]})" if isinstance(value, tuple)
+                          else f"{name} {value:.3f}" for name, value in values.items())
+        since, counted = self._after_first
+        if step > self.first:  # the steps after the first: their own rate
+            seconds = max(now - since, 1e-9)
+            rate, eta = (self.count - counted) / seconds, f"{seconds / (step - self.first) * (self.total - step):.0f}s"
+        else:
+            rate, eta = self.count / max(now - self.start, 1e-9), "..."
         line = (f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] {shown}  "
-                f"{self.count / elapsed:,.0f} {self.unit}/s  eta {eta:.0f}s")
+                f"{rate:,.0f} {self.unit}/s  eta {eta}")
         self.stream.write(("\r" + line) if self.interactive else line + "\n")
         self.stream.flush()
 

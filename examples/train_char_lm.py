@@ -224,7 +224,7 @@ def train(args: argparse.Namespace, s: Settings, comm: distributed.Communicator)
         if lead and (step % s.eval_every == 0 or step == args.steps):
             val_curve[0].append(step)
             val_curve[1].append(model.loss(val_batch, training=False))
-        bar.update(step, s.batch * s.seq_len, loss=running, val=val_curve[1][-1])
+        bar.update(step, s.batch * s.seq_len, loss=running, val=(val_curve[1][-1], val_curve[0][-1]))
         progress = dict(step=step, train_curve=train_curve, val_curve=val_curve, running=running,
                         seconds=time.perf_counter() - started)
         checkpoints.after_step(step, dict(progress=progress, rng=rng.bit_generator.state, processes=comm.size))

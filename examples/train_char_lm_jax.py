@@ -201,7 +201,7 @@ def train(args: argparse.Namespace, s: Settings, device: Any) -> int:
         if step % s.eval_every == 0 or step == args.steps:
             val_curve[0].append(step)
             val_curve[1].append(float(evaluate(params, val_batch)))
-        bar.update(step, s.batch * s.seq_len, loss=running, val=val_curve[1][-1])
+        bar.update(step, s.batch * s.seq_len, loss=running, val=(val_curve[1][-1], val_curve[0][-1]))
     chars_per_second = bar.close()
     seconds = time.perf_counter() - started
     val_end = val_curve[1][-1]

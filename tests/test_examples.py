@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,14 @@ def test_char_lm_validation_loss_falls(tmp_path: Path) -> None:
     assert end < start - 0.8, f"validation loss must fall by more than 0.8 nats in quick mode; {start} -> {end}"
     assert metrics["val_loss_end"] == pytest.approx(end, abs=5e-4)
     assert "--- sample before training ---" in result.stdout and "--- sample after training ---" in result.stdout
-    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ +[\d,]+ chars/s", result.stdout)
+    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ \(step 40\) +[\d,]+ chars/s", result.stdout)
+    lines = re.findall(r"^step +(\d+)/40 .* val ([\d.]+) \(step (\d+)\) .* eta (\S+)$", result.stdout, re.M)
+    assert [int(step) for step, _, _, _ in lines] == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 40], result.stdout
+    # each line's validation loss is the newest (every 10 steps), named with the step it was measured at
+    assert [int(measured) for _, _, measured, _ in lines] == [0, 0, 0, 10, 10, 20, 20, 20, 30, 30, 40]
+    assert float(lines[-1][1]) == pytest.approx(end, abs=5e-4) and float(lines[0][1]) == pytest.approx(start, abs=5e-4)
+    assert [eta for _, _, _, eta in lines][0] == "...", "the first step (compiling) gives no ETA"
+    assert all(re.fullmatch(r"\d+s", eta) for _, _, _, eta in lines[1:])
     assert_png(tmp_path / "loss_curve.png")
     # the checkpoint restores the trained model exactly
     assert metrics["val_loss_reloaded"] == metrics["val_loss_end"]
@@ -64,47 +71,27 @@ def test_char_lm_validation_loss_falls(tmp_path: Path) -> None:
     assert len(str(readout["vocab"])) == metrics["vocab_size"]
 
 
-#: what the README says its first command's run takes on two CPU cores
-RUN_PROMISE = re.compile(r"the run takes under (\d+) s on two CPU cores")
+def test_the_progress_bar_leaves_the_first_step_out_of_its_rate_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first step of 100 s (compiling) and then 1 s a step: at step 5 of 10 the ETA is 5 s, not 100 s.
 
-
-def test_the_readme_run_takes_what_the_readme_says(tmp_path: Path) -> None:
-    """The README's first command, timed as a newcomer meets it: the full settings in a fresh process on two
-    cores with numba compiling from scratch, for a tenth of the full run's steps; then the same again with
-    numba's cache warm, whose training time is what each further tenth costs. The whole run, predicted as
-    the first process's time plus nine tenths of training, fits what the README says."""
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    promise = RUN_PROMISE.search(readme)
-    assert promise, "the README says how long its first command's run takes on two CPU cores"
-    script = str(EXAMPLES / "train_char_lm.py")
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    usage = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, check=True, cwd=REPO,
-                           env=env).stdout
-    full_steps = int(re.search(r"\(default (\d+),", " ".join(usage.split()))[1])  # type: ignore[index]
-    steps = full_steps // 10
-    # the child keeps itself to two cores (where it can) and runs the script as its main module
-    on_two_cores = ("import os, runpy, sys; sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(sys.argv[0])\n"
-                    "if hasattr(os, 'sched_setaffinity'):\n"
-                    "    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])\n"
-                    "runpy.run_path(sys.argv[0], run_name='__main__')")
-
-    def run() -> tuple[float, float]:
-        """(seconds the process took, seconds it says it trained) for ``steps`` steps."""
-        started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-c", on_two_cores, script, "--backend", "numpy", "--steps",
-                                 str(steps), "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env,
-                                timeout=300, cwd=REPO)
-        assert result.returncode == 0, result.stdout + result.stderr
-        trained = re.search(rf"trained {steps} steps in ([\d.]+)s", result.stdout)
-        assert trained, result.stdout
-        return time.perf_counter() - started, float(trained[1])
-
-    first_seconds, _ = run()  # numba compiles here, as on a newcomer's first run
-    _, training = run()
-    predicted = first_seconds + (full_steps - steps) / steps * training
-    assert predicted < int(promise[1]), (f"the full run would take about {predicted:.0f} s here ({first_seconds:.1f} "
-                                         f"s for its first {steps} steps, {training:.1f} s for each further "
-                                         f"{steps}): the README says under {promise[1]} s")
+    Before, the ETA was the mean over every step so far, the compile included (1,868 s on the first line).
+    """
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    clock = iter([0.0, 100.0, *(100.0 + step for step in range(1, 10))])  # start, then the end of each step
+    monkeypatch.setattr(_common.time, "perf_counter", lambda: next(clock))
+    stream = io.StringIO()
+    bar = _common.ProgressBar(10, unit="chars", stream=stream)
+    for step in range(1, 11):
+        bar.update(step, 500, loss=2.0, val=(3.0, 0))
+    lines = stream.getvalue().splitlines()  # (not a terminal: a line per tenth of the run, here every step)
+    assert lines[0] == "step  1/10 [##----------------------] loss 2.000  val 3.000 (step 0)  5 chars/s  eta ...", \
+        lines[0]  # 500 chars in 100 s
+    assert [line.rsplit("  ", 2)[1:] for line in lines[1:]] == [["500 chars/s", f"eta {10 - step}s"]
+                                                                 for step in range(2, 11)], lines
 
 
 def test_char_lm_jax_validation_loss_falls(tmp_path: Path) -> None:
@@ -116,7 +103,7 @@ def test_char_lm_jax_validation_loss_falls(tmp_path: Path) -> None:
     assert metrics["val_loss_end"] == pytest.approx(end, abs=5e-4)
     assert metrics["val_loss_reloaded"] == metrics["val_loss_end"]
     assert "--- sample before training ---" in result.stdout and "--- sample after training ---" in result.stdout
-    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ +[\d,]+ chars/s", result.stdout)
+    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ \(step 40\) +[\d,]+ chars/s", result.stdout)
     assert_png(tmp_path / "loss_curve.png")
     saved = np.load(tmp_path / "model.npz")
     assert saved["lstm"].shape == (cudnn_rnn.cudnn_rnn_params_size(2, 64, 32),)
@@ -131,7 +118,7 @@ def test_char_lm_torch_validation_loss_falls(tmp_path: Path) -> None:
     assert end < start - 0.8, f"validation loss must fall by more than 0.8 nats in quick mode; {start} -> {end}"
     assert metrics["val_loss_reloaded"] == metrics["val_loss_end"] and metrics["device"] == "cpu"
     assert "--- sample before training ---" in result.stdout and "--- sample after training ---" in result.stdout
-    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ +[\d,]+ chars/s", result.stdout)
+    assert re.search(r"step 40/40 \[#+\] loss [\d.]+ +val [\d.]+ \(step 40\) +[\d,]+ chars/s", result.stdout)
     assert_png(tmp_path / "loss_curve.png")
     lstm = LSTM.load(tmp_path / "lstm.npz")
     assert lstm.step == metrics["steps"] and lstm.config.num_layers == 2
