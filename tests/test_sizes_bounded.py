@@ -1,14 +1,17 @@
 """Sizes that no params buffer can have are refused at once, before anything walks the layers.
 
 Every public entry that takes sizes (the ops, the params size, the canonical conversions, the
-format conversions, params files and layer states) answers in well under a second with bounded
-memory however large a size is. Each check runs in one worker process with an address-space limit
-(2 GiB above what it holds after its imports) and a wall-clock timeout, so a regression fails
-instead of hanging or swapping.
+format conversions, params files and layer states) answers with bounded work and bounded memory
+however large a size is. Each check runs in one worker process with an address-space limit
+(2 GiB above what it holds after its imports), which counts the calls the check makes (of Python
+functions, and of C functions from Python) and cuts it past MOST_CALLS, far fewer than the layers,
+steps or sequences it is given; a check that does not answer within a hang guard is killed. So a
+regression that walks the layers fails instead of hanging or swapping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -25,46 +28,64 @@ import pytest
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import FORMAT_SPECS, FORMATS, expected_shapes
 
-#: seconds a check may take in the worker; every one of them takes microseconds
-FAST_S = 1.0
-#: seconds before a check that has not answered is killed (and fails)
-TIMEOUT_S = 20.0
+#: the most calls a check may make (the most any makes is about 5,000, reading a params file included): a
+#: walk of the 10**6 layers or more, or of the 2**40 steps, that the checks give would call for one each at least
+MOST_CALLS = 50_000
+#: seconds before a check that has not answered is killed (and fails): a hang guard, each check makes few calls
+TIMEOUT_S = 120.0
 #: bytes of address space the worker may add to what it holds after its imports
 HEADROOM = 2 * 1024**3
 #: 10**400 as error messages show it
 HUGE_SHOWN = "1.00e+400 (401 digits)"
 
 WORKER = r"""
-import json, resource, sys, time, traceback
+import json, resource, sys, traceback
+from pathlib import Path
 import numpy as np
 import cudnn_rnn, cudnn_rnn.convert
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.params_file import parse_layer_state, read_params_file
 
-pages = int(open("/proc/self/statm").read().split()[0])
+class TooMuchWork(BaseException):
+    pass
+
+def profile(frame, event, arg):
+    # counts the calls of Python functions and of C functions from Python, and cuts the check past MOST_CALLS
+    if event == "call" or event == "c_call":
+        calls[0] += 1
+        if calls[0] > MOST_CALLS:
+            sys.setprofile(None)
+            raise TooMuchWork("more than MOST_CALLS calls")
+
+pages = int(Path("/proc/self/statm").read_text().split()[0])
 limit = pages * resource.getpagesize() + HEADROOM
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 print(json.dumps({"ready": limit}), flush=True)
 for line in sys.stdin:
     namespace = {"np": np, "cudnn_rnn": cudnn_rnn, "convert": cudnn_rnn.convert, "RNNConfig": RNNConfig,
                  "parse_layer_state": parse_layer_state, "read_params_file": read_params_file}
-    start = time.perf_counter()
+    calls = [0]
     try:
-        exec(json.loads(line), namespace)
+        code = compile(json.loads(line), "<check>", "exec")
+        sys.setprofile(profile)
+        try:
+            exec(code, namespace)
+        finally:
+            sys.setprofile(None)
         answer = {"value": repr(namespace.get("result"))}
     except BaseException as error:
         answer = {"raised": [cls.__name__ for cls in type(error).__mro__], "message": str(error)[:2000],
                   "trace": traceback.format_exc()[-2000:]}
-    answer["seconds"] = time.perf_counter() - start
+    answer["calls"] = calls[0]
     print(json.dumps(answer), flush=True)
-""".replace("HEADROOM", str(HEADROOM))
+""".replace("HEADROOM", str(HEADROOM)).replace("MOST_CALLS", str(MOST_CALLS))
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one check did in the worker: its ``result``'s repr, or the exception it raised."""
+    """What one check did in the worker: the calls it made, and its ``result``'s repr or the exception it raised."""
 
-    seconds: float
+    calls: int
     value: str | None = None
     raised: tuple[str, ...] = ()
     message: str = ""
@@ -76,11 +97,12 @@ class Worker:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[str] | None = None
+        self.pump: threading.Thread | None = None
         self.lines: queue.Queue[str] = queue.Queue()
 
     def _start(self) -> subprocess.Popen[str]:
-        process = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True)
+        process = self.process = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE, text=True)
         self.lines = queue.Queue()
         lines, stdout = self.lines, process.stdout
         assert stdout is not None
@@ -89,7 +111,8 @@ class Worker:
                 lines.put(line)
             lines.put("")
 
-        threading.Thread(target=pump, daemon=True).start()
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
         ready = self._answer(process, "starting")
         assert "ready" in ready, ready
         return process
@@ -119,14 +142,21 @@ class Worker:
         except BaseException:
             self.stop()
             raise
-        return Outcome(answer["seconds"], answer.get("value"), tuple(answer.get("raised", ())),
+        return Outcome(answer["calls"], answer.get("value"), tuple(answer.get("raised", ())),
                        answer.get("message", ""), answer.get("trace", ""))
 
     def stop(self) -> None:
+        """Kill the worker and close its pipes (its standard output once the pump has read it to the end)."""
         if self.process is not None:
             self.process.kill()
             self.process.wait()
-            self.process = None
+            assert self.process.stdin is not None and self.process.stdout is not None
+            with contextlib.suppress(BrokenPipeError):  # (a check it never read)
+                self.process.stdin.close()
+            if self.pump is not None:
+                self.pump.join()
+            self.process.stdout.close()
+            self.process = self.pump = None
 
 
 @pytest.fixture(scope="module")
@@ -137,20 +167,21 @@ def worker() -> Iterator[Worker]:
 
 
 def refused(worker: Worker, code: str, *fragments: str, error: str = "ValueError") -> str:
-    """Run ``code`` and check that it raised ``error`` (or a subclass) fast, with every fragment in the message."""
+    """Run ``code`` and check that it raised ``error`` (or a subclass) in at most MOST_CALLS calls, with every
+    fragment in the message."""
     outcome = worker.run(code)
     assert error in outcome.raised, f"expected {error}; got {outcome}"
-    assert outcome.seconds < FAST_S, f"took {outcome.seconds:.2f} s: {outcome.message}"
+    assert 0 < outcome.calls <= MOST_CALLS, f"{outcome.calls} calls: {outcome.message}"
     for fragment in fragments:
         assert fragment in outcome.message, f"{fragment!r} not in {outcome.message!r}"
     return outcome.message
 
 
 def answered(worker: Worker, code: str) -> str:
-    """Run ``code`` and return the repr of the ``result`` it set, checking it answered fast."""
+    """Run ``code`` and return the repr of the ``result`` it set, checking it answered in at most MOST_CALLS calls."""
     outcome = worker.run(code)
     assert not outcome.raised, outcome.trace
-    assert outcome.seconds < FAST_S, f"took {outcome.seconds:.2f} s"
+    assert 0 < outcome.calls <= MOST_CALLS, f"{outcome.calls} calls"
     assert outcome.value is not None
     return outcome.value
 
