@@ -206,6 +206,123 @@ def test_a_traced_seed2_compiles_once_and_draws_each_steps_masks() -> None:
             cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params, jnp.float32), seed2=bad, **attrs)
 
 
+def _resident_bytes() -> int:
+    """This process's resident set size (Linux: /proc/self/statm's second field, in pages)."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("name", ["seed", "seed2"])
+def test_a_new_int_seed_every_step_compiles_nothing_new_and_memory_stays_flat(name: str) -> None:
+    """Eager jax.grad with dropout and a Python int seed new at every step: the seeds are values of the
+    computation, so no step makes a callback (nor an executable) of its own, and the process does not grow
+    (keyed by the seeds, each step compiled a forward and a backward and kept them: about 3 MB a step)."""
+    from cudnn_rnn.jax import _op
+
+    rng = np.random.default_rng(8)
+    x = jnp.asarray(rng.standard_normal((3, 2, 4)), jnp.float32)  # T=3, B=2, I=4
+    h = jnp.asarray(0.5 * rng.standard_normal((2, 2, 4)), jnp.float32)  # 2 layers, N=4
+    params = jnp.asarray(0.5 * rng.standard_normal(cudnn_rnn.cudnn_rnn_params_size(2, 4, 4)), jnp.float32)
+    grad = jax.grad(lambda p, i: jnp.sum(cj.cudnn_rnn(x, h, h, p, dropout=0.5, **{name: i})[0] ** 2))
+    grads = [grad(params, i) for i in range(20)]  # the warm-up
+    misses, size, resident = _op._callback.cache_info().misses, _op._callback.cache_info().currsize, _resident_bytes()
+    for i in range(20, 320):
+        grads.append(grad(params, i))
+    grown = _resident_bytes() - resident
+    info = _op._callback.cache_info()
+    assert (info.misses, info.currsize) == (misses, size), f"callbacks made over 300 seeds: {info}"
+    assert grown < 60 * 2**20, f"resident set grew by {grown / 2**20:.1f} MB over 300 steps"
+    for i in (5, 319):  # each step's own masks: the op's
+        x_, h_, p_ = np.asarray(x), np.asarray(h), np.asarray(params)
+        out = cudnn_rnn.cudnn_rnn_v3(x_, h_, h_, p_, dropout=0.5, **{name: i})
+        want = cudnn_rnn.cudnn_rnn_backprop_v3(x_, h_, h_, p_, None, *out[:3], 2 * out.output, None, None,
+                                               out.reserve_space, dropout=0.5, **{name: i})
+        assert np.array_equal(np.asarray(grads[i]), want.params_backprop), i
+    assert not np.array_equal(np.asarray(grads[5]), np.asarray(grads[6]))
+
+
+def test_int_traced_and_numpy_seeds_draw_the_same_masks() -> None:
+    """(seed, seed2) as Python ints, as traced arrays (either or both, under jax.jit) and in the NumPy op: the
+    same outputs and gradients bit for bit; other seeds, other masks."""
+    case = Case("lstm", "bidirectional", num_layers=2, dropout=0.5)
+    x, h, c, params, lengths = case.arrays()
+    attrs = {k: v for k, v in case.attrs.items() if k != "seed"}
+
+    def value_and_grad(seed: Any, seed2: Any, params: Any) -> tuple[Any, Any]:
+        def loss(p: Any) -> Any:
+            y, hy, cy = cj.cudnn_rnn(*_jax(x, h, c), p, jnp.asarray(lengths), seed=seed, seed2=seed2, **attrs)
+            return jnp.sum(y * y) + jnp.sum(hy) + jnp.sum(cy), y
+        return jax.value_and_grad(loss, has_aux=True)(params)
+
+    traced_both = jax.jit(value_and_grad)
+    traced_seed = jax.jit(value_and_grad, static_argnums=1)
+    results = []
+    for seed, seed2 in ((3, 11), (-5, 2**31 - 1), (3, 12)):
+        out = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, seed=seed, seed2=seed2, **attrs)
+        want = cudnn_rnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, *out[:3], 2 * out.output,
+                                               np.ones_like(out.output_h), np.ones_like(out.output_c),
+                                               out.reserve_space, seed=seed, seed2=seed2, **attrs)
+        p = jnp.asarray(params)
+        for way, ((_, y), grad) in {"ints": value_and_grad(seed, seed2, p),
+                                   "traced": traced_both(jnp.asarray(seed), jnp.asarray(seed2), p),
+                                   "traced seed": traced_seed(jnp.asarray(seed), seed2, p)}.items():
+            assert np.array_equal(np.asarray(y), out.output), (way, seed, seed2)
+            assert np.array_equal(np.asarray(grad), want.params_backprop), (way, seed, seed2)
+        results.append(out.output)
+    assert not np.array_equal(results[0], results[2]) and not np.array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("change", [dict(dropout=0.0), dict(is_training=False), dict(num_layers=1)],
+                         ids=["no dropout", "inference", "one layer"])
+def test_seeds_that_change_nothing_share_one_callback(change: dict[str, Any]) -> None:
+    """Where no dropout acts (dropout 0, inference, one layer) the seeds change nothing: every seed, int or
+    traced, runs the one callback, and the outputs are the op's."""
+    from cudnn_rnn.jax import _op
+
+    layers = change.get("num_layers", 2)
+    case = Case("gru", num_layers=layers, dropout=change.get("dropout", 0.5))
+    x, h, _, params, lengths = case.arrays()
+    attrs = dict({k: v for k, v in case.attrs.items() if k not in ("seed",)},
+                 is_training=change.get("is_training", True))
+    want = cudnn_rnn.cudnn_rnn_v3(x, h, None, params, lengths, **attrs).output
+    run = jax.jit(lambda seed: cj.cudnn_rnn(*_jax(x, h), None, jnp.asarray(params), jnp.asarray(lengths),
+                                            seed=seed, seed2=5, **attrs)[0])
+    first = cj.cudnn_rnn(*_jax(x, h), None, *_jax(params, lengths), seed=1, seed2=5, **attrs)[0]
+    misses = _op._callback.cache_info().misses
+    for seed, seed2 in ((2, 6), (-7, 2**31 - 1)):
+        got = cj.cudnn_rnn(*_jax(x, h), None, *_jax(params, lengths), seed=seed, seed2=seed2, **attrs)[0]
+        assert np.array_equal(np.asarray(got), want) and np.array_equal(np.asarray(run(jnp.asarray(seed))), want)
+    assert np.array_equal(np.asarray(first), want)
+    assert _op._callback.cache_info().misses == misses
+
+
+def test_bad_seeds_are_refused_naming_the_argument() -> None:
+    """A traced seed or seed2 must be an integer array of shape (); an int seed outside a C int gets the op's
+    error while tracing, a traced one (64-bit) when the call runs."""
+    case = Case("lstm", num_layers=2, dropout=0.5)
+    x, h, c, params, lengths = case.arrays()
+    attrs = {k: v for k, v in case.attrs.items() if k != "seed"}
+    arrays = _jax(x, h, c, params, lengths)
+    for name in ("seed", "seed2"):
+        for bad, error, message in ((jnp.asarray(1.5), TypeError, rf"^{name} must be an int or an integer array of "
+                                     r"shape \(\); got an array of dtype float32$"),
+                                    (jnp.asarray([1, 2]), ValueError, rf"^{name} must be an int or an integer array "
+                                     r"of shape \(\); got shape \(2,\)$"),
+                                    (jnp.asarray(True), TypeError, r"got an array of dtype bool$")):
+            with pytest.raises(error, match=message):
+                cj.cudnn_rnn(*arrays, **{name: bad}, **attrs)
+        with pytest.raises(ValueError) as expected:
+            cudnn_rnn.cudnn_rnn_v3(x, h, c, params, lengths, **{name: 2**31}, **attrs)
+        with pytest.raises(ValueError) as caught:
+            jax.eval_shape(lambda a, name=name: cj.cudnn_rnn(*a, **{name: 2**31}, **attrs), arrays)
+        assert str(caught.value) == str(expected.value) and name in str(expected.value)
+        with jax.enable_x64(True):
+            with pytest.raises(RUNTIME_ERRORS) as caught:
+                jax.jit(lambda s, name=name: cj.cudnn_rnn(*arrays, **{name: s}, **attrs)[0])(
+                    jnp.asarray(2**31, jnp.int64)).block_until_ready()
+        assert str(caught.value).rstrip().endswith(f"ValueError: {expected.value}")
+
+
 # ---- (2) finite differences in float64 ---------------------------------------------------------------
 GRAD_CASES = [
     Case("lstm", time_major=True),

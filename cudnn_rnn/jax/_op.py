@@ -1,6 +1,6 @@
 """``cudnn_rnn.jax.cudnn_rnn``: the op as a ``jax.custom_vjp`` over two ``jax.experimental.buffer_callback`` calls.
 
-    primal    FORWARD(input, input_h, [input_c], params, [lengths], [seed2]) -> output, output_h, [output_c],
+    primal    FORWARD(input, input_h, [input_c], params, [lengths], [seed, seed2]) -> output, output_h, [output_c],
               [reserve]                                       (shapes checked while tracing: _bridge.signature)
     fwd rule  the same forward, training; residuals: its operands, its outputs and the reserve
     bwd rule  BACKWARD(operands, outputs, their cotangents, reserve)
@@ -12,6 +12,11 @@ platform JAX has; each fills its front. Differentiated, ``is_training=False`` ru
 dropout 0 (the same outputs). Inside ``jax.shard_map`` results vary over every mesh axis an operand
 varies over, so that a replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
 Each callback sits in a ``jax.custom_jvp`` whose rule raises: no second order.
+
+The seeds are values, never attributes: a call whose dropout acts (training, dropout > 0, two layers or
+more) takes seed and seed2 as operands of shape () (an int as int32, a traced array as it is) and reads
+them in the callback; any other call takes none, its seeds 0 in ``_Call`` (they change nothing). So a
+new seed at every step makes no new callback, and JAX compiles and keeps nothing new for it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from ..ops import _host_lengths
 
 SECOND_ORDER = ("cudnn_rnn.jax: second-order differentiation (a gradient of the gradient: jax.grad of jax.grad, "
                 "jax.hessian) is not supported; the op has first-order reverse mode (jax.grad, jax.vjp, jax.jacrev)")
+#: the operands a call whose dropout acts adds after the arrays: integers of shape (), read to the host
+_SEEDS = ("seed", "seed2")
 #: the backward's operands after the forward's, by name; "_c" ones only for an LSTM
 _RESIDUALS = ("output", "output_h", "output_c", "output_backprop", "output_h_backprop", "output_c_backprop",
               "reserve_space")
@@ -43,7 +50,7 @@ class _Call:
 
     attrs: _bridge.Attrs
     is_training: bool
-    names: tuple[str, ...]  # input, input_h, [input_c], params, [sequence_lengths], [seed2] (a traced integer)
+    names: tuple[str, ...]  # input, input_h, [input_c], params, [sequence_lengths], [seed, seed2] (dropout acts)
     sig: _bridge.Signature
     reserve_elements: int
 
@@ -97,7 +104,8 @@ def _callback(call: _Call, backward: bool) -> Callable[..., None]:
     def run(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
         with _arrays(ctx, [*operands, *out]) as arrays:
             a = dict(zip(names, arrays))
-            attrs = replace(call.attrs, seed2=int(a["seed2"].reshape(()))) if "seed2" in a else call.attrs
+            attrs = call.attrs if "seed" not in a else replace(  # both or neither; the op checks their range
+                call.attrs, seed=int(a["seed"].reshape(())), seed2=int(a["seed2"].reshape(())))
             args = (attrs, a["input"], a["input_h"], a.get("input_c"), a["params"], a.get("sequence_lengths"))
             done = (_bridge.backward(*args, *(a.get(name) for name in _RESIDUALS)) if backward
                     else _bridge.forward(*args, is_training=call.is_training))
@@ -168,27 +176,28 @@ def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any]:
     n = 3 if call.attrs.has_cell else 2  # output, output_h, [output_c]; input, input_h, [input_c] (and params)
     grads = _run(_callback(_differentiated(call), True), tuple((a.shape, a.dtype) for a in operands[:n + 1]),
                  *operands, *outputs[:n], *cotangents[:n], outputs[-1])
-    return (tuple(grads) + (None,) * (len(operands) - n - 1),)  # no gradient for lengths and seed2
+    return (tuple(grads) + (None,) * (len(operands) - n - 1),)  # no gradient for lengths and the seeds
 
 
 _rnn = jax.custom_vjp(_primal, nondiff_argnums=(0,))
 _rnn.defvjp(_fwd, _bwd)
 
 
-def _traced_seed2(seed2: Any) -> Any:
-    """seed2 as a jax.Array if it is an integer array of shape () (a traced step counter); None for an int."""
-    if not (hasattr(seed2, "shape") and hasattr(seed2, "dtype")) or isinstance(seed2, (np.integer, int)):
+def _seed_array(name: str, value: Any) -> Any:
+    """``value`` as a jax.Array if it is an integer array of shape () (a traced step counter, say); None for
+    anything else (an int: the signature checks it, and refuses what is no int, as the op does)."""
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")) or isinstance(value, (np.integer, int)):
         return None
-    if not jnp.issubdtype(seed2.dtype, jnp.integer):
-        raise TypeError(f"seed2 must be an int or an integer array of shape (); got an array of dtype {seed2.dtype}")
-    if tuple(seed2.shape) != ():
-        raise ValueError(f"seed2 must be an int or an integer array of shape (); got shape {tuple(seed2.shape)}")
-    return jnp.asarray(seed2)
+    if not jnp.issubdtype(value.dtype, jnp.integer):
+        raise TypeError(f"{name} must be an int or an integer array of shape (); got an array of dtype {value.dtype}")
+    if tuple(value.shape) != ():
+        raise ValueError(f"{name} must be an int or an integer array of shape (); got shape {tuple(value.shape)}")
+    return jnp.asarray(value)
 
 
 def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_lengths: Any = None, *,
               rnn_mode: str = "lstm", input_mode: str = "linear_input", direction: str = "unidirectional",
-              dropout: float = 0.0, seed: int = 0, seed2: int = 0, num_proj: int = 0, is_training: bool = True,
+              dropout: float = 0.0, seed: Any = 0, seed2: Any = 0, num_proj: int = 0, is_training: bool = True,
               time_major: bool = True, algo: str = "standard") -> tuple[Any, Any, Any]:
     """:func:`cudnn_rnn.cudnn_rnn_v3` on ``jax.Array``\\ s, under ``jax.jit``, ``jax.grad``, ``vmap``, ``shard_map``.
 
@@ -201,23 +210,33 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
         params [params_size] (init_params gives a layer's); sequence_lengths None or int32/int64 [B] in [0, T]
 
     Returns ``(output, output_h, output_c)``, output_c None without a cell. NumPy arrays become JAX's
-    (float64 is float32 unless x64 is on); NumPy lengths are checked first. Attributes are static, but
-    ``seed2`` may be an integer array of shape () (a traced step counter). First-order reverse mode
+    (float64 is float32 unless x64 is on); NumPy lengths are checked first. Attributes are static; the
+    seeds are values of the computation: ``seed`` and ``seed2`` are each an int or an integer array of
+    shape () (a traced step counter), C ints, and a training call draws its masks from the pair's
+    64-bit seed (:func:`cudnn_rnn.config.tf_seed64`) as the op does, so a new seed at every step
+    compiles nothing new. Where no dropout acts (``dropout=0``, ``is_training=False``, one layer)
+    the seeds change nothing and are not passed; where it acts they are read to the host when the call
+    runs (on a GPU, after the work queued before it). First-order reverse mode
     (``jax.grad``, ``jax.vjp``, ``jax.jacrev``) differentiates input, input_h, input_c and params by the
     library's backprop; sequence_lengths get no gradient. Forward mode (``jax.jvp``, ``jax.jacfwd``)
     raises JAX's TypeError for a ``custom_vjp``, second order (grad of grad, ``jax.hessian``)
-    NotImplementedError. On a GPU it runs on XLA's stream with no host sync, but reads lengths and a
-    traced seed2 to the host.
+    NotImplementedError; ``jax.linearize`` returns the outputs, and calling the linear function it
+    returns raises that TypeError. On a GPU it runs on XLA's stream with no host sync, but reads lengths
+    and, where dropout acts, the seeds to the host.
 
     Raises:
-        TypeError, ValueError: while tracing, the op's, for what shapes, dtypes, attributes and host
-            lengths decide. What traced values decide (lengths outside [0, T], a persistent ``algo``
-            with unequal lengths) fails when the call runs: an XLA error (``jax.errors.JaxRuntimeError``,
+        TypeError, ValueError: while tracing, the op's, for what shapes, dtypes, attributes, int seeds
+            and host lengths decide; a seed array that is not an integer array of shape (). What traced
+            values decide (lengths outside [0, T], a persistent ``algo`` with unequal lengths, a traced
+            seed outside a C int) fails when the call runs: an XLA error (``jax.errors.JaxRuntimeError``,
             or ``ValueError`` on JAX's fast dispatch path) whose text ends with the op's error.
     """
-    traced_seed2 = _traced_seed2(seed2)
-    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, 0 if traced_seed2 is not None else seed2,
-                          num_proj, time_major, algo)
+    seeds = dict(zip(_SEEDS, (seed, seed2)))
+    seed_arrays = {name: _seed_array(name, value) for name, value in seeds.items()}
+    ints = {name: 0 if seed_arrays[name] is not None else value for name, value in seeds.items()}
+    given = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, num_proj=num_proj, time_major=time_major,
+                          algo=algo, **ints)  # the signature checks an int seed, as the op checks it
+    attrs = replace(given, seed=0, seed2=0)  # the seeds key no callback: operands where dropout acts, else nothing
     named = {"input": input, "input_h": input_h, "input_c": input_c if attrs.rnn_mode == "lstm" else None,
              "params": params, "sequence_lengths": sequence_lengths}
     for name, value in named.items():  # arrays: jax.Array, tracer or NumPy
@@ -231,15 +250,17 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
     def shape(name: str) -> Any:
         return None if name not in arrays else tuple(arrays[name].shape)
 
-    sig = _bridge.signature(attrs, shape("input"), shape("input_h"), shape("input_c"), shape("params"),
+    sig = _bridge.signature(given, shape("input"), shape("input_h"), shape("input_c"), shape("params"),
                             arrays["input"].dtype if "input" in arrays else None, shape("sequence_lengths"),
                             getattr(sequence_lengths, "dtype", None), is_training=is_training,
                             dtypes={name: arrays[name].dtype for name in ("input_h", "input_c", "params")
                                     if name in arrays})
     if isinstance(sequence_lengths, np.ndarray):
         _host_lengths(sequence_lengths, sig.batch, sig.max_time)
-    if traced_seed2 is not None:
-        arrays["seed2"] = traced_seed2
+    if is_training and sig.config.inter_layer_dropout > 0:  # the dropout that acts: the seeds are values
+        for name, value in seeds.items():
+            arrays[name] = jnp.asarray(value, jnp.int32) if seed_arrays[name] is None else seed_arrays[name]
+    sig = replace(sig, config=sig.config.replace(seed=0, seed2=0))
     call = _Call(attrs, bool(is_training), tuple(arrays), sig, _reserve_elements(sig))
     return _rnn(call, tuple(_vary([jnp.asarray(value) for value in arrays.values()])))
 
