@@ -680,6 +680,14 @@ def test_second_order_and_forward_mode_raise_clear_errors() -> None:
         jax.grad(lambda p: jnp.sum(jax.grad(loss)(p)))(p)
     with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
         jax.jvp(loss, (p,), (jnp.ones_like(p),))
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        jax.jacfwd(loss)(p)
+    value, linear = jax.linearize(loss, p)  # linearize itself runs the forward and returns its value
+    assert float(value) == float(loss(p))
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        linear(jnp.ones_like(p))  # only the linear function raises, when called
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+        jax.jit(lambda p, t: jax.linearize(loss, p)[1](t))(p, jnp.ones_like(p))  # under jit: while tracing
     with pytest.raises(NotImplementedError, match=r"^cudnn_rnn.jax: second-order differentiation"):
         jax.hessian(loss)(p)
     with pytest.raises(NotImplementedError, match=r"^cudnn_rnn.jax: second-order differentiation"):
