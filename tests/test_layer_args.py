@@ -111,6 +111,19 @@ def _refusals() -> list[tuple[str, Callable[[LSTM], Any], type[Exception], str]]
          lambda layer: layer.forward(_x(time_major=True), c0=np.zeros((B, 2, N), np.float32), time_major=True),
          ValueError, r"c0 must be \[L\*D, B, N\] = \(2, 3, 8\) \(time-major: time_major=True\).* got \(3, 2, 8\), the "
                      r"batch-major layout \[B, L\*D, N\]: pass time_major=False"),
+        ("x time-major with a time-major h0 in a batch-major call",  # nn.LSTM's input and state
+         lambda layer: layer.forward(_x(time_major=True), h0=np.zeros((2, B, N), np.float32)), ValueError,
+         r"h0 must be \[B, L\*D, P\] = \(5, 2, 8\) \(batch-major: time_major=False\) for this layer \(input_size=4, "
+         r"num_units=8, num_layers=2: L\*D = 2, P = 8\) and a batch of 5; got \(2, 3, 8\): x \(5, 3, 4\) looks "
+         r"time-major, \[T, B, I\] with B = 3, and h0 fits that layout, \[L\*D, B, P\]: pass time_major=True, or "
+         r"make both batch-major \(x.transpose\(1, 0, 2\) and h0.transpose\(1, 0, 2\)\)$"),
+        ("x batch-major with a batch-major c0 in a time-major call",
+         lambda layer: layer.forward(x, c0=np.zeros((B, 2, N), np.float32), time_major=True), ValueError,
+         r"c0 must be \[L\*D, B, N\] = \(2, 5, 8\) \(time-major: time_major=True\).* got \(3, 2, 8\): x \(3, 5, 4\) "
+         r"looks batch-major, \[B, T, I\] with B = 3, and c0 fits that layout, \[B, L\*D, N\]: pass "
+         r"time_major=False, or make both time-major \(x.transpose\(1, 0, 2\) and c0.transpose\(1, 0, 2\)\)$"),
+        ("h0 of another batch, x either way", lambda layer: layer.forward(x, h0=np.zeros((2, 4, N), np.float32)),
+         ValueError, r"and a batch of 3; got \(2, 4, 8\)$"),
         ("h0 one layer", lambda layer: layer.forward(x, h0=np.zeros((B, 1, N), np.float32)), ValueError,
          r"h0 must be \[B, L\*D, P\] = \(3, 2, 8\) .* got \(3, 1, 8\)$"),
         ("h0 float64", lambda layer: layer.forward(x, h0=np.zeros((B, 2, N))), TypeError,

@@ -7,7 +7,8 @@ layer expects and what it got, and says how to mend it where there is one way::
 
     ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)
     ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
-    ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS
+    ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS (after input: a state
+                                                       that fits x read in the other layout says so)
     ArgumentCheck(config, xp).gradient("dy", dy, y)    dy, dh, dc shaped like y, h, c
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numbers
 import os
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,12 @@ class ArgumentCheck:
 
     config: RNNConfig
     xp: types.ModuleType
+    #: the shape of x as :meth:`input` last took it (the call's), which :meth:`state` names in its hints
+    _x_shape: list[tuple[int, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def swap_axes(self, name: str) -> str:
+        """How the caller swaps the first two axes of ``name`` (NumPy and CuPy: ``name.transpose(1, 0, 2)``)."""
+        return f"{name}.transpose(1, 0, 2)"
 
     def describe(self) -> str:
         """The layer's sizes as its constructor takes them (``input_size=4, num_units=8, ...``)."""
@@ -110,6 +117,7 @@ class ArgumentCheck:
         if array.ndim != 3:
             raise ValueError(f"x must be 3-D, {layout['x']} ({layout['name']}: time_major={time_major}); "
                              f"got shape {_shape(array)}")
+        self._x_shape[:] = [_shape(array)]
         features = int(array.shape[2])
         if features != self.config.input_size:
             raise ValueError(f"x has {features} features per step (x.shape[2]) but this layer's input_size is "
@@ -159,7 +167,9 @@ class ArgumentCheck:
 
     def state(self, name: str, value: object, batch: int, time_major: bool) -> None:
         """Check the initial state ``name`` (``"h0"`` or ``"c0"``; None passes) against the layer, the batch
-        and the layout ``time_major`` chooses; a state in the other layout is named as such."""
+        and the layout ``time_major`` chooses. A state in the other layout is named as such; so is one that fits
+        x (as :meth:`input` took it) read in the other layout, T and B swapped: x [T, B, I] in a batch-major
+        call with h0 [L*D, B, P] (``nn.LSTM``'s layout) is told to pass ``time_major=True``."""
         if value is None:
             return
         layout = _LAYOUTS[time_major]
@@ -177,7 +187,15 @@ class ArgumentCheck:
         if got == swapped and layers != batch:
             other = _LAYOUTS[not time_major]
             message += (f", the {other['name']} layout {other[name]}: pass time_major={not time_major} or "
-                        f"{name}.transpose(1, 0, 2)")
+                        f"{self.swap_axes(name)}")
+        elif self._x_shape:
+            x_shape = self._x_shape[0]
+            steps = x_shape[0] if time_major else x_shape[1]  # B if x is in the other layout
+            other = _LAYOUTS[not time_major]
+            if steps != batch and got == ((steps, layers, width) if time_major else (layers, steps, width)):
+                message += (f": x {x_shape} looks {other['name']}, {other['x']} with B = {steps}, and {name} fits that "
+                            f"layout, {other[name]}: pass time_major={not time_major}, or make both "
+                            f"{layout['name']} ({self.swap_axes('x')} and {self.swap_axes(name)})")
         raise ValueError(message)
 
     def gradient(self, name: str, value: object, like: Array, of: str) -> None:
