@@ -366,8 +366,11 @@ def test_opcheck_passes_for_both_operators() -> None:
     (torch.tensor([1, 2]), TypeError, "step must be a 0-d integer tensor; got a 1-d torch.int64 tensor"),
     (torch.tensor(float("nan")), TypeError, "step must be a 0-d integer tensor; got a 0-d torch.float32 tensor"),
     (torch.tensor(1.7), TypeError, "step must be a 0-d integer tensor; got a 0-d torch.float32 tensor"),
-    (torch.tensor(2**31), ValueError, r"step must be a C int, as seed2 is \(in \[-2\*\*31, 2\*\*31 - 1\]\); "
-                                      "got 2147483648")])
+    (torch.tensor(2**31), ValueError, r"^step must be in \[0, 2\*\*31 - 1\], a non-negative C int as seed2 \(a "
+                                      r"negative seed2 would hide seed\); got 2147483648$"),
+    (torch.tensor(-3), ValueError, r"^step must be in \[0, 2\*\*31 - 1\], .*; got -3$"),
+    (torch.tensor(-(2**31), dtype=torch.int32), ValueError,
+     r"^step must be in \[0, 2\*\*31 - 1\], .*; got -2147483648$")])
 def test_the_forward_operator_refuses_a_bad_step(step: torch.Tensor, error: type, message: str) -> None:
     call = Call("gru")
     a = call.arrays()
@@ -379,6 +382,19 @@ def test_the_forward_operator_refuses_a_bad_step(step: torch.Tensor, error: type
     expected = cudnn_rnn.cudnn_rnn_v3(a["x"], a["h"], None, a["params"], rnn_mode="gru", dropout=0.5, seed=1,
                                       seed2=5)
     np.testing.assert_array_equal(numpy(y), expected.output)  # seed2 is the step's value
+
+
+@pytest.mark.parametrize("step", [2**31 + 5, 2**63 - 2])
+def test_a_modules_step_reaches_the_op_modulo_2_31(step: int) -> None:
+    # the op refuses a negative step: a module hands it its counter modulo 2**31, in [0, 2**31)
+    module = ct.GRU(2, 3, 2, dropout=0.5, seed=1, dtype="float64")
+    module.load_state_dict({"params": module.params.detach(), "step": torch.tensor(step)})
+    x = np.random.default_rng(0).standard_normal((2, 4, 2))
+    y, _, _ = module(torch.from_numpy(x))
+    expected = cudnn_rnn.cudnn_rnn_v3(x, np.zeros((2, 2, 3)), None, numpy(module.params), rnn_mode="gru",
+                                      dropout=0.5, seed=1, seed2=step % 2**31, time_major=False)
+    np.testing.assert_array_equal(numpy(y), expected.output)
+    assert int(module.step) == step + 1
 
 
 # ---- (5) float16 and bfloat16 -------------------------------------------------------------------------

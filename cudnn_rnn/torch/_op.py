@@ -3,7 +3,8 @@
 The kernels run the library's op on views of the tensors' memory: NumPy on the CPU (the reference
 backend), CuPy through DLPack on CUDA (cuDNN, on PyTorch's current stream). The fake kernels check
 the shapes (:func:`cudnn_rnn._bridge.signature`) as ``torch.compile`` traces. ``step``, a 0-d integer
-tensor, replaces ``seed2`` when the kernel runs (so compiled code does not specialise on it);
+tensor in [0, 2**31), replaces ``seed2`` when the kernel runs (so compiled code does not specialise on it;
+a module passes its counter modulo 2**31, never negative: a negative seed2 would hide ``seed``);
 ``dropout_state`` is the key of a module's :class:`DropoutState` (0: none), the RNG of cuDNN's masks.
 """
 
@@ -122,12 +123,14 @@ def check_step(step: object, name: str = "step") -> None:
 
 def _attrs(rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
            time_major: bool, algo: str, step: Optional[Tensor]) -> _bridge.Attrs:
-    """The call's attributes; ``seed2`` is ``step``'s value when a step tensor is given (read here, on the host)."""
+    """The call's attributes; ``seed2`` is ``step``'s value when a step tensor is given (read here, on the host):
+    a ValueError naming ``step`` unless it is in [0, 2**31 - 1] (a negative seed2 would hide ``seed``)."""
     if step is not None:
         check_step(step)
         seed2 = int(step.item())
-        if not -(2**31) <= seed2 < 2**31:
-            raise ValueError(f"step must be a C int, as seed2 is (in [-2**31, 2**31 - 1]); got {seed2}")
+        if not 0 <= seed2 < 2**31:
+            raise ValueError(f"step must be in [0, 2**31 - 1], a non-negative C int as seed2 (a negative seed2 "
+                             f"would hide seed); got {seed2}")
     return _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
 
 
