@@ -19,6 +19,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
+from torch._dynamo.utils import counters
 
 import cudnn_rnn
 import cudnn_rnn.torch as ct
@@ -328,6 +330,91 @@ def test_a_compiled_model_is_eager_pytorch_forward_and_backward() -> None:
     for (name, ours), theirs in zip(compiled_model.named_parameters(), eager.parameters()):
         assert ours.grad is not None and theirs.grad is not None
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6, msg=name)  # inductor's sums
+
+
+def _compile_runs(model: torch.nn.Module, backend: Any, shapes: list[tuple[int, int]], mark_dynamic: bool = False,
+                  **options: Any) -> list[torch.Tensor]:
+    """``model`` compiled by ``backend`` (a counter) on each (B, T) of ``shapes``: its outputs, each backpropagated;
+    with ``mark_dynamic``, B and T marked dynamic from the first call."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend=backend, **options)
+    outputs = []
+    for batch, max_time in shapes:
+        ids, lengths = torch.randint(0, 11, (batch, max_time)), torch.randint(0, max_time + 1, (batch,))
+        if mark_dynamic:
+            torch._dynamo.mark_dynamic(ids, (0, 1))
+            torch._dynamo.mark_dynamic(lengths, 0)
+        out = compiled(ids, lengths)
+        out.square().sum().backward()
+        outputs.append(out)
+    return outputs
+
+
+#: B and T clear of the model's own sizes (3, 4, 5, 11), which a dynamic size equal to one would share
+NEW_SHAPES = [(6, 7), (7, 9), (2, 13), (6, 7), (9, 2)]
+
+
+def test_a_new_batch_and_length_compile_once_and_never_break_the_graph() -> None:
+    # the reserve's length is T * B * per_step + header on the CPU: an unbacked size (any length) made Dynamo break
+    # the graph at the op once T and B were dynamic, and compile some thirty frames more over the next shapes
+    torch.manual_seed(0)
+    counter = CompileCounter()
+    model = Tagger()
+    _compile_runs(model, counter, [(5, 6)] + NEW_SHAPES)  # torch.compile's defaults: not fullgraph, dynamic=None
+    assert dict(counters["graph_break"]) == {}
+    assert counter.frame_count == 2  # the first shape, then one graph dynamic in B and T for every later shape
+    assert counters["frames"]["total"] == 2 and counters["stats"]["unique_graphs"] == 2
+    assert int(model.rnn.step) == 1 + len(NEW_SHAPES)  # the step advanced without a recompile
+
+
+def test_sizes_marked_dynamic_compile_one_graph_forward_and_backward() -> None:
+    torch.manual_seed(0)
+    eager = Tagger()
+    compiled_model = copy.deepcopy(eager)
+    counter = CompileCounterWithBackend("aot_eager")  # AOTAutograd traces the backward too
+    torch.manual_seed(1)
+    got = _compile_runs(compiled_model, counter, NEW_SHAPES, mark_dynamic=True, fullgraph=True)
+    torch.manual_seed(1)
+    want = [eager(ids, lengths) for ids, lengths in
+            ((torch.randint(0, 11, (b, t)), torch.randint(0, t + 1, (b,))) for b, t in NEW_SHAPES)]
+    for ours, theirs in zip(got, want):
+        torch.testing.assert_close(ours, theirs)
+        theirs.square().sum().backward()
+    assert counter.frame_count == 1 and counters["stats"]["unique_graphs"] == 1
+    for (name, ours_param), theirs_param in zip(compiled_model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(ours_param.grad, theirs_param.grad, msg=name)
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_the_fake_kernels_cpu_reserve_is_the_kernels_for_every_length_and_batch(name: str) -> None:
+    call = CALLS[name]
+    config = call.config("float32")
+    attrs = _bridge.Attrs(call.rnn_mode, call.input_mode, call.direction, 0.0, 0, 0, call.num_proj, call.time_major,
+                          "standard")
+
+    def signature(max_time: int, batch: int) -> Any:
+        seq = (max_time, batch) if call.time_major else (batch, max_time)
+        state = (config.num_pseudo_layers, batch) if call.time_major else (batch, config.num_pseudo_layers)
+        return _bridge.signature(attrs, (*seq, call.inputs), (*state, config.state_size),
+                                 (*state, call.units) if config.has_cell else None,
+                                 (cudnn_rnn.cudnn_rnn_params_size(**_size_arguments(config)),), "float32", None, None,
+                                 is_training=True)
+
+    traced = signature(3, 2)  # the sizes a trace saw first
+    for max_time, batch in [(0, 0), (0, 3), (5, 0), (1, 1), (4, 3), (7, 5), (1000, 1)]:
+        assert _op.cpu_reserve_elements(traced, max_time, batch) == signature(max_time, batch).reserve_elements("cpu")
+    a = call.arrays(dtype=np.float32)
+    _, _, _, reserve = torch.ops.cudnn_rnn.rnn_forward(
+        tensor(a["x"]), tensor(a["h"]), tensor(a["c"]), tensor(a["params"]), tensor(a["lengths"]), None,
+        call.rnn_mode, call.input_mode, call.direction, 0.0, 0, 0, call.num_proj, True, call.time_major, "standard", 0)
+    assert reserve.numel() == _op.cpu_reserve_elements(traced, call.max_time, call.batch)
+
+
+def _size_arguments(config: cudnn_rnn.RNNConfig) -> dict[str, Any]:
+    return dict(num_layers=config.num_layers, num_units=config.num_units, input_size=config.input_size,
+                rnn_mode=config.rnn_mode, input_mode=config.input_mode, direction=config.direction,
+                num_proj=config.num_proj)
 
 
 def test_the_ops_stay_out_of_cuda_graphs_and_reduce_overhead_still_runs() -> None:
