@@ -3,11 +3,15 @@
 seed2 of the next). Shapes (``time_major=True`` swaps the first two axes of each), P = num_proj or N::
 
     x [B, T, I] -> y [B, T, D*P]   h0, h [B, L*D, P]   c0, c [B, L*D, N] (LSTM; None otherwise)
+
+``LSTM.from_torch(nn_lstm)`` (and GRU's, RNN's) builds one from PyTorch's ``nn.LSTM``/``nn.GRU``/``nn.RNN``,
+with its weights and its layout (``time_major = not batch_first``).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Sequence, TypeVar
 
@@ -18,7 +22,7 @@ from torch import Tensor, nn
 from .. import layers
 from .._arrays import Array, beside
 from .._checks import MAX_COUNT, checked_count, flag
-from ..config import DTYPES, RNNConfig
+from ..config import DTYPES, RNNConfig, numpy_dtype
 from ..layers import SEED2_PERIOD, ArgumentCheck, RecurrentLayer, constructor_arguments
 from ._op import DropoutState, check_step, numpy_dtype_of, rnn, to_array, to_tensor
 
@@ -26,12 +30,23 @@ __all__ = ["LSTM", "GRU", "RNN"]
 
 _Module = TypeVar("_Module", bound="_RecurrentModule")
 
+#: ``nn.RNNBase.mode`` -> rnn_mode
+_TORCH_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+#: rnn_mode -> (PyTorch's class, this package's)
+_CLASSES = {"lstm": ("nn.LSTM", "LSTM"), "gru": ("nn.GRU", "GRU"), "rnn_tanh": ("nn.RNN", "RNN"),
+            "rnn_relu": ("nn.RNN", "RNN")}
+#: a key of an ``nn.LSTM``/``nn.GRU``/``nn.RNN`` state_dict (past any prefix)
+_TORCH_KEY = re.compile(r"(weight|bias)_(ih|hh|hr)_l\d+(_reverse)?")
+
 
 @dataclass(frozen=True)
 class _TensorCheck(ArgumentCheck):
     """A layer's argument checks (messages in the layer's terms) on tensors beside a module's params."""
 
     device: torch.device = torch.device("cpu")
+
+    def swap_axes(self, name: str) -> str:
+        return f"{name}.transpose(0, 1)"
 
     def _array(self, name: str, value: object, layout: str) -> Any:
         if not isinstance(value, Tensor):
@@ -49,12 +64,15 @@ class _TensorCheck(ArgumentCheck):
 class _RecurrentModule(nn.Module):
     """The modules' base: a subclass names its layer class (``layer=layers.LSTM``) and has its constructor less
     ``xp`` (``dtype`` may be a PyTorch dtype). ``step`` (int64, 0-d, in [0, 2**63): ``load_state_dict`` refuses
-    others, a training forward at 2**63 - 1 raises) stays in host memory, so the kernel reads it without a wait."""
+    others, a training forward at 2**63 - 1 raises) stays in host memory, so the kernel reads it without a wait.
+    ``time_major`` (False, batch-major, unless set; ``from_torch`` sets ``not batch_first``) is the layout of a
+    ``forward`` that does not name one; like ``batch_first``, it is not part of ``state_dict``."""
 
     layer_class: ClassVar[type[RecurrentLayer]]
     __signature__: ClassVar[inspect.Signature]
     params: nn.Parameter
     step: Tensor
+    time_major: bool
 
     def __init_subclass__(cls, layer: type[RecurrentLayer], **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -74,6 +92,7 @@ class _RecurrentModule(nn.Module):
         self.params = nn.Parameter(to_tensor(layer.params if params is None else params))
         self.register_buffer("step", torch.tensor(layer.step, dtype=torch.int64))
         self._dropout = DropoutState(layer.state_dict()["dropout_rng"])
+        self.time_major = False
 
     def _apply(self, fn: Any, recurse: bool = True) -> "_RecurrentModule":
         step = self.step  # ``.to``, ``.cuda``, ``.double``, ...: the step counter stays
@@ -82,6 +101,15 @@ class _RecurrentModule(nn.Module):
         return self
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        torch_keys = [key for key in state_dict if key.startswith(prefix) and _TORCH_KEY.fullmatch(key[len(prefix):])]
+        if torch_keys and prefix + "params" not in state_dict:  # an nn.LSTM's: PyTorch would list missing keys only
+            theirs, ours = _CLASSES[self._config.rnn_mode]
+            raise ValueError(
+                f"state_dict holds the weights of a PyTorch {theirs} ({', '.join(torch_keys[:2])}, ...), not this "
+                f"module's {prefix}params and {prefix}step: load them into an {theirs} and build this module from it "
+                f"with cudnn_rnn.torch.{ours}.from_torch(that_module), or convert them into params: "
+                "module.params.data.copy_(torch.from_numpy(cudnn_rnn.convert.from_format('torch', {name: "
+                "tensor.numpy() for name, tensor in state_dict.items()}, module.config).value))")
         if prefix + "step" in state_dict:  # refused as a layer refuses it, before anything loads
             check_step(state_dict[prefix + "step"], prefix + "step")
             checked_count(prefix + "step", int(state_dict[prefix + "step"]))
@@ -94,12 +122,16 @@ class _RecurrentModule(nn.Module):
         return self._config if dtype == self._config.dtype else self._config.replace(dtype=dtype)
 
     def forward(self, x: Tensor, lengths: Tensor | Sequence[int] | None = None, h0: Optional[Tensor] = None,
-                c0: Optional[Tensor] = None, *, time_major: bool = False) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+                c0: Optional[Tensor] = None, *, time_major: Optional[bool] = None
+                ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         """:meth:`cudnn_rnn.layers.RecurrentLayer.forward` on tensors of the module's device and dtype: ``(y, h, c)``,
         its errors. ``lengths``: None, a list or an int32/int64 tensor [B] (best on the CPU: CUDA lengths are read
-        back). Training mode (``module.train()``): dropout with seed2 = ``step``, then ``step`` += 1; eval mode: no
-        dropout, ``step`` stays, and a result that needs a gradient still has one."""
+        back; a tensor under ``torch.compile``, where a list's values are guarded on). ``time_major``: None is the
+        module's own (``self.time_major``). Training mode (``module.train()``): dropout with seed2 = ``step``, then
+        ``step`` += 1; eval mode: no dropout, ``step`` stays, and a result that needs a gradient still has one."""
         config = self._config
+        if time_major is None:
+            time_major = self.time_major
         if not torch.compiler.is_compiling():  # compiled code is checked by the op as it is traced
             check = _TensorCheck(self.config, np, self.params.device)
             time_major = flag("time_major", time_major)
@@ -149,6 +181,40 @@ class _RecurrentModule(nn.Module):
             module._hold(layer, layer.params.copy())
         return module
 
+    @classmethod
+    def from_torch(cls: type[_Module], module: nn.Module, *, seed: int = 0, algo: str = "standard") -> _Module:
+        """PyTorch's ``module``, an ``nn.LSTM`` (into :class:`LSTM`), ``nn.GRU`` (:class:`GRU`) or ``nn.RNN``
+        (:class:`RNN`), with its weights exactly, its sizes, ``bidirectional``, ``dropout``, ``proj_size`` (as
+        ``num_proj``; ``bias=False``: zero biases), dtype, device, mode and ``time_major = not batch_first``. Unlike
+        PyTorch's, the states are in x's layout ([L*D, B, P] time-major, [B, L*D, P] batch-major) and ``forward``
+        returns ``(y, h, c)``. ``seed`` and ``algo`` are the constructor's. A TypeError for any other module, or
+        weights neither on the CPU nor on CUDA or of no dtype of the library; a ValueError for another kind (an
+        ``nn.RNN`` into :class:`LSTM`) or a setting the library refuses (``dropout=1``)."""
+        from ..convert import expected_shapes, from_format
+
+        if not isinstance(module, nn.RNNBase) or (rnn_mode := _TORCH_MODES.get(module.mode)) is None:
+            raise TypeError(f"module must be a torch.nn.LSTM, nn.GRU or nn.RNN; got {type(module).__name__}")
+        if rnn_mode not in cls.layer_class.modes:
+            theirs, ours = _CLASSES[rnn_mode]
+            kind = f"{theirs} (nonlinearity={module.nonlinearity!r})" if theirs == "nn.RNN" else theirs
+            raise ValueError(f"module is a torch.{kind}; {cls.__name__}.from_torch takes a torch."
+                             f"{_CLASSES[cls.layer_class.modes[0]][0]}: use cudnn_rnn.torch.{ours}.from_torch(module)")
+        weight = module.all_weights[0][0]  # weight_ih_l0
+        dtype = numpy_dtype_of(weight.dtype)
+        if weight.device.type not in ("cpu", "cuda") or dtype not in DTYPES:
+            raise TypeError(f"module's weights are {weight.dtype} on {weight.device}; from_torch takes one of "
+                            f"{DTYPES} on the CPU or a CUDA GPU")
+        config = RNNConfig(rnn_mode, module.num_layers, module.hidden_size, module.input_size,
+                           direction="bidirectional" if module.bidirectional else "unidirectional",
+                           num_proj=module.proj_size, dropout=float(module.dropout), seed=seed, dtype=dtype, algo=algo)
+        weights = {name: to_array(getattr(module, name).detach().cpu()) if module.bias or name.startswith("weight")
+                   else np.zeros(shape, numpy_dtype(dtype))  # a parametrised weight as it acts; bias=False: zeros
+                   for name, shape in expected_shapes("torch", config).items()}
+        result = cls.__new__(cls)
+        result._hold(RecurrentLayer.from_params(from_format("torch", weights, config).value, config))
+        result.time_major = not module.batch_first
+        return result.train(module.training).to(weight.device)
+
     def to_layer(self) -> RecurrentLayer:
         """The library's layer of this kind holding a copy of ``params`` (CPU: NumPy; CUDA: CuPy), config, step, RNG."""
         layer = RecurrentLayer.from_params(to_array(self.params), self.config, step=int(self.step.item()))
@@ -157,7 +223,7 @@ class _RecurrentModule(nn.Module):
         return layer
 
     def extra_repr(self) -> str:
-        return ", ".join(constructor_arguments(self.config))
+        return ", ".join(constructor_arguments(self.config) + (["time_major=True"] if self.time_major else []))
 
 
 class LSTM(_RecurrentModule, layer=layers.LSTM):
