@@ -72,7 +72,7 @@ class _RecurrentModule(nn.Module):
     __signature__: ClassVar[inspect.Signature]
     params: nn.Parameter
     step: Tensor
-    time_major: bool
+    time_major: bool = False
 
     def __init_subclass__(cls, layer: type[RecurrentLayer], **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -92,7 +92,6 @@ class _RecurrentModule(nn.Module):
         self.params = nn.Parameter(to_tensor(layer.params if params is None else params))
         self.register_buffer("step", torch.tensor(layer.step, dtype=torch.int64))
         self._dropout = DropoutState(layer.state_dict()["dropout_rng"])
-        self.time_major = False
 
     def _apply(self, fn: Any, recurse: bool = True) -> "_RecurrentModule":
         step = self.step  # ``.to``, ``.cuda``, ``.double``, ...: the step counter stays
