@@ -18,7 +18,7 @@ the op's order; a ``None`` shape is a missing array. What only values decide (le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -70,6 +70,15 @@ class Signature:
         run_time_major = self.time_major or config.algo in PERSISTENT_ALGOS  # as ops' run_time_major on cuDNN
         return cudnn_backend.reserve_elements(config, self.max_time, self.batch, run_time_major,
                                        import_cupy().cuda.Device().id)
+
+    def cpu_reserve_elements(self, max_time: Any, batch: Any) -> Any:
+        """``reserve_elements("cpu")`` for any T and B, given as ints or as a framework's symbolic sizes (a
+        ``torch.SymInt`` as ``torch.compile`` traces): every array the reference backend keeps is [T, B, width],
+        so the length is ``header + T * B * per_step``, the header alone where T or B is 0."""
+        from . import _reserve
+        from .cpu._backend import ReserveLayout
+
+        return _reserve.header_elements(self.dtype) + max_time * batch * ReserveLayout.build(self.config, 1, 1).size
 
 
 def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:

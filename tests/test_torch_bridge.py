@@ -403,12 +403,12 @@ def test_the_fake_kernels_cpu_reserve_is_the_kernels_for_every_length_and_batch(
 
     traced = signature(3, 2)  # the sizes a trace saw first
     for max_time, batch in [(0, 0), (0, 3), (5, 0), (1, 1), (4, 3), (7, 5), (1000, 1)]:
-        assert _op.cpu_reserve_elements(traced, max_time, batch) == signature(max_time, batch).reserve_elements("cpu")
+        assert traced.cpu_reserve_elements(max_time, batch) == signature(max_time, batch).reserve_elements("cpu")
     a = call.arrays(dtype=np.float32)
     _, _, _, reserve = torch.ops.cudnn_rnn.rnn_forward(
         tensor(a["x"]), tensor(a["h"]), tensor(a["c"]), tensor(a["params"]), tensor(a["lengths"]), None,
         call.rnn_mode, call.input_mode, call.direction, 0.0, 0, 0, call.num_proj, True, call.time_major, "standard", 0)
-    assert reserve.numel() == _op.cpu_reserve_elements(traced, call.max_time, call.batch)
+    assert reserve.numel() == traced.cpu_reserve_elements(call.max_time, call.batch)
 
 
 def _size_arguments(config: cudnn_rnn.RNNConfig) -> dict[str, Any]:

@@ -38,6 +38,31 @@ SUFFIXES: tuple[str, ...] = ("", "_reverse")
 
 TENSOR_NAMES = TensorNames(NAMES, SUFFIXES, direction_key="suffix")
 
+#: ``nn.RNNBase.mode`` -> rnn_mode
+MODULE_MODES: dict[str, str] = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+#: rnn_mode -> the ``torch.nn`` class that runs it
+MODULE_CLASSES: dict[str, str] = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN"}
+#: RNNConfig size field -> the ``nn.RNNBase`` attribute that holds it
+MODULE_SIZES: dict[str, str] = {"num_units": "hidden_size", "num_layers": "num_layers", "input_size": "input_size",
+                                "num_proj": "proj_size"}
+
+
+def module_fields(module: Any) -> dict[str, Any]:
+    """The configuration an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (or an object pickled as one) says by its
+    attributes: rnn_mode, the sizes of :data:`MODULE_SIZES` and direction, each where it is of the right type;
+    empty for anything else."""
+    mode = getattr(module, "mode", None)
+    if not isinstance(mode, str) or mode not in MODULE_MODES:
+        return {}
+    fields: dict[str, Any] = {"rnn_mode": MODULE_MODES[mode]}
+    for field_name, attribute in MODULE_SIZES.items():
+        value = getattr(module, attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            fields[field_name] = value
+    if isinstance(getattr(module, "bidirectional", None), bool):
+        fields["direction"] = "bidirectional" if module.bidirectional else "unidirectional"
+    return fields
+
 
 def _fields(config: RNNConfig) -> tuple[str, ...]:
     fields = ("input", "recurrent", "input_bias", "recurrent_bias")

@@ -13,7 +13,6 @@ of cuDNN's masks.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import itertools
 import weakref
@@ -29,8 +28,8 @@ from .._cudnn._dropout_rng import DropoutRNG
 from .._cudnn._streams import external_stream, import_cupy
 from .._dtypes import PACKAGES, as_bits, from_bits, numpy_dtype
 
-__all__ = ["cudnn_rnn", "check_call", "check_step", "cpu_reserve_elements", "rnn", "numpy_dtype_of", "to_array",
-           "to_tensor", "DropoutState"]
+__all__ = ["cudnn_rnn", "check_call", "check_step", "rnn", "numpy_dtype_of", "to_array", "to_tensor",
+           "DropoutState"]
 
 
 # ---- tensors <-> arrays ------------------------------------------------------------------------
@@ -208,15 +207,6 @@ rnn_backward.register_vmap(functools.partial(_loop, rnn_backward))
 
 
 # ---- fake kernels: shapes without data ------------------------------------------------------------
-def cpu_reserve_elements(sig: _bridge.Signature, max_time: Any, batch: Any) -> Any:
-    """The reference backend's reserve length for a training forward of ``sig``'s configuration on [T, B]
-    (ints or ``torch.SymInt``), ``sig.reserve_elements("cpu")`` for any T and B: every tensor it saves is
-    [T, B, width], so the length is ``header + T * B * per_step``, 0 steps or sequences leaving the header."""
-    header = dataclasses.replace(sig, max_time=0, batch=0).reserve_elements("cpu")
-    per_step = dataclasses.replace(sig, max_time=1, batch=1).reserve_elements("cpu") - header
-    return header + max_time * batch * per_step
-
-
 @rnn_forward.register_fake
 def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params: Tensor,
                       sequence_lengths: Optional[Tensor], step: Optional[Tensor], rnn_mode: str, input_mode: str,
@@ -225,7 +215,7 @@ def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor],
     """The shapes, checked: the configuration's sizes specialised on, T and B (maybe symbolic) checked by their
     hints (``SymNode``'s, whose helpers' names change between releases; 1 for an unbacked size) without a guard.
     The outputs have the input's T and B, and output_h (output_c) the shape of input_h (input_c). The reserve's
-    length is :func:`cpu_reserve_elements` of T and B on the CPU (symbolic where they are: no graph break, no
+    length is ``sig.cpu_reserve_elements`` of T and B on the CPU (symbolic where they are: no graph break, no
     guard); on CUDA cuDNN sizes it, for concrete T and B only, so a symbolic T or B gives it an unbacked size."""
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
@@ -243,7 +233,7 @@ def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor],
                             is_training=is_training)
     reserve: Any = 0
     if is_training and input.device.type == "cpu":
-        reserve = cpu_reserve_elements(sig, input.shape[0], input.shape[1])
+        reserve = sig.cpu_reserve_elements(input.shape[0], input.shape[1])
     elif is_training and not all(is_concrete_int(n) for n in input.shape[:2]):
         reserve = torch.library.get_ctx().new_dynamic_size()
     elif is_training:

@@ -11,7 +11,6 @@ with its weights and its layout (``time_major = not batch_first``).
 from __future__ import annotations
 
 import inspect
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Sequence, TypeVar
 
@@ -23,6 +22,7 @@ from .. import layers
 from .._arrays import Array, beside
 from .._checks import MAX_COUNT, checked_count, flag
 from ..config import DTYPES, RNNConfig, numpy_dtype
+from ..formats.torch import MODULE_CLASSES, TENSOR_NAMES, module_fields
 from ..layers import SEED2_PERIOD, ArgumentCheck, RecurrentLayer, constructor_arguments
 from ._op import DropoutState, check_step, numpy_dtype_of, rnn, to_array, to_tensor
 
@@ -30,13 +30,6 @@ __all__ = ["LSTM", "GRU", "RNN"]
 
 _Module = TypeVar("_Module", bound="_RecurrentModule")
 
-#: ``nn.RNNBase.mode`` -> rnn_mode
-_TORCH_MODES = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
-#: rnn_mode -> (PyTorch's class, this package's)
-_CLASSES = {"lstm": ("nn.LSTM", "LSTM"), "gru": ("nn.GRU", "GRU"), "rnn_tanh": ("nn.RNN", "RNN"),
-            "rnn_relu": ("nn.RNN", "RNN")}
-#: a key of an ``nn.LSTM``/``nn.GRU``/``nn.RNN`` state_dict (past any prefix)
-_TORCH_KEY = re.compile(r"(weight|bias)_(ih|hh|hr)_l\d+(_reverse)?")
 
 
 @dataclass(frozen=True)
@@ -100,9 +93,9 @@ class _RecurrentModule(nn.Module):
         return self
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        torch_keys = [key for key in state_dict if key.startswith(prefix) and _TORCH_KEY.fullmatch(key[len(prefix):])]
+        torch_keys = [key for key in state_dict if key.startswith(prefix) and TENSOR_NAMES.parse(key[len(prefix):])]
         if torch_keys and prefix + "params" not in state_dict:  # an nn.LSTM's: PyTorch would list missing keys only
-            theirs, ours = _CLASSES[self._config.rnn_mode]
+            theirs, ours = MODULE_CLASSES[self._config.rnn_mode], type(self).__name__
             raise ValueError(
                 f"state_dict holds the weights of a PyTorch {theirs} ({', '.join(torch_keys[:2])}, ...), not this "
                 f"module's {prefix}params and {prefix}step: load them into an {theirs} and build this module from it "
@@ -191,21 +184,20 @@ class _RecurrentModule(nn.Module):
         ``nn.RNN`` into :class:`LSTM`) or a setting the library refuses (``dropout=1``)."""
         from ..convert import expected_shapes, from_format
 
-        if not isinstance(module, nn.RNNBase) or (rnn_mode := _TORCH_MODES.get(module.mode)) is None:
+        if not isinstance(module, nn.RNNBase) or not (fields := module_fields(module)):
             raise TypeError(f"module must be a torch.nn.LSTM, nn.GRU or nn.RNN; got {type(module).__name__}")
-        if rnn_mode not in cls.layer_class.modes:
-            theirs, ours = _CLASSES[rnn_mode]
+        if (rnn_mode := fields["rnn_mode"]) not in cls.layer_class.modes:
+            theirs, ours = MODULE_CLASSES[rnn_mode], _module_class(rnn_mode).__name__
             kind = f"{theirs} (nonlinearity={module.nonlinearity!r})" if theirs == "nn.RNN" else theirs
             raise ValueError(f"module is a torch.{kind}; {cls.__name__}.from_torch takes a torch."
-                             f"{_CLASSES[cls.layer_class.modes[0]][0]}: use cudnn_rnn.torch.{ours}.from_torch(module)")
+                             f"{MODULE_CLASSES[cls.layer_class.modes[0]]}: use "
+                             f"cudnn_rnn.torch.{ours}.from_torch(module)")
         weight = module.all_weights[0][0]  # weight_ih_l0
         dtype = numpy_dtype_of(weight.dtype)
         if weight.device.type not in ("cpu", "cuda") or dtype not in DTYPES:
             raise TypeError(f"module's weights are {weight.dtype} on {weight.device}; from_torch takes one of "
                             f"{DTYPES} on the CPU or a CUDA GPU")
-        config = RNNConfig(rnn_mode, module.num_layers, module.hidden_size, module.input_size,
-                           direction="bidirectional" if module.bidirectional else "unidirectional",
-                           num_proj=module.proj_size, dropout=float(module.dropout), seed=seed, dtype=dtype, algo=algo)
+        config = RNNConfig(**fields, dropout=float(module.dropout), seed=seed, dtype=dtype, algo=algo)
         weights = {name: to_array(getattr(module, name).detach().cpu()) if module.bias or name.startswith("weight")
                    else np.zeros(shape, numpy_dtype(dtype))  # a parametrised weight as it acts; bias=False: zeros
                    for name, shape in expected_shapes("torch", config).items()}
@@ -254,3 +246,8 @@ class RNN(_RecurrentModule, layer=layers.RNN):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, activation={self.activation!r}"
+
+
+def _module_class(rnn_mode: str) -> type[_RecurrentModule]:
+    """The module class of this package that runs ``rnn_mode``."""
+    return next(cls for cls in (LSTM, GRU, RNN) if rnn_mode in cls.layer_class.modes)

@@ -41,12 +41,13 @@ from typing import Any, BinaryIO, Mapping, NoReturn
 import numpy as np
 
 from ..._dtypes import BY_NAME, names as dtype_names
+from ...formats.torch import module_fields
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
 from ._state_dict import READ_DTYPES, check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import READ_ERRORS, checked_members, read_member
 
-__all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "MODULE_MODES", "SEARCH_DEPTH"]
+__all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "SEARCH_DEPTH"]
 
 #: the legacy typed-storage classes torch.save names in its pickles -> bytes per element (frozen in torch: newer
 #: dtypes are saved as an UntypedStorage of bytes): the dtype table's, and those of types no RNN has
@@ -55,9 +56,6 @@ STORAGE_ITEMSIZES: dict[str, int] = {
     "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8, "QInt8Storage": 1, "QInt32Storage": 4,
     "QUInt8Storage": 1, "QUInt4x2Storage": 1, "QUInt2x4Storage": 1, "UntypedStorage": 1,
 }
-
-#: ``nn.RNNBase.mode`` -> rnn_mode (what a pickled module says and its state_dict cannot)
-MODULE_MODES: dict[str, str] = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
 #: the first two pickles of a legacy (non-zip) torch.save file
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -404,19 +402,10 @@ def _arrays(path: str, state: Mapping[str, Any], groups: dict[str, dict[str, str
 def _module_hints(module: Any) -> tuple[dict[str, Any], list[str]]:
     """What a pickled ``nn.RNNBase`` says beyond its state_dict: hints (checked against the
     shapes) and notes."""
-    hints: dict[str, Any] = {}
+    hints = module_fields(module)
     notes: list[str] = []
-    mode = getattr(module, "mode", None)
-    if mode not in MODULE_MODES:
+    if not hints:
         return hints, notes
-    hints["rnn_mode"] = MODULE_MODES[mode]
-    for field_name, attribute in (("num_units", "hidden_size"), ("num_layers", "num_layers"),
-                                  ("input_size", "input_size"), ("num_proj", "proj_size")):
-        value = getattr(module, attribute, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            hints[field_name] = value
-    if isinstance(getattr(module, "bidirectional", None), bool):
-        hints["direction"] = "bidirectional" if module.bidirectional else "unidirectional"
     if getattr(module, "batch_first", False) is True:
         notes.append("batch_first=True: the module takes batch-major input (time_major=False)")
     dropout = getattr(module, "dropout", 0)
