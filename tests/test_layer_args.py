@@ -106,11 +106,13 @@ def _refusals() -> list[tuple[str, Callable[[LSTM], Any], type[Exception], str]]
         ("h0 time-major", lambda layer: layer.forward(x, h0=np.zeros((2, B, N), np.float32)), ValueError,
          r"h0 must be \[B, L\*D, P\] = \(3, 2, 8\) \(batch-major: time_major=False\) for this layer \(input_size=4, "
          r"num_units=8, num_layers=2: L\*D = 2, P = 8\) and a batch of 3; got \(2, 3, 8\), the time-major layout "
-         r"\[L\*D, B, P\]: pass time_major=True or h0.transpose\(1, 0, 2\)"),
+         r"\[L\*D, B, P\]: pass h0.transpose\(1, 0, 2\) \(with time_major=True x would be read as \[T, B, I\] "
+         r"too\)$"),
         ("c0 batch-major in a time-major call",
          lambda layer: layer.forward(_x(time_major=True), c0=np.zeros((B, 2, N), np.float32), time_major=True),
          ValueError, r"c0 must be \[L\*D, B, N\] = \(2, 3, 8\) \(time-major: time_major=True\).* got \(3, 2, 8\), the "
-                     r"batch-major layout \[B, L\*D, N\]: pass time_major=False"),
+                     r"batch-major layout \[B, L\*D, N\]: pass c0.transpose\(1, 0, 2\) \(with time_major=False x "
+                     r"would be read as \[B, T, I\] too\)$"),
         ("x time-major with a time-major h0 in a batch-major call",  # nn.LSTM's input and state
          lambda layer: layer.forward(_x(time_major=True), h0=np.zeros((2, B, N), np.float32)), ValueError,
          r"h0 must be \[B, L\*D, P\] = \(5, 2, 8\) \(batch-major: time_major=False\) for this layer \(input_size=4, "

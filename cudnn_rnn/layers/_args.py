@@ -186,8 +186,8 @@ class ArgumentCheck:
         swapped = (expected[1], expected[0], width)
         if got == swapped and layers != batch:
             other = _LAYOUTS[not time_major]
-            message += (f", the {other['name']} layout {other[name]}: pass time_major={not time_major} or "
-                        f"{self.swap_axes(name)}")
+            message += (f", the {other['name']} layout {other[name]}: pass {self.swap_axes(name)} (with "
+                        f"time_major={not time_major} x would be read as {other['x']} too)")
         elif self._x_shape:
             x_shape = self._x_shape[0]
             steps = x_shape[0] if time_major else x_shape[1]  # B if x is in the other layout
