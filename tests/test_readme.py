@@ -14,7 +14,8 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 #: the newcomer's two commands, exactly as the README must give them
 EXAMPLE_COMMAND = 'pip install -e ".[examples,fast]" && python examples/train_char_lm.py'
-TEST_COMMAND = 'pip install -e ".[test,oracle,cudnn-lib]" && python -m pytest -q tests'
+TEST_COMMAND = ('pip install -e ".[test,oracle]" && pip install --no-deps "nvidia-cudnn-cu12>=9.0" '
+                '&& python -m pytest -q tests')
 
 
 def test_the_two_commands_are_exactly_these() -> None:
@@ -41,6 +42,47 @@ def test_the_commands_refer_to_things_that_exist() -> None:
     assert gpu_extras, "the README says how to install for the GPU"
     for extra in gpu_extras:
         assert extra in extras, f"README's GPU install names extra {extra!r}, missing from pyproject.toml"
+
+
+def no_deps_requirements(text: str) -> list[str]:
+    """What ``pip install [-q] --no-deps "..."`` installs in ``text``, each time it does."""
+    return re.findall(r'pip install (?:-q )*--no-deps "([^"]+)"', text)
+
+
+def test_cudnn_comes_alone_as_the_cudnn_lib_extra_names_it() -> None:
+    """The test command installs the cudnn-lib extra's cuDNN wheel without its dependencies (cuBLAS and NVRTC, which
+    only a GPU needs; the host-side binding tests load libcudnn alone), and so does every install of .ci/run."""
+    wanted = pyproject_extras()["cudnn-lib"]
+    assert no_deps_requirements(TEST_COMMAND) == wanted == ["nvidia-cudnn-cu12>=9.0"]
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert no_deps_requirements(ci) == wanted * 2, ".ci/run installs cuDNN alone for the checkout's run and the wheel's"
+    installed = [extra for line in ci.splitlines() if "pip install" in line
+                 for group in re.findall(r"\[([\w,-]+)\]", line) for extra in group.split(",")]
+    assert "test" in installed and "cudnn-lib" not in installed, "the cudnn-lib extra brings cuBLAS and NVRTC"
+
+
+def requirement_names(extra: str, extras: dict[str, list[str]]) -> set[str]:
+    """The distributions ``extra`` names, with those of the package's own extras it includes (``cudnn_rnn[docs]``)."""
+    names: set[str] = set()
+    for requirement in extras[extra]:
+        name = re.match(r"[\w.-]+(?:\[([\w,-]+)\])?", requirement)
+        assert name is not None, requirement
+        if name[0].startswith("cudnn_rnn["):
+            for included in (name[1] or "").split(","):
+                names |= requirement_names(included, extras)
+        else:
+            names.add(name[0].lower().replace("_", "-"))
+    return names
+
+
+def test_the_test_install_brings_one_tensorflow() -> None:
+    """tf_keras requires the ``tensorflow`` distribution; tensorflow-cpu beside it would be a second copy of the same
+    package (572 MB more to fetch, and the two overwrite each other's files)."""
+    extras = pyproject_extras()
+    installed = set().union(*(requirement_names(extra, extras) for extra in re.findall(r'"\.\[([\w,-]+)\]"',
+                                                                                       TEST_COMMAND)[0].split(",")))
+    assert {"tf-keras", "tensorflow"} <= installed
+    assert [name for name in installed if name.startswith("tensorflow")] == ["tensorflow"], sorted(installed)
 
 
 def test_the_ten_line_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
