@@ -1,7 +1,9 @@
-"""README.md stays true and short: its two commands are CI's, its ten-line example runs, its links and names exist."""
+"""README.md stays true and short: its two commands are CI's, its ten-line example runs, its links and names exist,
+and its figures are those of the records it names."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -83,6 +85,25 @@ def test_the_test_install_brings_one_tensorflow() -> None:
                                                                                        TEST_COMMAND)[0].split(",")))
     assert {"tf-keras", "tensorflow"} <= installed
     assert [name for name in installed if name.startswith("tensorflow")] == ["tensorflow"], sorted(installed)
+
+
+def test_the_example_figure_is_the_named_records() -> None:
+    """The example's time is the one the CPU benchmark record it names holds, for as many steps on as many cores
+    (benchmarks/bench_cpu.py's ``example``: the median of the quiet runs with the default threads), and the whole
+    run's steps are the example's default."""
+    found = re.search(r"On (\w+) (\w+) cores, (\d+) of\s+the run's (\d+) steps take ([\d.]+) s .*?"
+                      r"\[`(cpu_\w+\.json)`\]\((benchmarks/results/cpu_\w+\.json)\)", README, re.S)
+    assert found, "the README gives the example's time with the record it comes from"
+    cores, machine, steps, total, seconds, name, path = found.groups()
+    assert Path(path).name == name
+    record = json.loads((REPO / path).read_text(encoding="utf-8"))
+    example = record["example"]
+    assert f"--steps {steps} " in example["command"] + " "
+    assert f"{example['phases']['quiet']['default_s']:.1f}" == seconds
+    environment = record["environment"]
+    assert {"two": 2}.get(cores, cores) == environment["cores"] and machine == environment["machine"], environment
+    script = (REPO / "examples" / "train_char_lm.py").read_text(encoding="utf-8")
+    assert re.search(rf"\bdefault_steps={total}\b", script), f"the example's default run is not {total} steps"
 
 
 def test_the_ten_line_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
