@@ -130,14 +130,13 @@ class CheckpointManager:
                     path = self.path_for(step)
                     try:
                         blob = read_checkpoint_bytes(path)
-                    except FileNotFoundError:  # rotated away since the listing
-                        vanished = True
-                        break
-                    try:
                         checkpoint = from_bytes(os.fspath(path), blob)
                         if checkpoint.step != step:
                             raise CheckpointError(os.fspath(path), f"it holds step {checkpoint.step}, not the step "
                                                                    f"{step} its name says")
+                    except FileNotFoundError:  # rotated away since the listing
+                        vanished = True
+                        break
                     except CheckpointError as error:
                         if os.fspath(path) not in warned:
                             warned.add(os.fspath(path))
