@@ -97,6 +97,15 @@ def test_a_failing_block_fails_the_page_at_its_line(tmp_path: Path) -> None:
         run_page(page, tmp_path)
 
 
+def test_a_block_that_leaves_a_file_open_fails_the_page_at_its_line(tmp_path: Path) -> None:
+    """``open(name).read()`` leaves the file to the garbage collector (a ResourceWarning): the page fails there."""
+    (tmp_path / "f").write_text("x", encoding="utf-8")
+    page = write_page(tmp_path, "```python\nwith open('f') as handle:\n    closed = handle.read()\n```\n\n"
+                                "```python\nleft_open = open('f').read()\n```\n")
+    with pytest.raises(AssertionError, match=r"page\.md:7: the Python block left a resource open: unclosed file"):
+        run_page(page, tmp_path)
+
+
 def test_blocks_share_one_namespace_and_run_in_a_folder_of_their_own(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()

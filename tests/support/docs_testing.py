@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import importlib
 import io
 import os
@@ -52,6 +53,7 @@ import shlex
 import subprocess
 import sys
 import types
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -515,11 +517,20 @@ def _page_module(page: Path) -> Iterator[types.ModuleType]:
 
 
 def _execute(block: Block, module: types.ModuleType) -> None:
+    """Run ``block`` in the page's namespace; a file (or socket) it leaves open fails it, as a failed assert does."""
     code = compile("\n" * (block.line - 1) + block.text, str(block.page), "exec")  # tracebacks give page lines
-    try:
-        exec(code, module.__dict__)
-    except Exception as error:
-        raise AssertionError(f"{block.where}: the Python block failed: {type(error).__name__}: {error}") from error
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        try:
+            exec(code, module.__dict__)
+        except Exception as error:
+            raise AssertionError(f"{block.where}: the Python block failed: {type(error).__name__}: {error}") from error
+        gc.collect()  # an object the block dropped and that still held a file warns now
+    for warning in caught:
+        if issubclass(warning.category, ResourceWarning):
+            raise AssertionError(f"{block.where}: the Python block left a resource open: {warning.message} (use "
+                                 "`with open(...)` or Path.read_bytes())")
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 @dataclass
