@@ -6,6 +6,7 @@ installed files when CI runs the suite against the built wheel.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -22,37 +23,55 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(cudnn_rnn.__file__).resolve().parent
 
 
-def test_mypy_strict_finds_nothing(tmp_path: Path) -> None:
-    # a copy of the package's files, checked as sources (an installed package's folder holds other packages too)
-    shutil.copytree(PACKAGE, tmp_path / "cudnn_rnn", ignore=shutil.ignore_patterns("__pycache__"))
-    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-                             "--no-incremental", "cudnn_rnn"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Success: no issues found" in result.stdout, result.stdout
+#: a user's module: what a type checker must see of the layers' arguments and of the names that load at first use
+USER = ("from cudnn_rnn import GRU, LSTM, checkpoint\n"
+        "LSTM(3, 4, 2, bidirectional=True, num_proj=2, dtype='float64')\n"
+        "GRU(3, 4, bogus=1)\n"
+        "LSTM('3', 4)\n"
+        "import cudnn_rnn\n"
+        "cudnn_rnn.convert.read_file(1)\n"
+        "cudnn_rnn.set_num_threads('4')\n"
+        "cudnn_rnn.LTSM\n"
+        "manager = checkpoint.CheckpointManager\n"
+        "adam = cudnn_rnn.optim.Adam\n")
 
 
-def test_a_type_checker_sees_the_layers_arguments_and_the_names_that_load_at_first_use(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One strict mypy run over a copy of the package's files (checked as sources: an installed package's folder
+    holds other packages too) and :data:`USER`, which the tests below read their files' errors from."""
+    folder = tmp_path_factory.mktemp("typing")
+    shutil.copytree(PACKAGE, folder / "cudnn_rnn", ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "user.py").write_text(USER, encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
+                           "--no-incremental", "cudnn_rnn", "user.py"],
+                          cwd=folder, capture_output=True, text=True, timeout=600)
+
+
+def _errors(run: subprocess.CompletedProcess[str], in_user: bool) -> list[str]:
+    return [line for line in run.stdout.splitlines()
+            if ": error:" in line and line.startswith("user.py:") == in_user]
+
+
+def test_mypy_strict_finds_nothing(mypy_run: subprocess.CompletedProcess[str]) -> None:
+    assert not _errors(mypy_run, in_user=False), mypy_run.stdout + mypy_run.stderr
+    # it ran to the end and checked the package: only user.py's errors, with the whole package read
+    checked = re.search(r"^Found (\d+) errors in 1 file \(checked (\d+) source files\)$", mypy_run.stdout, re.M)
+    assert checked and int(checked[1]) == len(_errors(mypy_run, in_user=True)), mypy_run.stdout + mypy_run.stderr
+    assert int(checked[2]) == len(list(PACKAGE.rglob("*.py"))) + 1, mypy_run.stdout
+
+
+def test_a_type_checker_sees_the_layers_arguments_and_the_names_that_load_at_first_use(
+        mypy_run: subprocess.CompletedProcess[str]) -> None:
     # the classes take their arguments through one constructor; a type checker still sees their names and types;
     # and it sees the names ``import cudnn_rnn`` loads at first use as their own, not as Any
-    shutil.copytree(PACKAGE, tmp_path / "cudnn_rnn", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "user.py").write_text("from cudnn_rnn import GRU, LSTM, checkpoint\n"
-                                      "LSTM(3, 4, 2, bidirectional=True, num_proj=2, dtype='float64')\n"
-                                      "GRU(3, 4, bogus=1)\n"
-                                      "LSTM('3', 4)\n"
-                                      "import cudnn_rnn\n"
-                                      "cudnn_rnn.convert.read_file(1)\n"
-                                      "cudnn_rnn.set_num_threads('4')\n"
-                                      "cudnn_rnn.LTSM\n"
-                                      "manager = checkpoint.CheckpointManager\n"
-                                      "adam = cudnn_rnn.optim.Adam\n")
-    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-                             "--no-incremental", "user.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[:2] for line in errors] == [["user.py", str(n)] for n in (3, 4, 6, 7, 8)], result.stdout
-    assert 'Unexpected keyword argument "bogus"' in errors[0] and '"str"' in errors[1], result.stdout
-    assert '"read_file" has incompatible type "int"' in errors[2] and '"set_num_threads"' in errors[3], result.stdout
-    assert 'has no attribute "LTSM"' in errors[4], result.stdout
+    errors = _errors(mypy_run, in_user=True)
+    assert [line.split(":")[:2] for line in errors] == [["user.py", str(n)] for n in (3, 4, 6, 7, 8)], \
+        mypy_run.stdout
+    assert 'Unexpected keyword argument "bogus"' in errors[0] and '"str"' in errors[1], mypy_run.stdout
+    assert '"read_file" has incompatible type "int"' in errors[2] and '"set_num_threads"' in errors[3], \
+        mypy_run.stdout
+    assert 'has no attribute "LTSM"' in errors[4], mypy_run.stdout
 
 
 def test_the_settings_are_strict_with_no_blanket_ignores() -> None:
