@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import gc
 import importlib
 import io
 import os
@@ -517,7 +516,8 @@ def _page_module(page: Path) -> Iterator[types.ModuleType]:
 
 
 def _execute(block: Block, module: types.ModuleType) -> None:
-    """Run ``block`` in the page's namespace; a file (or socket) it leaves open fails it, as a failed assert does."""
+    """Run ``block`` in the page's namespace; a file (or socket) it drops unclosed fails it, as a failed assert does
+    (``open(name).read()``: the file object's last reference goes at once, and it warns then)."""
     code = compile("\n" * (block.line - 1) + block.text, str(block.page), "exec")  # tracebacks give page lines
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
@@ -525,7 +525,6 @@ def _execute(block: Block, module: types.ModuleType) -> None:
             exec(code, module.__dict__)
         except Exception as error:
             raise AssertionError(f"{block.where}: the Python block failed: {type(error).__name__}: {error}") from error
-        gc.collect()  # an object the block dropped and that still held a file warns now
     for warning in caught:
         if issubclass(warning.category, ResourceWarning):
             raise AssertionError(f"{block.where}: the Python block left a resource open: {warning.message} (use "
