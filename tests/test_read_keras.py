@@ -26,7 +26,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
-from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _hdf5, _hdf5_child, _keras_file, read_file, stack
+from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _hdf5, _child, _keras_file, read_file, stack
 from keras_testing import rnn_arrays, run_like_keras, run_reset_before
 from rnn_testing import read_refusal, relative_error
 
@@ -436,9 +436,9 @@ def read_hdf5_without_the_heap_check(path: str) -> list[Any]:
 def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, monkeypatch) -> None:
     """A global heap that never ends, with the check that refuses it switched off: the time limit ends it."""
     path, _ = looping_heap(tmp_path)
-    monkeypatch.setattr(_hdf5_child, "READ_SECONDS", 1.0)
+    monkeypatch.setattr(_child, "READ_SECONDS", 1.0)
     with pytest.raises(FileReadError) as caught:
-        _hdf5_child.run_isolated(str(path), functools.partial(read_hdf5_without_the_heap_check, str(path)))
+        _child.run_isolated(str(path), functools.partial(read_hdf5_without_the_heap_check, str(path)))
     assert str(path) in str(caught.value)
     assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in str(caught.value)
 

@@ -37,12 +37,12 @@ Hostile files: nothing is written to disk; the ``.h5`` member of an archive is r
 after every member is checked against the archive (:mod:`._zip`), and every dataset's declared size
 against the bytes the file stores, before any data is read; links to other files, external
 storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
-so it reads in a child process (:mod:`._hdf5_child`: spawned, not forked, so that reading is safe
+so it reads in a child process (:mod:`._child`: spawned, not forked, so that reading is safe
 in a process with threads or a CUDA context) with a time limit, after the global heaps it would
 loop on are refused (:mod:`._hdf5_heaps`).
 
 The reader's parts (each module's docstring says its part): :mod:`._keras_config`,
-:mod:`._keras_layout`, :mod:`._keras_weights_only`, :mod:`._hdf5`, :mod:`._hdf5_child`, and this
+:mod:`._keras_layout`, :mod:`._keras_weights_only`, :mod:`._hdf5`, :mod:`._child`, and this
 module, which reads each kind of file and gives each layer's tensors in the format that holds them
 exactly (:func:`_to_found_rnn`).
 """
@@ -68,7 +68,7 @@ from ...formats.keras import TENSOR_NAMES as KERAS_NAMES
 from ...formats.torch import TENSOR_NAMES as TORCH_NAMES
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, one_line
 from ._hdf5 import H5File, h5py_errors, open_h5
-from ._hdf5_child import run_isolated
+from ._child import run_isolated
 from ._infer import infer
 from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, RNNLayer, activation_name, class_of, config_notes,
                             config_refusal, is_model, name_of)

@@ -1,4 +1,4 @@
-"""libhdf5's child process (cudnn_rnn.convert.readers._hdf5_child): what comes back of each outcome, and
+"""libhdf5's child process (cudnn_rnn.convert.readers._child): what comes back of each outcome, and
 that reading never forks, so that it is safe in a process with threads (a training process).
 
 The reader's own refusals through the child (a file that crashes libhdf5, one it loops on) are in
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cudnn_rnn.convert.readers import FileReadError, _hdf5_child, _keras_file
+from cudnn_rnn.convert.readers import FileReadError, _child, _keras_file
 
 GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
 
@@ -30,7 +30,7 @@ GOLDEN = Path(__file__).parent / "golden" / "files" / "keras"
 #: comes back as, and whether each read started one new interpreter (``python -c``), the thread still running
 THREADED_READER = textwrap.dedent('''
     import functools, os, signal, subprocess, sys, threading
-    from cudnn_rnn.convert.readers import FileReadError, _hdf5_child, read_file
+    from cudnn_rnn.convert.readers import FileReadError, _child, read_file
 
     children = []
 
@@ -49,7 +49,7 @@ THREADED_READER = textwrap.dedent('''
     for name in sys.argv[1:]:
         print(name, [(item.name, item.source) for item in read_file(name)], worker.is_alive())
     try:
-        _hdf5_child.run_isolated(sys.argv[1], functools.partial(signal.raise_signal, signal.SIGKILL))
+        _child.run_isolated(sys.argv[1], functools.partial(signal.raise_signal, signal.SIGKILL))
     except FileReadError as error:
         print("crash:", error.reason)
     pythons = [args for args in children if args[0] == sys.executable]  # (platform runs uname, too)
@@ -74,7 +74,7 @@ def test_a_process_with_a_thread_reads_without_forking() -> None:
 
 
 def test_the_value_comes_back() -> None:
-    assert _hdf5_child.run_isolated(__file__, functools.partial(sorted, [3, 1, 2])) == [1, 2, 3]
+    assert _child.run_isolated(__file__, functools.partial(sorted, [3, 1, 2])) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("work, error, message", [
@@ -89,21 +89,21 @@ def test_the_value_comes_back() -> None:
 ])
 def test_what_the_child_raises_comes_back(work: functools.partial, error: type[Exception], message: str) -> None:
     with pytest.raises(error) as caught:
-        _hdf5_child.run_isolated(__file__, work)
+        _child.run_isolated(__file__, work)
     assert type(caught.value) is error and message in str(caught.value)
 
 
 def test_a_file_read_error_in_the_child_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "noise.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
     with pytest.raises(FileReadError) as caught:
-        _hdf5_child.run_isolated(str(tmp_path / "noise.h5"), functools.partial(_keras_file._read_hdf5,
+        _child.run_isolated(str(tmp_path / "noise.h5"), functools.partial(_keras_file._read_hdf5,
                                                                                 str(tmp_path / "noise.h5")))
     assert str(caught.value).startswith(f"cannot read {str(tmp_path / 'noise.h5')!r}: not a readable HDF5 file")
 
 
 def test_a_child_that_crashes_is_a_file_error() -> None:
     with pytest.raises(FileReadError, match=r"libhdf5 crashed reading it \(exit code -9\): the file is corrupt"):
-        _hdf5_child.run_isolated(__file__, functools.partial(signal.raise_signal, signal.SIGKILL))
+        _child.run_isolated(__file__, functools.partial(signal.raise_signal, signal.SIGKILL))
 
 
 def test_a_child_that_does_not_finish_is_killed_at_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,15 +116,15 @@ def test_a_child_that_does_not_finish_is_killed_at_the_time_limit(monkeypatch: p
             super().__init__(*args, **kwargs)
             children.append(self)
 
-    monkeypatch.setattr(_hdf5_child, "READ_SECONDS", 1.0)
+    monkeypatch.setattr(_child, "READ_SECONDS", 1.0)
     monkeypatch.setattr(subprocess, "Popen", RecordedPopen)
     with pytest.raises(FileReadError, match="reading it did not finish in 1 s: libhdf5 loops on this file"):
-        _hdf5_child.run_isolated(__file__, functools.partial(time.sleep, 60))
+        _child.run_isolated(__file__, functools.partial(time.sleep, 60))
     (child,) = children
     assert child.returncode == -signal.SIGKILL, f"the child ended with exit status {child.returncode}"
 
 
 def test_a_child_that_does_not_start_is_killed(monkeypatch) -> None:
-    monkeypatch.setattr(_hdf5_child, "START_SECONDS", 0.01)
+    monkeypatch.setattr(_child, "START_SECONDS", 0.01)
     with pytest.raises(FileReadError, match="the process reading it did not start in 0 s"):
-        _hdf5_child.run_isolated(__file__, functools.partial(sorted, []))
+        _child.run_isolated(__file__, functools.partial(sorted, []))
