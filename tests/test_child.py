@@ -124,6 +124,24 @@ def test_a_child_that_does_not_finish_is_killed_at_the_time_limit(monkeypatch: p
     assert child.returncode == -signal.SIGKILL, f"the child ended with exit status {child.returncode}"
 
 
+def allocated(size: int) -> int:
+    """A child's work that allocates ``size`` bytes (zeroed: every page touched) and says how many."""
+    return len(bytearray(size))
+
+
+def test_a_child_that_allocates_past_its_memory_bound_is_a_file_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's data segment is bounded: an allocation past it is a FileReadError naming the file, one within
+    it succeeds, and the bound is what refuses (1.5 GiB succeeds under the default bound, not under 1 GiB)."""
+    with pytest.raises(FileReadError) as caught:
+        _child.run_isolated(__file__, functools.partial(bytearray, 64 * 2**30))
+    assert str(caught.value).startswith(f"cannot read {__file__!r}: reading it needed more than 4.0 GiB of memory")
+    assert _child.run_isolated(__file__, functools.partial(allocated, 3 * 2**29)) == 3 * 2**29
+    monkeypatch.setattr(_child, "MEMORY_BYTES", 2**30)
+    with pytest.raises(FileReadError) as caught:
+        _child.run_isolated(__file__, functools.partial(allocated, 3 * 2**29))
+    assert str(caught.value).startswith(f"cannot read {__file__!r}: reading it needed more than 1.0 GiB of memory")
+
+
 def test_a_child_that_does_not_start_is_killed(monkeypatch) -> None:
     monkeypatch.setattr(_child, "START_SECONDS", 0.01)
     with pytest.raises(FileReadError, match="the process reading it did not start in 0 s"):

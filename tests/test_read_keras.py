@@ -9,7 +9,6 @@ through ``gru_block_cell``; Keras 2's CuDNN layers must give the very params buf
 
 from __future__ import annotations
 
-import functools
 import json
 import multiprocessing
 import shutil
@@ -26,7 +25,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn.config import RNNConfig
 from cudnn_rnn.convert import InexactConversionError, from_format, to_format
-from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _hdf5, _child, _keras_file, read_file, stack
+from cudnn_rnn.convert.readers import FoundRNN, _child, _keras_file, read_file, stack
 from keras_testing import rnn_arrays, run_like_keras, run_reset_before
 from rnn_testing import read_refusal, relative_error
 
@@ -395,23 +394,35 @@ def test_a_legacy_weight_that_is_listed_but_not_stored(tmp_path: Path) -> None:
     assert read_refusal(path).endswith("layer 'cudnn_lstm' lists weight 'cudnn_lstm/bias:0', which is not stored")
 
 
-def looping_heap(tmp_path: Path) -> tuple[Path, int]:
-    """keras2_cudnn.h5 whose global heap has a free-space entry of size 0 (and where that entry is).
+@pytest.fixture
+def short_read_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child's time bound on a small file's read shrunk to 1 s, so that a read libhdf5 loops on ends soon."""
+    monkeypatch.setattr(_child, "READ_SECONDS", 1.0)
+
+
+def looping_heap(hdf5: bytes) -> bytes:
+    """An HDF5 file whose (first) global heap has its free-space entry's size made 0.
 
     libhdf5 steps through a global heap by the objects' sizes, so this entry would keep it in place forever.
     """
-    data = bytearray((GOLDEN / "keras2_cudnn.h5").read_bytes())
+    data = bytearray(hdf5)
     position = data.find(b"GCOL") + 16
     while struct.unpack_from("<H", data, position)[0] != 0:  # to the free-space entry, index 0
         position += 16 + -(-struct.unpack_from("<Q", data, position + 8)[0] // 8) * 8
     struct.pack_into("<Q", data, position + 8, 0)
-    (tmp_path / "loop.h5").write_bytes(bytes(data))
-    return tmp_path / "loop.h5", position
+    return bytes(data)
 
 
-def test_a_global_heap_that_would_never_finish_is_refused(tmp_path: Path) -> None:
-    path, position = looping_heap(tmp_path)
-    assert f"the global heap at byte 2048 is corrupt (object 0 at byte {position} has size 0)" in read_refusal(path)
+def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, short_read_bound: None) -> None:
+    """A global heap that never ends, in a legacy .h5 and in a .keras archive's weights: the child's time bound
+    ends the read, and the file is refused by name."""
+    (tmp_path / "loop.h5").write_bytes(looping_heap((GOLDEN / "keras2_cudnn.h5").read_bytes()))
+    with zipfile.ZipFile(GOLDEN / "keras3_functional.keras") as archive:
+        weights = looping_heap(archive.read("model.weights.h5"))
+    archived = rewrite(GOLDEN / "keras3_functional.keras", tmp_path / "loop.keras", {"model.weights.h5": weights})
+    for path in (tmp_path / "loop.h5", archived):
+        assert ("reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt"
+                in read_refusal(path)), path
 
 
 def crashing_attribute(tmp_path: Path) -> Path:
@@ -425,22 +436,6 @@ def crashing_attribute(tmp_path: Path) -> Path:
 
 def test_a_file_that_crashes_libhdf5_is_a_file_error(tmp_path: Path) -> None:
     assert "libhdf5 crashed reading it (exit code -" in read_refusal(crashing_attribute(tmp_path))
-
-
-def read_hdf5_without_the_heap_check(path: str) -> list[Any]:
-    """What the reader's child runs for an .h5 file, with the global-heap check switched off (in the child)."""
-    _hdf5.check_global_heaps = lambda data, fail: None
-    return _keras_file._read_hdf5(path)
-
-
-def test_a_file_that_libhdf5_loops_on_is_a_file_error(tmp_path: Path, monkeypatch) -> None:
-    """A global heap that never ends, with the check that refuses it switched off: the time limit ends it."""
-    path, _ = looping_heap(tmp_path)
-    monkeypatch.setattr(_child, "READ_SECONDS", 1.0)
-    with pytest.raises(FileReadError) as caught:
-        _child.run_isolated(str(path), functools.partial(read_hdf5_without_the_heap_check, str(path)))
-    assert str(path) in str(caught.value)
-    assert "reading it did not finish in 1 s: libhdf5 loops on this file, which is corrupt" in str(caught.value)
 
 
 def test_a_damaged_datatype_is_a_file_error_not_a_type_error(tmp_path: Path) -> None:

@@ -17,13 +17,16 @@ MemoryError                         FileReadError "reading it needed more than M
 anything else                       FileReadError "not a readable Keras file (...)" (the reader's kind)
 a crash (a signal)                  FileReadError "libhdf5 crashed reading it (exit code -11)"
 no answer within the time limit     FileReadError "reading it did not finish in N s", the child
-                                    killed (N: READ_SECONDS + READ_SECONDS_PER_GB per GB of file,
-                                    from when ``work`` starts; START_SECONDS to get there)
+                                    killed (N: READ_SECONDS_PER_GB per GB of file, at least
+                                    READ_SECONDS, from when ``work`` starts; START_SECONDS to get
+                                    there, unpickling ``work`` and importing its module included)
 ==================================  =============================================================
 
-The child's data segment (its heap and private mappings: ``RLIMIT_DATA``) is bounded by
-``Reader.memory_bytes`` (MEMORY_BYTES + MEMORY_PER_FILE_BYTE times the file's size), so a file that
-declares an absurd size fails in the child with a MemoryError instead of exhausting the machine.
+The child's data segment (its heap and private mappings: ``RLIMIT_DATA``) is bounded, once its imports
+are done, by MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size, so a file that declares an
+absurd size fails in the child with a MemoryError instead of exhausting the machine. A reader then
+checks only what its user must be told (data its file does not store), not what would make its
+library allocate, crash or loop.
 
 The child is spawned, never forked: this process starts it with :mod:`subprocess` (which execs
 the interpreter at once), as multiprocessing's "spawn" does, but it runs only this module, never
@@ -32,7 +35,7 @@ re-runs a script's top level and its imports). Fork is unsafe in a process with 
 context, a training process (Python 3.12 warns). The cost is the child's start, a new interpreter
 importing numpy, this package and h5py: a small ``.keras`` or ``.weights.h5`` file reads in about
 0.35 s on two cores, where a forked child took 0.03 s. Where there is no POSIX ``subprocess`` to
-hand the child a pipe (Windows), ``work`` runs in this process.
+hand the child a pipe (Windows), ``work`` runs in this process, without these bounds.
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ HDF5 = Reader("libhdf5", "Keras file")
 #: seconds the child may take to start (a new interpreter importing numpy, h5py and this package)
 START_SECONDS = 120.0
 
-#: seconds a read may take (plus READ_SECONDS_PER_GB per GB of file) before it counts as hung
-READ_SECONDS, READ_SECONDS_PER_GB = 120.0, 60.0
+#: seconds a read may take before it counts as hung: READ_SECONDS_PER_GB per GB of file (about 17 MB/s,
+#: slow storage), at least READ_SECONDS; a small file libhdf5 loops on is refused after READ_SECONDS
+READ_SECONDS, READ_SECONDS_PER_GB = 10.0, 60.0
 
 #: the child's data segment: MEMORY_BYTES plus MEMORY_PER_FILE_BYTE per byte of the file
 MEMORY_BYTES, MEMORY_PER_FILE_BYTE = 4 * 2**30, 4
@@ -143,7 +147,7 @@ def run_isolated(path: str, work: Callable[[], Result], reader: Reader = HDF5) -
     finally:
         os.close(send)
     receiver = Connection(receive, writable=False)
-    seconds = READ_SECONDS + READ_SECONDS_PER_GB * _size(path) / 2 ** 30
+    seconds = max(READ_SECONDS, READ_SECONDS_PER_GB * _size(path) / 2 ** 30)
     try:
         stdin = child.stdin
         assert stdin is not None  # Popen(stdin=PIPE) made it

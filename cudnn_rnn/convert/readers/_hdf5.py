@@ -1,23 +1,21 @@
-"""HDF5 files through h5py, every read checked: hard links only, declared sizes against the file.
+"""HDF5 files through h5py: hard links only, no data kept in other files, no data the file does not store.
 
     h5 = open_h5(h5py, path)  or  open_h5(h5py, path, member_bytes, "model.weights.h5")
     h5.child(group, "vars")      the child, or None; a soft or external link is refused
-    h5.attribute(obj, "name")    str / list[str] / value, its declared size checked against the file
+    h5.attribute(obj, "name")    str / list[str] / value
     h5.array(dataset)            np.ndarray, once its storage (no external or virtual data), dtype
-                                 and declared size (against the bytes stored) are checked
+                                 and declared size (against the bytes stored: libhdf5 fills what a
+                                 file never stored with zeros) are checked
 
 Every h5py error on a damaged file (a TypeError for an unknown string encoding, an OSError, ...)
-becomes a FileReadError naming the file (:func:`h5py_errors`). The global heaps libhdf5 would loop
-on are refused before it opens the file (:mod:`._hdf5_heaps`).
+becomes a FileReadError naming the file (:func:`h5py_errors`). What libhdf5 itself does on a
+damaged file (crash, loop, allocate without bound) is the child process's to bound (:mod:`._child`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import math
-import mmap
-import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -26,7 +24,6 @@ from ..._containers import KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES
 from ...config import BUILTIN_DTYPES
 from ..._dtypes import widen_bfloat16
 from ._found import FileReadError, check_declared_size, one_line
-from ._hdf5_heaps import check_global_heaps
 
 __all__ = ["H5File", "open_h5", "h5py_errors"]
 
@@ -35,8 +32,8 @@ __all__ = ["H5File", "open_h5", "h5py_errors"]
 class H5File:
     """An open HDF5 file: children through hard links only, checked attributes and datasets."""
 
-    def __init__(self, h5py: Any, file: Any, path: str, size: int, where: str) -> None:
-        self.h5py, self.file, self.path, self.size = h5py, file, path, size
+    def __init__(self, h5py: Any, file: Any, path: str, where: str) -> None:
+        self.h5py, self.file, self.path = h5py, file, path
         self.where = where  # "" for the file itself, "model.weights.h5: " for an archive member
 
     def fail(self, reason: str) -> FileReadError:
@@ -70,13 +67,10 @@ class H5File:
         return {name: item for name, item in self.children(group).items() if isinstance(item, self.h5py.Group)}
 
     def attribute(self, obj: Any, name: str) -> Any:
-        """An attribute as str / list[str] / value, after checking its declared size against the file."""
+        """An attribute as str / list[str] / value (None when ``obj`` has none of that name)."""
         with h5py_errors(self.path, self.where):
             if name not in obj.attrs:
                 return None
-            declared = obj.attrs.get_id(name)
-            if math.prod(declared.shape or ()) * declared.dtype.itemsize > self.size:
-                raise self.fail(f"attribute {name!r} of {obj.name} declares more bytes than the file holds")
             value = obj.attrs[name]
         if isinstance(value, bytes):
             return value.decode("utf-8", "replace")
@@ -95,7 +89,7 @@ class H5File:
         return self.dtype(dataset) in KERAS_MARKED_DTYPES and dataset.dtype.itemsize == 2
 
     def array(self, dataset: Any) -> np.ndarray:
-        """The dataset's data, once its storage and declared size are checked."""
+        """The dataset's data, once its storage and its declared size (against the bytes stored) are checked."""
         dtype = self.dtype(dataset)
         with h5py_errors(self.path, self.where):
             name = dataset.name
@@ -105,9 +99,8 @@ class H5File:
             if dtype not in BUILTIN_DTYPES and not bfloat16:
                 raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES} or bfloat16")
             compressed = dataset.id.get_create_plist().get_nfilters() > 0
-            stored = min(int(dataset.id.get_storage_size()), self.size)
-            check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize, stored,
-                                compressed)
+            check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize,
+                                int(dataset.id.get_storage_size()), compressed)
             data = np.ascontiguousarray(dataset[()])
             return widen_bfloat16(data) if bfloat16 else data
 
@@ -125,24 +118,11 @@ def h5py_errors(path: str, where: str) -> Iterator[None]:
 
 
 def open_h5(h5py: Any, path: str, member: bytes | None = None, member_name: str = "") -> H5File:
-    """The HDF5 file at ``path``, or its archive member ``member_name`` (``member``, its bytes) in memory,
-    once its global heaps are checked (:func:`~._hdf5_heaps.check_global_heaps`)."""
+    """The HDF5 file at ``path``, or its archive member ``member_name`` (``member``, its bytes) in memory."""
     where = f"{member_name}: " if member is not None else ""
-
-    def fail(reason: str) -> FileReadError:
-        return FileReadError(path, where + reason)
-
-    source: io.BytesIO | str
-    if member is not None:
-        check_global_heaps(member, fail)
-        source, size = io.BytesIO(member), len(member)
-    else:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            check_global_heaps(view, fail)
-        source, size = path, os.path.getsize(path)
     try:
-        file = h5py.File(source, "r")
+        file = h5py.File(path if member is None else io.BytesIO(member), "r")
     except (OSError, ValueError) as error:
         raise FileReadError(path, f"{where}not a readable HDF5 file, it may be truncated ({one_line(error, 160)})") \
             from None
-    return H5File(h5py, file, path, size, where)
+    return H5File(h5py, file, path, where)

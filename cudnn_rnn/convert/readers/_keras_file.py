@@ -36,10 +36,9 @@ sequence is the input, from the model's graph.
 Hostile files: nothing is written to disk; the ``.h5`` member of an archive is read in memory
 after every member is checked against the archive (:mod:`._zip`), and every dataset's declared size
 against the bytes the file stores, before any data is read; links to other files, external
-storage and virtual datasets are refused. libhdf5 itself can crash or loop on some damaged files,
-so it reads in a child process (:mod:`._child`: spawned, not forked, so that reading is safe
-in a process with threads or a CUDA context) with a time limit, after the global heaps it would
-loop on are refused (:mod:`._hdf5_heaps`).
+storage and virtual datasets are refused. libhdf5 itself can crash, loop or allocate without bound
+on some damaged files, so it reads in a child process (:mod:`._child`: spawned, not forked, so that
+reading is safe in a process with threads or a CUDA context) with bounds on its time and memory.
 
 The reader's parts (each module's docstring says its part): :mod:`._keras_config`,
 :mod:`._keras_layout`, :mod:`._keras_weights_only`, :mod:`._hdf5`, :mod:`._child`, and this
