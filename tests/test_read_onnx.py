@@ -24,7 +24,8 @@ from rnn_testing import assert_close
 
 import cudnn_rnn
 from cudnn_rnn.convert import read_file
-from cudnn_rnn.convert.readers import FileReadError, FoundRNN, choose, stack
+from cudnn_rnn.convert.readers import FileReadError, FoundRNN, _onnx_graph, choose, stack
+from cudnn_rnn.convert.readers._child import run_isolated
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "files" / "onnx"
 TOLERANCE = 1e-5
@@ -356,9 +357,13 @@ def test_weights_the_file_does_not_store_are_refused_by_name(tmp_path: Path) -> 
     with pytest.raises(FileReadError, match="node 'lstm' \\(LSTM\\): its W input 'W' is a graph input; only weights "
                                             "stored in the file"):
         read_file(save_model(tmp_path / "a.onnx", [node], {"R": w["R"]}, inputs=("X", "W")))
-    matmul = helper.make_node("MatMul", ["A", "A"], ["W"], name="mm")
-    with pytest.raises(FileReadError, match="its W input 'W' is computed by a MatMul node 'mm', which is not followed"):
-        read_file(save_model(tmp_path / "b.onnx", [matmul, node], {"R": w["R"], "A": np.eye(2, dtype=np.float32)}))
+    random = helper.make_node("RandomUniformLike", ["A"], ["W"], name="rand")
+    with pytest.raises(FileReadError, match="its W input 'W' is computed by a RandomUniformLike node 'rand', which is "
+                                            "not followed"):
+        read_file(save_model(tmp_path / "b.onnx", [random, node], {"R": w["R"], "A": np.eye(2, dtype=np.float32)}))
+    matmul = helper.make_node("MatMul", ["X", "A"], ["W"], name="mm")
+    with pytest.raises(FileReadError, match="its W input 'W' is computed from 'X', which is a graph input"):
+        read_file(save_model(tmp_path / "m.onnx", [matmul, node], {"R": w["R"], "A": np.eye(2, dtype=np.float32)}))
     with pytest.raises(FileReadError, match="its W input 'W' is produced by no node"):
         read_file(save_model(tmp_path / "c.onnx", [node], {"R": w["R"]}))
 
@@ -387,6 +392,60 @@ def test_cycles_deep_chains_and_folding_bombs_are_refused(tmp_path: Path) -> Non
     finally:
         tracemalloc.stop()
     assert peak < 200 * 2**20
+
+
+def test_any_operator_over_constants_folds_in_one_child_process(tmp_path: Path, monkeypatch: Any) -> None:
+    """W and R computed by MatMul (not of the operators bounded beforehand) fold in one child process; the
+    golden models, whose inputs are initializers or bounded chains, in none."""
+    children = []
+
+    def counted(path: str, work: Any, reader: Any) -> Any:
+        children.append(reader.library)
+        return run_isolated(path, work, reader=reader)
+
+    monkeypatch.setattr(_onnx_graph, "run_isolated", counted)
+    w = weights("LSTM")
+    nodes = [helper.make_node("MatMul", ["W_half", "two"], ["w"], name="mm_w"),
+             helper.make_node("MatMul", ["R_half", "two3"], ["r"], name="mm_r"),
+             helper.make_node("LSTM", ["X", "w", "r", "B"], ["Y"], name="lstm", hidden_size=N)]
+    initializers = {"W_half": w["W"] / 2, "R_half": w["R"] / 2, "two": 2 * np.eye(INPUT_SIZE, dtype=np.float32),
+                    "two3": 2 * np.eye(N, dtype=np.float32), "B": w["B"]}
+    found = one(save_model(tmp_path / "m.onnx", nodes, initializers))
+    assert children == ["onnx's reference evaluator"]
+    assert {k: v.tolist() for k, v in found.tensors.items()} == {f"layer_0/{k}": v.tolist() for k, v in w.items()}
+    for path in sorted(GOLDEN.glob("*.onnx")):
+        read_file(path)
+    assert children == ["onnx's reference evaluator"]
+
+
+@pytest.mark.parametrize("blowup, match", [
+    ("zeros", "folding node 'blowup' \\(ConstantOfShape\\) would take more than [0-9]+ bytes, far more than the file "
+              "stores: the graph is not a plain export"),
+    ("range", "folding node 'blowup' \\(Range\\) ran out of memory"),
+    ("loop", "its W input 'W' is computed by a Loop node 'blowup', which is not followed here"),
+])
+def test_evaluator_blowups_are_refused_in_bounded_memory(tmp_path: Path, blowup: str, match: str) -> None:
+    """A constant 2**40 zeros (refused before it is made), a Range of 2**36 numbers (in the child process,
+    whose memory is bounded) or a Loop (never run) feeding W: refused naming the file, this process unharmed."""
+    w = weights("LSTM")
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"])], "body",
+                             [helper.make_tensor_value_info(n, t, None) for n, t in (("i", 7), ("c", 9))],
+                             [helper.make_tensor_value_info("c_out", 9, None)])
+    producers = {"zeros": helper.make_node("ConstantOfShape", ["huge"], ["W"], name="blowup"),
+                 "range": helper.make_node("Range", ["zero", "huge_scalar", "one"], ["W"], name="blowup"),
+                 "loop": helper.make_node("Loop", ["huge_scalar", ""], ["W"], name="blowup", body=body)}
+    lstm = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm", hidden_size=N)
+    initializers = {"R": w["R"], "huge": np.array([1, 1 << 40, 2], np.int64), "huge_scalar": np.array(1 << 36),
+                    "zero": np.array(0), "one": np.array(1)}
+    path = save_model(tmp_path / f"{blowup}.onnx", [producers[blowup], lstm], initializers)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FileReadError, match=f"^cannot read '.*{blowup}.onnx': .*{match}"):
+            read_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20
 
 
 @pytest.mark.parametrize("attributes, match", [

@@ -11,15 +11,16 @@
 ===============================  ==================================================================
 the node                         what is found
 ===============================  ==================================================================
-W, R, B (LSTM's P)               an initializer, a ``Constant`` node, or a chain over them that
-                                 exporters write (Identity, Cast, Slice, Concat, (Un)Squeeze,
-                                 Reshape, Transpose; torch's ``do_constant_folding=False``), folded
+W, R, B (LSTM's P)               an initializer, a ``Constant`` node, or nodes computing it from
+                                 those (torch's ``do_constant_folding=False``), folded by onnx's
+                                 reference evaluator (:mod:`._onnx_graph`)
 attributes                       hidden_size and direction checked against W and R; an RNN node's
                                  ``activations`` Tanh/Relu give rnn_tanh/rnn_relu; ``layout=1`` noted
-X = another node's Y             ``feeds_from``: Y [T, D, B, N] reaches X as [T, B, D*N] through
-                                 Transpose/Reshape (torch), Squeeze (one direction), per-direction
-                                 Slice+Squeeze+Concat and Transpose pairs (tf2onnx), Shape
-                                 arithmetic (torch's dynamo exporter), with the same sequence_lens
+X = another node's Y             ``feeds_from``: X computed from Y [T, D, B, N] alone is [T, B, D*N]
+                                 (torch's Transpose+Reshape, tf2onnx's per-direction Slice+Squeeze+
+                                 Concat, the dynamo exporter's Shape arithmetic: a probe Y of
+                                 distinct values is evaluated through them), with the same
+                                 sequence_lens
 GRU ``linear_before_reset=0``    a reset-before GRU: in the ``gru_block_cell`` format when one
                                  direction (exact there; approximate as cuDNN params), else refused
 cuDNN cannot run it              ``refusal`` naming it: peepholes P not all zero (all-zero P is
@@ -32,7 +33,7 @@ ONNX ``ModelProto`` with an IR version, a graph and an ONNX opset, else FileRead
 data must sit in the model's folder (no absolute path, no ``..``, no link leading out, a
 regular file) and its offset and length must lie within that file; every tensor's declared
 shape is checked against the bytes stored for it before anything is read, so a lying header
-never makes the reader allocate. Folding is bounded (see :mod:`._onnx_graph`).
+never makes the reader allocate. Folding is bounded in memory and time (see :mod:`._onnx_graph`).
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ import numpy as np
 from ..._dtypes import names as dtype_names
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, common_dtype, one_line
 from ._infer import infer
-from ._onnx_graph import GraphValues
-from ._onnx_values import MalformedGraph, NotFolded, Sequence
+from ._onnx_graph import Graph, MalformedGraph, NotFolded
 
 __all__ = ["read", "OPERATORS", "Operator", "RNN_MODES", "EXPORTERS", "MAX_MODEL_BYTES"]
 
@@ -59,6 +59,10 @@ MAX_MODEL_BYTES = 2**31 - 1
 #: folding may allocate at most this many times the bytes the model stores (plus FOLDING_SLACK)
 FOLDING_FACTOR = 16
 FOLDING_SLACK = 2**20
+
+#: the time and batch sizes of the probe that tells a stacked node's input (the model's own where it declares them
+#: and the probe stays under PROBE_ELEMENTS)
+PROBE_STEPS, PROBE_BATCH, PROBE_ELEMENTS = 3, 2, 2**20
 
 
 @dataclass(frozen=True)
@@ -290,34 +294,18 @@ class _Reader:
         self.model = _read_model_proto(path)
         graph = self.model.graph
         self.data = _TensorData(path)
-        self.initializers = {tensor.name: tensor for tensor in graph.initializer}
-        self.sparse = {sparse.values.name for sparse in graph.sparse_initializer}
-        self.graph_inputs = {value.name for value in graph.input}
+        self.graph_inputs = {value.name: value for value in graph.input}
         stored = os.path.getsize(path)
         for tensor, what in [*((t, f"initializer {t.name!r}") for t in graph.initializer),
                              *_tensor_attributes(graph.node)]:
             if tensor.data_location == _EXTERNAL:
                 stored += self.data.external(tensor, what)[2]
-        self.budget = FOLDING_FACTOR * stored + FOLDING_SLACK
-        self._decoded: dict[str, np.ndarray] = {}
-        self.values = self._graph_values({})
+        opset = max((entry.version for entry in self.model.opset_import if entry.domain in ("", "ai.onnx")))
+        self.graph = Graph(path, graph, self.data.decode, opset, FOLDING_FACTOR * stored + FOLDING_SLACK)
+        self.values: dict[str, np.ndarray | Exception] = {}
         producer = one_line(self.model.producer_name, 60)
         self.exporter = EXPORTERS.get(producer.lower()) or one_line(
             f"{producer} {self.model.producer_version}" if producer else "", 80)
-
-    def _constant(self, name: str) -> np.ndarray | None:
-        if name in self.sparse:
-            raise NotFolded("a sparse initializer, which is not read")
-        tensor = self.initializers.get(name)
-        if tensor is None:
-            return None
-        if name not in self._decoded:
-            self._decoded[name] = self.data.decode(tensor, f"initializer {name!r}")
-        return self._decoded[name]
-
-    def _graph_values(self, rnn_outputs: dict[str, Sequence]) -> GraphValues:
-        return GraphValues(self.model.graph.node, self._constant, self.data.decode,
-                           self.graph_inputs - set(self.initializers), self.budget, rnn_outputs)
 
     def found(self) -> list[FoundRNN]:
         indexed = [(index, node) for index, node in enumerate(self.model.graph.node)
@@ -330,6 +318,9 @@ class _Reader:
             name = f"{name}@{index}" if name in used else name
             used.add(name)
             names.append(name)
+        # every node's W, R, B, then P, then initial_h and initial_c: folded together (one child process at most)
+        self.values = self.graph.fold(node.input[i] for i in (1, 2, 3, 7, 5, 6) for node in nodes
+                                      if i < len(node.input) and node.input[i])
         found = [self._node(node, name) for node, name in zip(nodes, names)]
         return self._link(nodes, found)
 
@@ -406,23 +397,23 @@ class _Reader:
         return weights, ["the node has no B input: zero biases, as ONNX specifies, the same function"]
 
     def _weight(self, where: str, role: str, name: str) -> np.ndarray:
-        try:
-            value = self.values.value(name)
-        except NotFolded as error:
-            raise ValueError(f"{where}: its {role} input {name!r} is {error}; only weights stored in the file "
-                             "(initializers or Constant nodes, and chains over them) can be read") from None
-        except MalformedGraph as error:
-            raise ValueError(f"{where}: its {role} input {name!r} cannot be folded: {error}") from None
-        if not isinstance(value, np.ndarray):
-            raise ValueError(f"{where}: its {role} input {name!r} is computed from an RNN's output, not stored")
+        value = self.values[name]
+        if isinstance(value, FileReadError):
+            raise value
+        if isinstance(value, NotFolded):
+            raise ValueError(f"{where}: its {role} input {name!r} is {value}; only weights stored in the file "
+                             "(initializers or Constant nodes, and nodes computing it from those) can be read")
+        if isinstance(value, Exception):
+            raise ValueError(f"{where}: its {role} input {name!r} cannot be folded: {value}")
         return value
 
     def _peepholes(self, where: str, name: str, directions: int, units: int) -> tuple[str | None, str | None]:
-        try:
-            peepholes = self.values.value(name)
-        except (NotFolded, MalformedGraph) as error:
-            return (f"input P (peephole weights) {name!r} is {error}, so it cannot be checked to be zero; cuDNN's "
-                    "LSTM has no peephole connections"), None
+        peepholes = self.values[name]
+        if isinstance(peepholes, FileReadError):
+            raise peepholes
+        if isinstance(peepholes, (NotFolded, MalformedGraph)):
+            return (f"input P (peephole weights) {name!r} is {peepholes}, so it cannot be checked to be zero; "
+                    "cuDNN's LSTM has no peephole connections"), None
         if not isinstance(peepholes, np.ndarray) or peepholes.shape != (directions, 3 * units):
             raise ValueError(f"{where}: input P {name!r} must have shape ({directions}, {3 * units})")
         if np.any(peepholes != 0):
@@ -435,10 +426,7 @@ class _Reader:
         for state, argument in (("initial_h", "input_h"), ("initial_c", "input_c")):
             if not inputs.get(state):
                 continue
-            try:
-                value = self.values.value(inputs[state])
-            except (NotFolded, ValueError):
-                continue  # given at run time, or computed (torch: zeros expanded to the batch)
+            value = self.values[inputs[state]]  # (an exception: given at run time, or computed from the batch)
             if isinstance(value, np.ndarray) and np.any(value != 0):
                 notes.append(f"input {state} is a constant that is not all zeros: pass it as {argument} to compute "
                              "what the model computes")
@@ -446,30 +434,55 @@ class _Reader:
 
     # -- stacked nodes -------------------------------------------------------------------------------
     def _link(self, nodes: list[Any], found: list[FoundRNN]) -> list[FoundRNN]:
-        """Set feeds_from where a node's X is another node's whole Y after layout operators only."""
-        shapes = {item.name: (2 if item.fields.get("direction") == "bidirectional" else 1, item.fields["num_units"])
-                  for item in found}
-        batch_major = {item.name: _layout(node) == 1 for node, item in zip(nodes, found)}
-        outputs = {node.output[0]: Sequence.of_rnn(item.name, *shapes[item.name], batch_major[item.name])
-                   for node, item in zip(nodes, found) if node.output and node.output[0]}
-        tracer = self._graph_values(outputs)
-        lengths = {item.name: _input(node, 4) for node, item in zip(nodes, found)}
+        """Set feeds_from where a node's X is another node's whole Y, rearranged as a stacked layer's input."""
+        outputs = {node.output[0]: (node, item) for node, item in zip(nodes, found) if node.output and node.output[0]}
+        sizes: dict[str, tuple[int, int]] = {}
         linked = []
         for node, item in zip(nodes, found):
+            x = _input(node, 0)
+            sizes[item.name] = self._declared_sizes(x, _layout(node) == 1)
             try:
-                value = tracer.value(node.input[0]) if node.input and node.input[0] else None
-            except (NotFolded, ValueError):
-                value = None
-            if (isinstance(value, Sequence) and value.picked is None and value.source != item.name
-                    and value.axes == Sequence.stacked_input(shapes[value.source][0], batch_major[item.name])):
-                if lengths[value.source] == lengths[item.name]:
-                    item = item.replace(feeds_from=value.source)
-                else:
-                    item = item.replace(notes=item.notes + (
-                        f"its input is {value.source}'s output, but the two take different sequence_lens, so they "
-                        "do not stack as one network",))
+                sources = set(self.graph.trace(x, outputs).sources) if x else set()
+            except (NotFolded, MalformedGraph):
+                sources = set()
+            if len(sources) == 1:
+                source_node, source = outputs[next(iter(sources))]
+                if source is not item and self._stacks(x, node, source_node, source, sizes):
+                    sizes[item.name] = sizes.get(source.name, sizes[item.name])
+                    if _input(source_node, 4) == _input(node, 4):
+                        item = item.replace(feeds_from=source.name)
+                    else:
+                        item = item.replace(notes=item.notes + (
+                            f"its input is {source.name}'s output, but the two take different sequence_lens, so they "
+                            "do not stack as one network",))
             linked.append(item)
         return linked
+
+    def _declared_sizes(self, x: str, batch_major: bool) -> tuple[int, int]:
+        """(T, B) of a graph input X where the model declares them, else the probe's own."""
+        value = self.graph_inputs.get(x)
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim] if value is not None else []
+        if len(dims) != 3:
+            return PROBE_STEPS, PROBE_BATCH
+        steps, batch = (dims[1], dims[0]) if batch_major else (dims[0], dims[1])
+        return steps if steps > 0 else PROBE_STEPS, batch if batch > 0 else PROBE_BATCH
+
+    def _stacks(self, x: str, node: Any, source_node: Any, source: FoundRNN, sizes: dict[str, tuple[int, int]]
+                ) -> bool:
+        """Whether X, computed from the source's Y, is Y [T, D, B, N] as [T, B, D*N] ([B, T, D*N] for layout=1):
+        a probe Y of distinct values is evaluated to X."""
+        steps, batch = sizes.get(source.name, (PROBE_STEPS, PROBE_BATCH))
+        directions = 2 if source.fields.get("direction") == "bidirectional" else 1
+        units = source.fields["num_units"]
+        if steps * batch * directions * units > PROBE_ELEMENTS:
+            steps, batch = PROBE_STEPS, PROBE_BATCH
+        probe = np.arange(steps * batch * directions * units, dtype=np.float64).reshape(steps, batch, directions,
+                                                                                          units)
+        y = probe.transpose(1, 0, 2, 3) if _layout(source_node) == 1 else probe.transpose(0, 2, 1, 3)
+        expected = probe.transpose(1, 0, 2, 3) if _layout(node) == 1 else probe
+        value = self.graph.probe(x, {source_node.output[0]: np.ascontiguousarray(y)})
+        return value is not None and value.dtype == np.float64 and np.array_equal(
+            value, expected.reshape(*expected.shape[:2], -1))
 
 
 def _input(node: Any, index: int) -> str:
