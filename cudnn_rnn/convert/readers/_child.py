@@ -19,7 +19,8 @@ a crash (a signal)                  FileReadError "libhdf5 crashed reading it (e
 no answer within the time limit     FileReadError "reading it did not finish in N s", the child
                                     killed (N: READ_SECONDS_PER_GB per GB of file, at least
                                     READ_SECONDS, from when ``work`` starts; START_SECONDS to get
-                                    there, unpickling ``work`` and importing its module included)
+                                    there, unpickling ``work``, importing its module and the
+                                    Reader's ``imports`` included)
 ==================================  =============================================================
 
 The child's data segment (its heap and private mappings: ``RLIMIT_DATA``) is bounded, once its imports
@@ -41,6 +42,7 @@ hand the child a pipe (Windows), ``work`` runs in this process, without these bo
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pickle
 import resource
@@ -64,10 +66,12 @@ class Reader:
     Attributes:
         library: what crashes or loops ("libhdf5").
         kind: what a file it cannot read is not ("Keras file").
+        imports: modules the child imports before the read's time and memory bounds start ("tensorflow").
     """
 
     library: str
     kind: str
+    imports: tuple[str, ...] = ()
 
 
 #: libhdf5 reading a Keras (or any HDF5) file
@@ -120,6 +124,8 @@ def _serve(answers: int, reader: Reader, memory_bytes: int) -> None:
 
     def started_work() -> Any:
         work = pickle.load(sys.stdin.buffer)
+        for module in reader.imports:
+            importlib.import_module(module)
         resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))  # imports done: the file's share
         sender.send(_STARTED)
         return work()
