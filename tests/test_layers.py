@@ -14,6 +14,7 @@ import cudnn_rnn
 from cudnn_rnn.layers import GRU, LSTM, RNN, RecurrentLayer, glorot_uniform, keras_init_params, orthogonal
 from cudnn_rnn.layout import params_layout
 from cudnn_rnn.optim import SGD
+from signatures import source_signature
 
 
 def assert_close(actual: Any, expected: Any, tolerance: float, what: str) -> None:
@@ -414,16 +415,25 @@ def test_each_class_shows_and_documents_its_own_constructor_arguments(cls: type[
     parameters = inspect.signature(cls).parameters
     assert tuple(parameters) == ("input_size", "num_units", "num_layers") + CONSTRUCTOR_OPTIONS[cls]
     assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in CONSTRUCTOR_OPTIONS[cls])
-    args = cls.__doc__.split("Args:\n")[1].split("\n\nRaises:\n")[0]
+    args = (inspect.getdoc(cls) or "").split("Args:\n")[1].split("\n\nRaises:\n")[0]
     assert [line.split(":")[0].strip() for line in args.splitlines() if not line.startswith(" " * 8)] == \
         list(parameters)
     if "unit_forget_bias" in parameters:  # an LSTM's forget gate starts at 1.0, the base's (any mode) at 0.0
         assert parameters["unit_forget_bias"].default is (cls is LSTM)
     for name in set(CONSTRUCTOR_OPTIONS[RecurrentLayer]) - set(parameters):
-        with pytest.raises(TypeError, match=f"^{cls.__name__}\\(\\) got an unexpected keyword argument '{name}'$"):
+        with pytest.raises(TypeError, match=f"^{cls.__name__}\\.__init__\\(\\) got an unexpected keyword argument "
+                                            f"'{name}'$"):
             cls(3, 4, **{name: 2})
-    with pytest.raises(TypeError, match=f"^{cls.__name__}\\(\\) missing a required argument: 'num_units'$"):
+    with pytest.raises(TypeError, match=f"^{cls.__name__}\\.__init__\\(\\) missing 1 required positional argument: "
+                                        f"'num_units'$"):
         cls(3)
+
+
+@pytest.mark.parametrize("cls", list(CONSTRUCTOR_OPTIONS))
+def test_each_signature_shown_is_the_one_its_source_states(cls: type[RecurrentLayer]) -> None:
+    # what a reader of the source, inspect.signature (help, the docs) and a type checker see is one text
+    assert "__init__" in vars(cls)
+    assert inspect.signature(cls) == source_signature(cls.__init__)
 
 
 # ---- export through cudnn_rnn.convert ------------------------------------------------------------

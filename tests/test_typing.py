@@ -27,7 +27,10 @@ PACKAGE = Path(cudnn_rnn.__file__).resolve().parent
 USER = ("from cudnn_rnn import GRU, LSTM, checkpoint\n"
         "LSTM(3, 4, 2, bidirectional=True, num_proj=2, dtype='float64')\n"
         "GRU(3, 4, bogus=1)\n"
+        "GRU(3, 4, num_proj=2)\n"
         "LSTM('3', 4)\n"
+        "from cudnn_rnn.torch import RNN as TorchRNN\n"
+        "TorchRNN(3, 4, activation='relu', xp=None)\n"
         "import cudnn_rnn\n"
         "cudnn_rnn.convert.read_file(1)\n"
         "cudnn_rnn.set_num_threads('4')\n"
@@ -63,15 +66,17 @@ def test_mypy_strict_finds_nothing(mypy_run: subprocess.CompletedProcess[str]) -
 
 def test_a_type_checker_sees_the_layers_arguments_and_the_names_that_load_at_first_use(
         mypy_run: subprocess.CompletedProcess[str]) -> None:
-    # the classes take their arguments through one constructor; a type checker still sees their names and types;
-    # and it sees the names ``import cudnn_rnn`` loads at first use as their own, not as Any
+    # each class's constructor, as its source states it, is what a type checker sees: its names (another class's
+    # argument is refused) and types; and it sees the names ``import cudnn_rnn`` loads at first use as their own
     errors = _errors(mypy_run, in_user=True)
-    assert [line.split(":")[:2] for line in errors] == [["user.py", str(n)] for n in (3, 4, 6, 7, 8)], \
+    assert [line.split(":")[:2] for line in errors] == [["user.py", str(n)] for n in (3, 4, 5, 7, 9, 10, 11)], \
         mypy_run.stdout
-    assert 'Unexpected keyword argument "bogus"' in errors[0] and '"str"' in errors[1], mypy_run.stdout
-    assert '"read_file" has incompatible type "int"' in errors[2] and '"set_num_threads"' in errors[3], \
+    assert 'Unexpected keyword argument "bogus" for "GRU"' in errors[0], mypy_run.stdout
+    assert 'Unexpected keyword argument "num_proj" for "GRU"' in errors[1] and '"str"' in errors[2], mypy_run.stdout
+    assert 'Unexpected keyword argument "xp" for "RNN"' in errors[3], mypy_run.stdout
+    assert '"read_file" has incompatible type "int"' in errors[4] and '"set_num_threads"' in errors[5], \
         mypy_run.stdout
-    assert 'has no attribute "LTSM"' in errors[4], mypy_run.stdout
+    assert 'has no attribute "LTSM"' in errors[6], mypy_run.stdout
 
 
 def test_the_settings_are_strict_with_no_blanket_ignores() -> None:

@@ -20,14 +20,16 @@ A typical step (``layer(x, ...)`` is ``layer.forward(x, ...)``)::
     dx, dh0, dc0 = layer.backward(dy)            # ADDS d loss / d params into layer.grad
     optimiser.step([layer.grad]); layer.zero_grad()
 
-The package: the three classes here; their base, :class:`RecurrentLayer`, in ``_recurrent_layer``, with
-one constructor for all (its arguments and their docs: ``_constructor``; their checks: ``_args``); Keras'
-initialisation in ``_initializers``. This module exports the base and the initialisers with the classes.
+The package: the three classes here, each constructor building the layer through that of their base,
+:class:`RecurrentLayer`, in ``_recurrent_layer`` (the arguments' checks: ``_args``); Keras' initialisation
+in ``_initializers``. This module exports the base and the initialisers with the classes.
 """
 
 from __future__ import annotations
 
-from ._constructor import ModeArgument
+import types
+
+from ._args import mode_argument
 from ._initializers import glorot_uniform, keras_init_params, orthogonal
 from ._recurrent_layer import RecurrentLayer
 
@@ -49,10 +51,42 @@ class LSTM(RecurrentLayer):
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
     Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`; ``unit_forget_bias`` below).
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        bidirectional: D = 2 if True.
+        num_proj: P < N to project an LSTM's emitted state (0: none).
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
+            ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
+            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
+            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
+            too big is refused at once, before any layer is initialised).
     """
 
     modes = ("lstm",)
-    _defaults = {"unit_forget_bias": True}
+
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
+                 num_proj: int = 0, dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32",
+                 xp: types.ModuleType | None = None, seed: int = 0, unit_forget_bias: bool = True,
+                 algo: str = "standard") -> None:
+        super().__init__(input_size, num_units, num_layers, rnn_mode="lstm", bidirectional=bidirectional,
+                         num_proj=num_proj, dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed,
+                         unit_forget_bias=unit_forget_bias, algo=algo)
 
 
 class GRU(RecurrentLayer):
@@ -62,17 +96,82 @@ class GRU(RecurrentLayer):
 
         r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        bidirectional: D = 2 if True.
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
+            ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
+            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
+            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
+            too big is refused at once, before any layer is initialised).
     """
 
     modes = ("gru",)
 
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
+                 dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32",
+                 xp: types.ModuleType | None = None, seed: int = 0, algo: str = "standard") -> None:
+        super().__init__(input_size, num_units, num_layers, rnn_mode="gru", bidirectional=bidirectional,
+                         dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed, algo=algo)
+
+
+#: RNN's ``activation`` -> the rnn_mode it names (the first is the default)
+_ACTIVATIONS: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
+
 
 class RNN(RecurrentLayer):
-    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu."""
+    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu.
 
-    modes = ("rnn_tanh", "rnn_relu")
-    _mode_argument = ModeArgument("activation", {mode.removeprefix("rnn_"): mode for mode in modes},
-                                 '``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).')
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        activation: ``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).
+        bidirectional: D = 2 if True.
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
+            ``xp`` that is not numpy or cupy.
+        ValueError: an unknown ``activation``, an unknown mode string, a size that is not positive or
+            above a C int, a params buffer no array can hold, or an impossible combination (see
+            :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
+            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
+            too big is refused at once, before any layer is initialised).
+    """
+
+    modes = tuple(_ACTIVATIONS.values())
+
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, activation: str = "tanh",
+                 bidirectional: bool = False, dropout: float = 0.0, input_mode: str = "linear_input",
+                 dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
+                 algo: str = "standard") -> None:
+        rnn_mode = mode_argument("activation", activation, _ACTIVATIONS)
+        super().__init__(input_size, num_units, num_layers, rnn_mode=rnn_mode, bidirectional=bidirectional,
+                         dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed, algo=algo)
 
     @property
     def activation(self) -> str:

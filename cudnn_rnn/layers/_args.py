@@ -10,6 +10,7 @@ layer expects and what it got, and says how to mend it where there is one way::
     ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS (after input: a state
                                                        that fits x read in the other layout says so)
     ArgumentCheck(config, xp).gradient("dy", dy, y)    dy, dh, dc shaped like y, h, c
+    mode_argument("activation", value, modes)          the rnn_mode a class's own mode argument names
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numbers
 import os
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from .._arrays import Array, array_kind, array_module
 from ..config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from ..layout import params_size
 
-__all__ = ["path_argument", "size_arguments", "ArgumentCheck"]
+__all__ = ["path_argument", "size_arguments", "mode_argument", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -45,6 +46,14 @@ def path_argument(path: object, name: str = "path") -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
     return text
+
+
+def mode_argument(name: str, value: object, modes: Mapping[str, str]) -> str:
+    """The rnn_mode that ``value`` of a class's mode argument ``name`` (RNN's ``activation``) names in ``modes``
+    (value -> rnn_mode); a ValueError naming the argument for any other value."""
+    if not isinstance(value, str) or value not in modes:
+        raise ValueError(f"{name} must be one of {tuple(modes)}; got {value!r}")
+    return modes[value]
 
 
 def size_arguments(config: RNNConfig) -> list[str]:

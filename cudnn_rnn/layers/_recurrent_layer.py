@@ -18,7 +18,6 @@ from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
 from ..layout import ParamEntry, params_layout, params_size
 from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 from ._args import ArgumentCheck, path_argument, size_arguments
-from ._constructor import ModeArgument, class_doc, class_signature, method_signature
 from ._initializers import keras_init_params
 from ._model_files import model_file_hint
 
@@ -95,7 +94,7 @@ def constructor_arguments(config: RNNConfig) -> list[str]:
     """``config`` as a layer's constructor arguments for a repr: the sizes, then each other one not at its default."""
     c = config
     optional = {"dropout": c.dropout, "input_mode": c.input_mode, "dtype": c.dtype, "seed": c.seed, "algo": c.algo}
-    defaults = RecurrentLayer.__signature__.parameters
+    defaults = inspect.signature(RecurrentLayer).parameters
     return size_arguments(c) + [f"{name}={value!r}" for name, value in optional.items()
                                 if value != defaults[name].default]
 
@@ -103,9 +102,8 @@ def constructor_arguments(config: RNNConfig) -> list[str]:
 class RecurrentLayer:
     """A multi-layer cuDNN RNN with its own params buffer; the base of LSTM, GRU and RNN.
 
-    The subclasses' constructors are the way in; this one takes ``rnn_mode`` itself. It is their
-    constructor too: each takes the arguments that serve its modes, its mode set by the class (or by
-    an argument of its own, RNN's ``activation``).
+    The subclasses' constructors are the way in: each takes the arguments that serve its modes and
+    builds the layer through this one, which takes ``rnn_mode`` itself.
 
     Attributes:
         config: the ``RNNConfig`` (``seed`` is the layer's seed).
@@ -117,50 +115,48 @@ class RecurrentLayer:
             On cuDNN the masks come from the layer's own RNG state, set up from (``seed``,
             ``step``) at the first training forward on the GPU and advancing from step to step
             (saved by :meth:`state_dict`).
+
+    Args:
+        input_size: I, the width of each input step.
+        num_units: N, the width of each cell's state.
+        num_layers: L, the number of stacked layers.
+        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+        bidirectional: D = 2 if True.
+        num_proj: P < N to project an LSTM's emitted state (0: none).
+        dropout: in [0, 1), on the outputs of every layer but the last, while training.
+        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
+        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
+            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
+        xp: numpy (the default; reference backend) or cupy (cuDNN).
+        seed: initialisation and dropout seed (a C int).
+        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
+        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
+            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
+
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
+            ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
+            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
+            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
+            too big is refused at once, before any layer is initialised).
     """
 
     #: the modes this class can hold (``load`` and ``from_params`` check them)
     modes: ClassVar[tuple[str, ...]] = ()
-    #: how a class of several modes is told which (None: the base's ``rnn_mode``, or a class's one mode)
-    _mode_argument: ClassVar[ModeArgument | None] = None
-    #: argument -> this class's own default, where it differs from the base's
-    _defaults: ClassVar[dict[str, object]] = {}
     #: rnn_mode -> the class that holds it: each class that names its own ``modes`` registers them (first wins)
     _classes: ClassVar[dict[str, type["RecurrentLayer"]]] = {}
-    #: the constructor's arguments (``inspect.signature`` and ``help`` show them)
-    __signature__: ClassVar[inspect.Signature]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for mode in cls.__dict__.get("modes", ()):
             RecurrentLayer._classes.setdefault(mode, cls)
-        cls.__signature__ = class_signature(RecurrentLayer.__signature__, cls.modes, cls._mode_argument, cls._defaults)
-        cls.__doc__ = class_doc(cls.__doc__, cls.__signature__, cls._mode_argument)
 
-    if TYPE_CHECKING:  # what a type checker sees: every class's arguments together (each class refuses the others)
-        def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str = ...,
-                     activation: str = ..., bidirectional: bool = ..., num_proj: int = ..., dropout: float = ...,
-                     input_mode: str = ..., dtype: object = ..., xp: types.ModuleType | None = ..., seed: int = ...,
-                     unit_forget_bias: bool = ..., algo: str = ...) -> None: ...
-    else:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            """Build the layer: the arguments of the class's signature, documented on the class."""
-            try:
-                arguments = self.__signature__.bind(*args, **kwargs)
-            except TypeError as error:  # Python's words, naming the class as a call of __init__ would
-                raise TypeError(f"{type(self).__name__}() {error}") from None
-            arguments.apply_defaults()
-            options = arguments.arguments
-            if "rnn_mode" not in options:
-                chooser = self._mode_argument
-                options["rnn_mode"] = self.modes[0] if chooser is None else chooser.mode(options.pop(chooser.name))
-            self._build(**options)
-
-    def _build(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
-               bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
-               input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
-               seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
-        """The constructor, every argument named: its signature is the base's."""
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
+                 bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
+                 input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
+                 seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
         direction = _DIRECTION[flag("bidirectional", bidirectional)]
         forget_bias = flag("unit_forget_bias", unit_forget_bias)
         config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode, direction=direction,
@@ -172,9 +168,6 @@ class RecurrentLayer:
             self._attach(config, module, host, step=0, grad=grad)
         except MemoryError as error:
             raise MemoryError(_memory_refusal(type(self), config, error)) from None
-
-    __signature__ = method_signature(_build)
-    __doc__ = class_doc(__doc__, __signature__)
 
     def _attach(self, config: RNNConfig, xp: types.ModuleType, params: Array, step: int,
                 grad: Array | None = None) -> None:
