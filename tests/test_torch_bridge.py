@@ -645,7 +645,7 @@ def test_load_state_dict_refuses_a_bad_step_and_the_counter_never_wraps() -> Non
 
 def test_each_module_has_its_layers_constructor_through_one_base() -> None:
     for module_class, layer_class in ((ct.LSTM, cudnn_rnn.LSTM), (ct.GRU, cudnn_rnn.GRU), (ct.RNN, cudnn_rnn.RNN)):
-        assert module_class.__init__ is ct.LSTM.__init__ and module_class.layer_class is layer_class
+        assert module_class.layer_class is layer_class
         theirs = [p for p in inspect.signature(layer_class).parameters.values() if p.name != "xp"]
         assert list(inspect.signature(module_class).parameters.values()) == theirs
         with pytest.raises(TypeError, match="unexpected keyword argument 'xp'"):

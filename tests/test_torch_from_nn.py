@@ -8,6 +8,7 @@ through ``pack_padded_sequence``.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 
 import cudnn_rnn
 import cudnn_rnn.torch as ct
+from signatures import source_signature
 
 #: (PyTorch's class and arguments, ours)
 KINDS: dict[str, tuple[Any, dict[str, Any], Any]] = {
@@ -182,3 +184,9 @@ def _states_like(module: torch.nn.LSTM, batch: int) -> tuple[torch.Tensor, torch
     layers = module.num_layers * (2 if module.bidirectional else 1)
     return torch.randn(layers, batch, module.hidden_size), torch.randn(layers, batch, module.hidden_size)
 
+
+@pytest.mark.parametrize("cls", [ct.LSTM, ct.GRU, ct.RNN])
+def test_each_modules_signature_is_the_one_its_source_states_its_layers_less_xp(cls: Any) -> None:
+    assert inspect.signature(cls) == source_signature(cls.__init__)
+    theirs = inspect.signature(cls.layer_class)
+    assert list(inspect.signature(cls).parameters.values()) == [p for p in theirs.parameters.values() if p.name != "xp"]

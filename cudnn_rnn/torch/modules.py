@@ -10,7 +10,6 @@ with its weights and its layout (``time_major = not batch_first``).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Sequence, TypeVar
 
@@ -62,21 +61,13 @@ class _RecurrentModule(nn.Module):
     ``forward`` that does not name one; like ``batch_first``, it is not part of ``state_dict``."""
 
     layer_class: ClassVar[type[RecurrentLayer]]
-    __signature__: ClassVar[inspect.Signature]
     params: nn.Parameter
     step: Tensor
     time_major: bool = False
 
     def __init_subclass__(cls, layer: type[RecurrentLayer], **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.layer_class, signature = layer, inspect.signature(layer)
-        cls.__signature__ = signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "xp"])
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        arguments = self.__signature__.bind(*args, **kwargs).arguments
-        if isinstance(arguments.get("dtype"), torch.dtype):
-            arguments["dtype"] = numpy_dtype_of(arguments["dtype"])
-        self._hold(self.layer_class(**arguments))
+        cls.layer_class = layer
 
     def _hold(self, layer: RecurrentLayer, params: Optional[Array] = None) -> None:
         """Take ``layer``'s config, step, dropout RNG state and ``params`` (by default a view of the layer's)."""
@@ -217,27 +208,40 @@ class _RecurrentModule(nn.Module):
         return ", ".join(constructor_arguments(self.config) + (["time_major=True"] if self.time_major else []))
 
 
-class LSTM(_RecurrentModule, layer=layers.LSTM):
-    """:class:`cudnn_rnn.LSTM` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``;
-    gates i, f, g, o (cuDNN order)::
+def _layer_dtype(dtype: object) -> object:
+    """A module's ``dtype`` as its layer takes it: a PyTorch dtype as NumPy's name of it, any other as given."""
+    return numpy_dtype_of(dtype) if isinstance(dtype, torch.dtype) else dtype
 
-        i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
-        c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
-    """
+
+class LSTM(_RecurrentModule, layer=layers.LSTM):
+    """:class:`cudnn_rnn.LSTM` (its gates, arguments less ``xp``, initialisation, errors) as an ``nn.Module``."""
+
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
+                 num_proj: int = 0, dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32",
+                 seed: int = 0, unit_forget_bias: bool = True, algo: str = "standard") -> None:
+        self._hold(layers.LSTM(input_size, num_units, num_layers, bidirectional=bidirectional, num_proj=num_proj,
+                               dropout=dropout, input_mode=input_mode, dtype=_layer_dtype(dtype), seed=seed,
+                               unit_forget_bias=unit_forget_bias, algo=algo))
 
 
 class GRU(_RecurrentModule, layer=layers.GRU):
-    """:class:`cudnn_rnn.GRU` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``;
-    gates r, u, n (cuDNN order)::
+    """:class:`cudnn_rnn.GRU` (its gates, arguments less ``xp``, initialisation, errors) as an ``nn.Module``."""
 
-        r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
-        n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
-    """
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, bidirectional: bool = False,
+                 dropout: float = 0.0, input_mode: str = "linear_input", dtype: object = "float32", seed: int = 0,
+                 algo: str = "standard") -> None:
+        self._hold(layers.GRU(input_size, num_units, num_layers, bidirectional=bidirectional, dropout=dropout,
+                              input_mode=input_mode, dtype=_layer_dtype(dtype), seed=seed, algo=algo))
 
 
 class RNN(_RecurrentModule, layer=layers.RNN):
-    """:class:`cudnn_rnn.RNN` (arguments less ``xp``, initialisation, errors) as an ``nn.Module``:
-    ``h_t = act(W x_t + bW + R h_{t-1} + bR)``, act tanh or relu (``activation``)."""
+    """:class:`cudnn_rnn.RNN` (its cell, arguments less ``xp``, initialisation, errors) as an ``nn.Module``."""
+
+    def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, activation: str = "tanh",
+                 bidirectional: bool = False, dropout: float = 0.0, input_mode: str = "linear_input",
+                 dtype: object = "float32", seed: int = 0, algo: str = "standard") -> None:
+        self._hold(layers.RNN(input_size, num_units, num_layers, activation=activation, bidirectional=bidirectional,
+                              dropout=dropout, input_mode=input_mode, dtype=_layer_dtype(dtype), seed=seed, algo=algo))
 
     @property
     def activation(self) -> str:
