@@ -2,9 +2,9 @@
 
 ::
 
-    graph = Graph(path, model.graph, decode, opsets, budget)
+    graph = Graph(path, model.graph, decode, opset, budget)
     graph.fold(["onnx::LSTM_375", "/Slice_output_0"])   -> {name: array, or the exception saying why not}
-    graph.probe("/Reshape_output_0", {"/LSTM_output_0": y}, sizes)   -> the array the node's X is, from y
+    graph.probe("/Reshape_output_0", {"/LSTM_output_0": y})   -> what that name computes from y, or None
 
 :meth:`Graph.trace` follows a name back to the nodes computing it from initializers and
 ``Constant`` nodes (the leaves, decoded by the reader's checked ``decode``); a graph input, a name
@@ -245,7 +245,7 @@ class Graph:
             NotFolded: it depends on a graph input, or on a node that is not folded (the message says which).
             MalformedGraph: a cycle, a chain deeper than MAX_DEPTH, or more than MAX_NODES nodes.
         """
-        given, done, pending = set(sources), set(), set()
+        given, done, pending, seen = set(sources), set(), set(), set()
         order: list[Any] = []
         leaves: list[str] = []
 
@@ -274,7 +274,8 @@ class Graph:
                     if argument:
                         visit(argument, depth + 1)
                 pending.discard(value)
-                if all(id(node) != id(seen) for seen in order):
+                if id(node) not in seen:
+                    seen.add(id(node))
                     order.append(node)
                     if len(order) > MAX_NODES:
                         raise MalformedGraph(f"{name!r} is computed by more than {MAX_NODES} nodes, which are not "
