@@ -408,8 +408,9 @@ def test_any_operator_over_constants_folds_in_one_child_process(tmp_path: Path, 
     nodes = [helper.make_node("MatMul", ["W_half", "two"], ["w"], name="mm_w"),
              helper.make_node("MatMul", ["R_half", "two3"], ["r"], name="mm_r"),
              helper.make_node("LSTM", ["X", "w", "r", "B"], ["Y"], name="lstm", hidden_size=N)]
-    initializers = {"W_half": w["W"] / 2, "R_half": w["R"] / 2, "two": 2 * np.eye(INPUT_SIZE, dtype=np.float32),
-                    "two3": 2 * np.eye(N, dtype=np.float32), "B": w["B"]}
+    initializers: dict[str, np.ndarray] = {"W_half": w["W"] / 2, "R_half": w["R"] / 2, "B": w["B"],
+                                           "two": 2 * np.eye(INPUT_SIZE, dtype=np.float32),
+                                           "two3": 2 * np.eye(N, dtype=np.float32)}
     found = one(save_model(tmp_path / "m.onnx", nodes, initializers))
     assert children == ["onnx's reference evaluator"]
     assert {k: v.tolist() for k, v in found.tensors.items()} == {f"layer_0/{k}": v.tolist() for k, v in w.items()}
@@ -435,8 +436,8 @@ def test_evaluator_blowups_are_refused_in_bounded_memory(tmp_path: Path, blowup:
                  "range": helper.make_node("Range", ["zero", "huge_scalar", "one"], ["W"], name="blowup"),
                  "loop": helper.make_node("Loop", ["huge_scalar", ""], ["W"], name="blowup", body=body)}
     lstm = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm", hidden_size=N)
-    initializers = {"R": w["R"], "huge": np.array([1, 1 << 40, 2], np.int64), "huge_scalar": np.array(1 << 36),
-                    "zero": np.array(0), "one": np.array(1)}
+    initializers: dict[str, np.ndarray] = {"R": w["R"], "huge": np.array([1, 1 << 40, 2], np.int64),
+                                           "huge_scalar": np.array(1 << 36), "zero": np.array(0), "one": np.array(1)}
     path = save_model(tmp_path / f"{blowup}.onnx", [producers[blowup], lstm], initializers)
     tracemalloc.start()
     try:
