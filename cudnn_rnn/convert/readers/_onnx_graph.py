@@ -100,8 +100,7 @@ def _expand(node: Any, inputs: list[np.ndarray]) -> int:
 
 
 def _tile(node: Any, inputs: list[np.ndarray]) -> int:
-    repeats = inputs[1].reshape(-1).tolist()
-    return _prod(d * r for d, r in zip(inputs[0].shape, repeats)) * inputs[0].itemsize + 64
+    return _prod(inputs[1].reshape(-1).tolist()) * inputs[0].nbytes + 64
 
 
 #: operator -> the most bytes its outputs take, from its inputs (a graph of these alone is evaluated in this process)
@@ -153,6 +152,9 @@ def evaluate(graph_bytes: bytes, feeds: Mapping[str, np.ndarray], wanted: tuple[
         arrays = [values[name] for name in inputs if name in values]
         reason = next((failed.get(name, f"{where}: input {name!r} is not computed") for name in inputs
                        if name not in values), None)
+        training = node.input[2] if node.op_type == "Dropout" and len(node.input) > 2 else ""
+        if reason is None and training and np.any(values[training]):
+            reason = f"{where}: it runs in training mode, dropping at random"
         try:
             if reason is None and bound is not None and spent + bound(node, arrays) > budget:
                 stop = over
