@@ -350,6 +350,22 @@ def test_outputs_cut_between_nodes_do_not_stack(tmp_path: Path) -> None:
     assert second(cut, "c.onnx").feeds_from is None
 
 
+def test_a_reshape_to_the_declared_sizes_stacks(tmp_path: Path) -> None:
+    """A Reshape to fixed [T, B, D*N] between nodes stacks where the model's input declares that T and B."""
+    w1, w2 = weights("LSTM", seed=1), weights("LSTM", seed=2, input_size=N)
+    initializers = {**{f"{k}1": v for k, v in w1.items()}, **{f"{k}2": v for k, v in w2.items()},
+                    "shape": np.array([7, 5, N], np.int64)}
+    nodes = [helper.make_node("LSTM", ["X", "W1", "R1", "B1"], ["Y1"], name="l1", hidden_size=N),
+             helper.make_node("Reshape", ["Y1", "shape"], ["X2"]),
+             helper.make_node("LSTM", ["X2", "W2", "R2", "B2"], ["Y2"], name="l2", hidden_size=N)]
+    path = save_model(tmp_path / "m.onnx", nodes, initializers)
+    model = onnx.load(str(path))
+    assert read_file(path)[1].feeds_from is None  # T and B unknown: the probe's own do not fit [7, 5, N]
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("X", TensorProto.FLOAT, [7, 5, INPUT_SIZE]))
+    onnx.save(model, str(path))
+    assert read_file(path)[1].feeds_from == "l1"
+
+
 # ---- bad graphs ---------------------------------------------------------------------------------------
 def test_weights_the_file_does_not_store_are_refused_by_name(tmp_path: Path) -> None:
     node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm", hidden_size=N)
