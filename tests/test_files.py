@@ -7,7 +7,6 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,11 +14,12 @@ import numpy as np
 import pytest
 
 from rnn_testing import deadline
+from slow_writes import command as slow_command, slow_writes
 
 import cudnn_rnn
 from cudnn_rnn import checkpoint
-from cudnn_rnn.files import (PARTIAL_SUFFIX, PAUSE_VARIABLE, UNCHECKED_AFTER, atomic_write, read_bytes,
-                             remove_leftovers, write_bytes, write_through_path)
+from cudnn_rnn.files import (PARTIAL_SUFFIX, UNCHECKED_AFTER, atomic_write, read_bytes, remove_leftovers, write_bytes,
+                             write_through_path)
 
 #: the folder that holds the cudnn_rnn package (a subprocess imports it from there)
 REPO = Path(cudnn_rnn.__file__).resolve().parents[1]
@@ -149,8 +149,9 @@ def test_write_bytes_concatenates_buffers(target: Path) -> None:
 
 
 def test_a_paused_write_still_writes_everything(target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the pause variable set, writes go out in chunks, and the file is still whole and exact."""
-    monkeypatch.setenv(PAUSE_VARIABLE, "0.0001")
+    """With writes paused (tests/support/slow_writes.py), they go out in chunks, and the file is still whole and
+    exact."""
+    monkeypatch.setattr(cudnn_rnn.files, "atomic_write", slow_writes(0.0001))
     data = np.random.default_rng(1).integers(0, 256, 200_000, dtype=np.uint8)
     write_bytes(target, [memoryview(data[:70_000]), data[70_000:].tobytes()])
     assert target.read_bytes() == data.tobytes()
@@ -293,9 +294,8 @@ def test_a_process_killed_mid_write_leaves_the_old_file_whole(target: Path) -> N
     new = bytes(range(256)) * 4096  # 1 MiB: 16 chunks of 64 KiB, each followed by a pause
     code = ("import sys\nfrom cudnn_rnn.files import write_bytes\n"
             "write_bytes(sys.argv[1], bytes(range(256)) * 4096)\nprint('finished')\n")
-    env = {**os.environ, PAUSE_VARIABLE: "0.05",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen([sys.executable, "-c", code, str(target)], env=env,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(slow_command("0.05", "-c", code, str(target)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     partials: list[str] = []
     try:
@@ -328,9 +328,8 @@ WRITER = re.compile(r"\.(?P<name>.+)\.(?P<machine>[0-9a-f]{12})\.(?P<pid>[0-9]+)
 
 def start_writer(code: str, *args: str, pause: str) -> subprocess.Popen[bytes]:
     """A Python process running ``code`` (with ``sys.argv[1:] == args``), its writes paused after every 64 KiB."""
-    env = {**os.environ, PAUSE_VARIABLE: pause,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(slow_command(pause, "-c", code, *args), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import GRU, LSTM, RNN, RNNConfig
-from cudnn_rnn._safetensors import encode
+from cudnn_rnn.files._safetensors import encode
 from cudnn_rnn.cli.convert import main as convert_main
 from cudnn_rnn.convert import (InexactConversionError, from_format, read_file, stack, to_format, write_file,
                                write_into)

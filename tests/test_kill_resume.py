@@ -3,7 +3,7 @@
 One uninterrupted run of ``examples/train_char_lm.py`` (dropout on, a checkpoint every few steps)
 is the reference. Then the same run is started with ``--resume`` and SIGKILLed, again and again:
 half of the kills at a uniformly random moment (start-up, training, a write, the final files),
-half while a checkpoint is being written (the writes are slowed by ``CUDNN_RNN_TEST_WRITE_PAUSE``
+half while a checkpoint is being written (the writes are slowed by ``tests/support/slow_writes.py``
 so that the kill lands inside one). After every kill:
 
 * every checkpoint file under its final name loads and verifies (no torn file, ever);
@@ -27,9 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from slow_writes import command as slow_command
+
 from cudnn_rnn import LSTM, checkpoint
 from cudnn_rnn.checkpoint import EXTENSION, CheckpointManager
-from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE
+from cudnn_rnn.files import PARTIAL_SUFFIX
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "train_char_lm.py"
@@ -41,9 +43,11 @@ PAUSE = "0.01"
 ATTEMPT_TIMEOUT = 120.0
 
 
-def command(out: Path, steps: int = STEPS) -> list[str]:
-    return [sys.executable, str(EXAMPLE), "--quick", "--backend", "numpy", "--steps", str(steps),
-            "--checkpoint-every", str(EVERY), "--out", str(out)]
+def command(out: Path, steps: int = STEPS, pause: str | None = None) -> list[str]:
+    """The example's command line; with ``pause``, its writes slowed to that many seconds per 64 KiB."""
+    argv = [str(EXAMPLE), "--quick", "--backend", "numpy", "--steps", str(steps), "--checkpoint-every", str(EVERY),
+            "--out", str(out)]
+    return slow_command(pause, *argv) if pause else [sys.executable, *argv]
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -91,7 +95,7 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path: Path) -> None:
     ever_good: set[int] = set()
     newest = -1
     while kills < KILLS:
-        process = subprocess.Popen([*command(out), "--resume"], env=environment(**{PAUSE_VARIABLE: PAUSE}),
+        process = subprocess.Popen([*command(out, pause=PAUSE), "--resume"], env=environment(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
         deadline = time.monotonic() + ATTEMPT_TIMEOUT
         if kills % 2:
@@ -146,7 +150,7 @@ def test_a_run_killed_while_saving_its_model_leaves_nothing_once_run_again(tmp_p
     before = (out / "lstm.npz").read_bytes()
     trained = LSTM.load(out / "lstm.npz").params.tobytes()
 
-    process = subprocess.Popen([*command(out, steps=8), "--resume"], env=environment(**{PAUSE_VARIABLE: "0.05"}),
+    process = subprocess.Popen([*command(out, steps=8, pause="0.05"), "--resume"], env=environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     deadline = time.monotonic() + ATTEMPT_TIMEOUT
     writing: list[Path] = []

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cudnn_rnn import RNNConfig, _safetensors, checkpoint
+from cudnn_rnn import RNNConfig, checkpoint
+from cudnn_rnn.files import _safetensors
 from cudnn_rnn.convert import read_file, to_format
 from cudnn_rnn.convert.readers import FILE_KINDS, _safetensors_file, file_kind
 from cudnn_rnn.layers import LSTM

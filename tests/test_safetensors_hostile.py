@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cudnn_rnn import _safetensors, checkpoint
+from cudnn_rnn import checkpoint
+from cudnn_rnn.files import _safetensors
 from cudnn_rnn.checkpoint import CheckpointManager
 from cudnn_rnn.convert import read_file
 from cudnn_rnn.layers import LSTM

@@ -4,7 +4,7 @@ The cases come from the table itself, so a new row is tested here without a line
 writes an RNN (LSTM and GRU, float32, float16 and bfloat16) under its own ending, in capitals too;
 ``read_file`` finds the file to be the row's kind and reads back the same weights, bit for bit in
 the row's default format (bfloat16 as float32, exactly), but where :data:`NOT_READ` says the reader
-refuses it, naming the dtype. The endings are those of ``cudnn_rnn._containers``, the one place that names them.
+refuses it, naming the dtype. The endings are those of ``cudnn_rnn.files._containers``, the one place that names them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 
 from convert_testing import random_params, rng_for
 from cudnn_rnn import RNNConfig
-from cudnn_rnn._containers import COMPOUND_ENDINGS, ENDINGS, ONNX
+from cudnn_rnn.files._containers import COMPOUND_ENDINGS, ENDINGS, ONNX
 from cudnn_rnn.convert import CONTAINERS, read_file, stack, to_format, write_file
 from cudnn_rnn.convert.readers import FILE_KINDS, PARAMS_FORMAT, FileReadError, file_kind
 from cudnn_rnn.convert.saving import Container, container_of
-from cudnn_rnn.files import COMPOUND_EXTENSIONS, extension
+from cudnn_rnn.files import extension
 
 #: the RNNs every row writes: a bidirectional 2-layer LSTM and a 1-layer GRU, in three dtypes
 CONFIGS = [RNNConfig(mode, layers, 4, 3, direction=direction, dtype=dtype)
@@ -79,7 +79,7 @@ def test_every_container_writes_what_read_file_reads_back(tmp_path: Path, contai
 def test_the_table_has_one_row_per_ending_of_the_one_list() -> None:
     assert tuple(CONTAINERS) == ENDINGS
     assert all(suffix == container.suffix for suffix, container in CONTAINERS.items())
-    assert COMPOUND_EXTENSIONS == COMPOUND_ENDINGS == (".weights.h5",)
+    assert COMPOUND_ENDINGS == (".weights.h5",)
     assert all(extension(f"model{suffix}") == suffix for suffix in ENDINGS)
     for container in CONTAINERS.values():
         assert container.kind in FILE_KINDS, container

@@ -31,11 +31,11 @@ the other way round.
 from __future__ import annotations
 
 from ..errors import CheckpointError
+from ..files import SAFETENSORS
 from ._checkpoint import Checkpoint, load, save
-from . import _manager
 from ._manager import CheckpointManager, CheckpointWarning
 
 __all__ = ["save", "load", "Checkpoint", "CheckpointManager", "CheckpointError", "CheckpointWarning", "EXTENSION"]
 
 #: The extension of a checkpoint file, ``".safetensors"`` (a checkpoint is a safetensors file).
-EXTENSION: str = _manager.EXTENSION
+EXTENSION: str = SAFETENSORS

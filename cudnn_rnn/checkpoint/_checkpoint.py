@@ -19,13 +19,13 @@ from .._checks import checked_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
 from ..files import read_bytes, write_bytes
+from ..files.params_file import parse_layer_state
 from ..layers import RecurrentLayer
 from ..optim import SGD, Adam
-from ..params_file import parse_layer_state
 from . import _container
 from ._tree import flatten, unflatten
 
-__all__ = ["Checkpoint", "save", "load", "from_bytes", "share_from_root"]
+__all__ = ["Checkpoint", "save", "load"]
 
 #: the top-level keys of a checkpoint's contents
 CONTENTS_KEYS: tuple[str, ...] = ("step", "layers", "optimizers", "arrays", "state")

@@ -1,6 +1,6 @@
 """The checkpoint file: named arrays and a JSON text in a safetensors file, with a SHA-256 checksum.
 
-The header (any safetensors reader opens the file; :mod:`cudnn_rnn._safetensors` reads and writes it)::
+The header (any safetensors reader opens the file; ``cudnn_rnn.files`` reads and writes it)::
 
     {"__metadata__": {"format": "cudnn_rnn.checkpoint", "version": "1",
                       "checksum": "sha256:<64 hex digits>", "contents": "<JSON text>"},
@@ -8,7 +8,7 @@ The header (any safetensors reader opens the file; :mod:`cudnn_rnn._safetensors`
 
 Writing: the safetensors package writes the file with the 64 digits all zeros; the SHA-256 of those
 bytes then takes their place (same length). Reading: the first 8 bytes are checked, then the
-package checks the layout and :mod:`cudnn_rnn._safetensors` each entry; then the metadata, then
+package checks the layout and ``cudnn_rnn.files`` each entry; then the metadata, then
 the checksum (the file with its digits zeroed again), so any changed, missing or added byte (a bit
 flip, a truncation, a torn write) is caught before a single value is used. Nothing is unpickled.
 """
@@ -21,14 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import _safetensors
-from .._containers import CHECKPOINT_FORMAT
-from .._safetensors import HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
 from ..errors import CheckpointError
+from ..files import CHECKPOINT_FORMAT as FORMAT, HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
+from ..files import decode as _decode, encode as _encode
 
-__all__ = ["FORMAT", "VERSION", "MAX_HEADER_BYTES", "encode", "decode"]
+__all__ = ["encode", "decode"]
 
-FORMAT = CHECKPOINT_FORMAT
 VERSION = "1"
 
 _CHECKSUM_PREFIX = "sha256:"
@@ -67,7 +65,7 @@ def encode(arrays: dict[str, np.ndarray], contents: str) -> list[bytes | memoryv
                          "state= or arrays=), which lie beside the header")
     metadata = {"format": FORMAT, "version": VERSION, "checksum": _CHECKSUM_PREFIX + _ZERO_DIGEST,
                 "contents": contents}
-    head, *buffers = _safetensors.encode(arrays, metadata)
+    head, *buffers = _encode(arrays, metadata)
     digest = hashlib.sha256(head)
     for buffer in buffers:
         digest.update(buffer)
@@ -94,7 +92,7 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
         raise CheckpointError(where, "not a cudnn_rnn checkpoint (its first 8 bytes are not the length of a JSON "
                                      f"header of at most {MAX_HEADER_BYTES} bytes)")
     try:
-        layout, arrays = _safetensors.decode(blob)
+        layout, arrays = _decode(blob)
     except SafetensorsError as error:
         raise CheckpointError(where, error.reason) from None
     metadata = _metadata(layout.metadata, where)

@@ -20,16 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import checked_count
-from .._containers import SAFETENSORS
 from ..config import is_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
-from ..files import remove_leftovers
+from ..files import SAFETENSORS as EXTENSION, remove_leftovers
 from ._checkpoint import Checkpoint, from_bytes, read_checkpoint_bytes, save, share_from_root
 
-__all__ = ["CheckpointManager", "CheckpointWarning", "EXTENSION"]
-
-EXTENSION = SAFETENSORS  # (documented where the package exports it)
+__all__ = ["CheckpointManager", "CheckpointWarning"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 

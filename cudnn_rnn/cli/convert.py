@@ -43,7 +43,7 @@ import stat
 import sys
 from typing import Callable, Sequence
 
-from .._containers import ONNX
+from ..files import ONNX
 from ..config import RNNConfig
 from ..convert import FORMAT_SPECS
 from ..convert.into import write_into

@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from .._arrays import Array, to_host
-from .._containers import KERAS, KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES, KERAS_VERSION, KERAS_WEIGHTS
 from ..config import MODES, RNNConfig, check_config
-from ..files import extension, write_bytes, write_through_path
+from ..files import (KERAS, KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES, KERAS_VERSION, KERAS_WEIGHTS, extension,
+                     write_bytes, write_through_path)
 from ..formats import check_params, to_format
 from ..formats import keras as keras_format
 from .readers import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER

@@ -27,15 +27,14 @@ import numpy as np
 
 from .._arrays import to_host
 from .._checks import flag
-from .._dtypes import as_bits
-from .._containers import KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS
-from .._safetensors import encode
+from .._dtypes import PACKAGES, as_bits
 from ..config import RNNConfig
-from ..files import extension, write_bytes, write_through_path
+from ..files import (KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS, atomic_write, encode, extension,
+                     write_bytes, write_through_path)
 from ..formats import FORMATS, Converted, check_params, convert_between, to_format
 from ..formats.onnx import node_attributes
 from ..layers import RecurrentLayer
-from ..params_file import STORED_BITS, write_params_file
+from ..files.params_file import write_params_file
 from .keras_export import write_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
@@ -113,16 +112,12 @@ def _first(default: str) -> tuple[str, ...]:
 
 # ---- the writers -----------------------------------------------------------------------------------------------
 def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
-    narrow = [name for name, value in tensors.items() if value.dtype.name in STORED_BITS]
+    narrow = [name for name, value in tensors.items() if value.dtype.name in PACKAGES]
     if narrow:  # np.savez would write anonymous void data
         raise TypeError(f"an .npz of named tensors cannot name bfloat16 (tensor {narrow[0]!r}); write a .pt, a "
                         f".safetensors or a params file (fmt={PARAMS_FORMAT!r}) instead")
-
-    def write(partial: str) -> None:
-        with open(partial, "wb") as handle:  # numeric tensors: nothing to pickle, no name taken for savez's flag
-            np.savez(handle, allow_pickle=False, **tensors)
-
-    write_through_path(path, write)
+    with atomic_write(path) as handle:  # numeric tensors: nothing to pickle
+        np.savez(handle, allow_pickle=False, **tensors)
 
 
 def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
@@ -197,7 +192,7 @@ _TORCH_SAVE = Container(PT, _first("torch"), "a torch.save file", "torch.load", 
                         default_loader=_STATE_DICT_LOADER)
 
 #: OUT's ending -> its container (a name ending in ``.weights.h5`` is Keras weights, not ``.h5``); the endings are
-#: ``cudnn_rnn._containers.ENDINGS``, in its order
+#: ``cudnn_rnn.files.ENDINGS``, in its order
 CONTAINERS: dict[str, Container] = {container.suffix: container for container in (
     Container(NPZ, _first(PARAMS_FORMAT), "a NumPy .npz archive", "cudnn_rnn.LSTM.load (a params file), np.load",
               "npz", _write_npz),

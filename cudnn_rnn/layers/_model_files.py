@@ -56,7 +56,7 @@ def model_file_hint(path: str, wanted: str | None = None, classes: Mapping[str, 
     the .npz reader tells them (:func:`~cudnn_rnn.formats.guess_format`). Asked only once a load has
     failed, so what it needs is imported here.
     """
-    from .._containers import MODEL_FILE_KINDS, model_file_kind
+    from ..files import MODEL_FILE_KINDS, model_file_kind
 
     try:
         kind = model_file_kind(path)

@@ -333,7 +333,7 @@ class RecurrentLayer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write params, configuration and step counter to ``path``, exactly that path, as a params file
         (:mod:`cudnn_rnn.params_file`, which says how it is written); :meth:`load` restores an equal layer."""
-        from ..params_file import write_params_file  # (params_file, formats: loaded where a method needs them)
+        from ..files.params_file import write_params_file  # (params_file, formats: loaded where a method needs them)
 
         write_params_file(path, self.params, self.config, self.step)
 
@@ -356,7 +356,7 @@ class RecurrentLayer:
             TypeError: ``path`` is not a str or os.PathLike, or ``xp`` is not numpy or cupy.
             OSError: the file cannot be read (FileNotFoundError for a missing one).
         """
-        from ..params_file import read_params_file
+        from ..files.params_file import read_params_file
 
         path = path_argument(path)
         try:
@@ -421,7 +421,7 @@ class RecurrentLayer:
             model and cuDNN it was drawn on: a layer that loads it there resumes the same masks;
             elsewhere its masks start anew from (seed, step), with a warning.
         """
-        from ..params_file import config_fields
+        from ..files.params_file import config_fields
 
         return {"config": config_fields(self.config), "step": self.step, "params": self.params,
                 "dropout_rng": self._dropout_rng.state()}
@@ -455,7 +455,7 @@ class RecurrentLayer:
         Returns:
             A function of no arguments that loads ``state`` into this layer.
         """
-        from ..params_file import CONFIG_FIELDS, parse_layer_state
+        from ..files.params_file import CONFIG_FIELDS, parse_layer_state
 
         saved = parse_layer_state(state, where)
         seed = self.config.seed if keep_seed else saved.config.seed
@@ -481,7 +481,7 @@ class RecurrentLayer:
         """A new layer (of the class its configuration names) holding a copy of ``state`` on ``xp``: ``state`` as
         :meth:`load_state_dict` takes and refuses it (another kind of layer than ``cls``'s, too), ``xp`` as for
         :meth:`load`."""
-        from ..params_file import parse_layer_state
+        from ..files.params_file import parse_layer_state
 
         saved = parse_layer_state(state, "state_dict")
         params = np.array(to_host(saved.params))  # a copy of its own, whatever the state's array was

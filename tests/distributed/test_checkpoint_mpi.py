@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 from mpi_jobs import JOB_TIMEOUT, REPO, job_environment, mpiexec, read_ranks, run_job
+from slow_writes import command as slow_command
 
-from cudnn_rnn.files import PARTIAL_SUFFIX, PAUSE_VARIABLE
+from cudnn_rnn.files import PARTIAL_SUFFIX
 
 pytestmark = pytest.mark.distributed
 
@@ -48,16 +49,18 @@ def test_every_rank_resumes_exactly_from_rank_0s_checkpoint(tmp_path: Path) -> N
 STEPS, EVERY = 40, 4
 
 
-def example(out: Path, *extra: str) -> list[str]:
-    return [mpiexec(), "-n", "2", sys.executable, str(REPO / "examples" / "train_char_lm.py"), "--quick",
-            "--distributed", "--backend", "numpy", "--steps", str(STEPS), "--checkpoint-every", str(EVERY),
-            "--out", str(out), *extra]
+def example(out: Path, *extra: str, pause: str | None = None) -> list[str]:
+    """The 2-process job's command line; with ``pause``, every write slowed to that many seconds per 64 KiB."""
+    argv = [str(REPO / "examples" / "train_char_lm.py"), "--quick", "--distributed", "--backend", "numpy", "--steps",
+            str(STEPS), "--checkpoint-every", str(EVERY), "--out", str(out), *extra]
+    return [mpiexec(), "-n", "2", *(slow_command(pause, *argv) if pause else [sys.executable, *argv])]
 
 
-def kill_job_when(out: Path, ready, env: dict[str, str]) -> None:
-    """Start the resumed job, wait until ``ready(checkpoints folder)``, then SIGKILL the whole job."""
-    job = subprocess.Popen(example(out, "--resume"), env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, cwd=REPO)
+def kill_job_when(out: Path, ready, pause: str) -> None:
+    """Start the resumed job with its writes slowed by ``pause``, wait until ``ready(checkpoints folder)``, then
+    SIGKILL the whole job."""
+    job = subprocess.Popen(example(out, "--resume", pause=pause), env=job_environment(), start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     deadline = time.monotonic() + JOB_TIMEOUT
     folder = out / "checkpoints"
     while not (folder.is_dir() and ready(folder)):
@@ -78,7 +81,7 @@ def test_a_killed_two_process_job_resumes_to_the_uninterrupted_result(tmp_path: 
     assert "distributed: 2 processes" in reference.stdout
 
     out = tmp_path / "killed"
-    slow = job_environment(**{PAUSE_VARIABLE: "0.01"})
+    slow = "0.01"
     kill_job_when(out, lambda folder: any(step >= 12 for step in steps_saved(folder)), slow)
     first = steps_saved(out / "checkpoints")
     assert first and max(first) < STEPS

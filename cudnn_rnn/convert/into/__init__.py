@@ -305,7 +305,7 @@ def _check_written(path: str, writes: Mapping[str, tuple[StoredTensor, np.ndarra
 
 def safetensors_places(path: str) -> dict[str, StoredTensor]:
     """Where a safetensors file keeps each tensor: the absolute offsets its header gives, once the safetensors
-    package has checked the file (:func:`cudnn_rnn._safetensors.read_layout`)."""
+    package has checked the file (``cudnn_rnn.files.read_layout``)."""
     layout = checked_layout(path)
     return {name: StoredTensor.contiguous(entry.begin, entry.shape, entry.dtype_name, itemsize=entry.itemsize)
             for name, entry in layout.entries.items()}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..._checks import flag
-from ..._containers import MODEL_FILE_KINDS, model_file_kind
+from ...files import MODEL_FILE_KINDS, model_file_kind
 from ...config import DIRECTIONS
 from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file

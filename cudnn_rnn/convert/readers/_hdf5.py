@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..._containers import KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES
+from ...files import KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES
 from ...config import BUILTIN_DTYPES
 from ..._dtypes import widen_bfloat16
 from ._found import FileReadError, check_declared_size, one_line

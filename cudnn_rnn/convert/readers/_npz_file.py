@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 
 from ...files import NPY_HEADER_READERS
-from ...params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
+from ...files.params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
 from ...formats import PREFIXED_TORCH_NAME, guess_format
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
                      common_dtype, questions_for_all)

@@ -13,8 +13,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..._safetensors import Entry, Layout, SafetensorsError, read_array, read_layout
-from ..._containers import CHECKPOINT_FORMAT
+from ...files import CHECKPOINT_FORMAT, Entry, Layout, SafetensorsError, read_array, read_layout
 from ..._dtypes import widen_bfloat16
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions
 from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns

@@ -16,12 +16,12 @@ longer than the file system allows (a target name of more than about 210 bytes),
 shortened to its start, ``~`` and a hash of the whole name: every name the file system takes can
 be written.
 
-Three ways in, one path through: :func:`atomic_write` hands out a binary file object
-(``np.savez(f, ...)``, ``figure.savefig(f)``), :func:`write_bytes` writes bytes or a sequence
-of buffers, and :func:`write_through_path` lends a temporary *path* to writers that insist on
-opening a path themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
+One path through: :func:`atomic_write` hands out a binary file object (``np.savez(f, ...)``,
+``figure.savefig(f)``); :func:`write_bytes` writes bytes or a sequence of buffers through it, and
+:func:`write_through_path` lends its partial file's *path* to writers that insist on opening a path
+themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
 whole, refusing what is not a regular file with an error that names it; readers check what a file
-declares before they read it (:data:`MAX_COMPRESSION_RATIO`, :data:`NPY_HEADER_READERS`).
+declares before they read it (``MAX_COMPRESSION_RATIO``, ``NPY_HEADER_READERS``).
 
 The temporary file gets the permissions a plain ``open(path, "w")`` would leave (those of the file
 it replaces, else 0o666 less the umask). A leftover ``.partial`` file is what a killed write leaves;
@@ -46,8 +46,9 @@ Only the partial files of that exact target are looked at (``.a.npz.*`` never ma
 ``.a.npz.old.*``), only regular files are removed, and a leftover that cannot be examined or
 removed is left as it is: cleaning up never makes a write fail.
 
-For tests that must kill a process inside a write, ``CUDNN_RNN_TEST_WRITE_PAUSE=<seconds>``
-makes every write go out in 64 KiB chunks with that pause after each chunk.
+The package's own files: :mod:`cudnn_rnn.params_file` (a params buffer with its configuration, this
+package's ``params_file`` module), the safetensors layout (``_safetensors``) and the endings and kinds
+of the model files read and written (``_containers``).
 """
 
 from __future__ import annotations
@@ -61,15 +62,24 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, cast
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from ._containers import COMPOUND_ENDINGS
 
-__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "extension",
-           "COMPOUND_EXTENSIONS", "PARTIAL_SUFFIX",
-           "PAUSE_VARIABLE", "UNCHECKED_AFTER", "MAX_COMPRESSION_RATIO", "NPY_HEADER_READERS"]
+# what the readers and writers of other packages build on besides __all__ (each ``as`` marks a name exported from here)
+from ._containers import (CHECKPOINT_FORMAT as CHECKPOINT_FORMAT, ENDINGS as ENDINGS, KERAS as KERAS,
+                          KERAS_DTYPE_ATTRIBUTE as KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES as KERAS_MARKED_DTYPES,
+                          KERAS_VERSION as KERAS_VERSION, KERAS_WEIGHTS as KERAS_WEIGHTS,
+                          MODEL_FILE_KINDS as MODEL_FILE_KINDS, NPZ as NPZ, ONNX as ONNX, PT as PT, PTH as PTH,
+                          SAFETENSORS as SAFETENSORS, model_file_kind as model_file_kind)
+from ._safetensors import (HEADER_LENGTH as HEADER_LENGTH, MAX_HEADER_BYTES as MAX_HEADER_BYTES, Entry as Entry,
+                           Layout as Layout, SafetensorsError as SafetensorsError, decode as decode, encode as encode,
+                           read_array as read_array, read_layout as read_layout)
+
+__all__ = ["atomic_write", "write_bytes", "write_through_path", "read_bytes", "remove_leftovers", "PARTIAL_SUFFIX",
+           "UNCHECKED_AFTER"]
 
 #: the suffix of a file being written (a killed write leaves one behind)
 PARTIAL_SUFFIX = ".partial"
@@ -86,9 +96,6 @@ MAX_COMPRESSION_RATIO = 1100
 NPY_HEADER_READERS: dict[tuple[int, int], Callable[[IO[bytes]], tuple[tuple[int, ...], bool, np.dtype]]] = {
     (1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
-#: the environment variable that slows writes down for fault-injection tests
-PAUSE_VARIABLE = "CUDNN_RNN_TEST_WRITE_PAUSE"
-
 #: the longest file name (bytes) of a file system that cannot be asked (``os.pathconf`` says where it can)
 _NAME_MAX = 255
 
@@ -99,36 +106,7 @@ _PARTIAL_OVERHEAD = 1 + 13 + 11 + 9 + len(PARTIAL_SUFFIX)
 #: the longest extension (bytes) a partial file's name repeats at its end
 _LONGEST_ENDING = 32
 
-#: the chunk size of a paused write
-_PAUSED_CHUNK = 64 * 1024
-
 PathLike = str | os.PathLike[str]
-
-
-def _write_pause() -> float:
-    text = os.environ.get(PAUSE_VARIABLE, "")
-    try:
-        return max(float(text), 0.0) if text else 0.0
-    except ValueError:
-        return 0.0
-
-
-class _PausedFile:
-    """A file object whose writes go out in small chunks with a pause after each (tests only)."""
-
-    def __init__(self, handle: IO[bytes], pause: float) -> None:
-        self._handle, self._pause = handle, pause
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        for start in range(0, len(view), _PAUSED_CHUNK):
-            self._handle.write(view[start:start + _PAUSED_CHUNK])
-            self._handle.flush()
-            time.sleep(self._pause)
-        return len(view)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._handle, name)
 
 
 def _umask() -> int:
@@ -167,16 +145,11 @@ def _machine() -> str:
     return hashlib.blake2b(identity.encode(errors="replace"), digest_size=6).hexdigest()
 
 
-#: extensions of two parts, which a writer looking at its path must see whole (Keras's ``.weights.h5``): those
-#: among the endings of the files cudnn_rnn writes
-COMPOUND_EXTENSIONS: tuple[str, ...] = COMPOUND_ENDINGS
-
-
 def extension(name: str) -> str:
-    """A file name's extension, two parts where :data:`COMPOUND_EXTENSIONS` says (``m.weights.h5`` ->
+    """A file name's extension, two parts where ``_containers.COMPOUND_ENDINGS`` says (``m.weights.h5`` ->
     ``.weights.h5``); the one :func:`write_through_path`'s partial file of target ``name`` ends in. A name
     that is all extension has none, as for ``os.path.splitext``."""
-    compound = next((ending for ending in COMPOUND_EXTENSIONS
+    compound = next((ending for ending in COMPOUND_ENDINGS
                      if name.lower().endswith(ending) and len(name) > len(ending)), None)
     return name[-len(compound):] if compound else os.path.splitext(name)[1]
 
@@ -277,14 +250,23 @@ def remove_leftovers(path: PathLike) -> list[str]:
 
 
 @contextlib.contextmanager
-def _partial_file(path: PathLike, with_ending: bool = False) -> Iterator[tuple[int, str]]:
-    """A new partial file beside ``path`` (descriptor, name), moved onto ``path`` on success.
+def atomic_write(path: PathLike, *, keep_extension: bool = False) -> Iterator[IO[bytes]]:
+    """A binary file object whose contents become ``path`` when the block ends without an error.
 
-    Its name ends in ``path``'s extension too where ``with_ending`` says (and the name allows it).
+    ``with atomic_write("out.npz") as f: np.savez(f, ...)``. The object writes a new partial file beside
+    ``path`` (its ``name``), first removing the leftovers of earlier killed writes of ``path``
+    (:func:`remove_leftovers`); the data is flushed and fsync'ed before the file takes the target's name.
+    On any exception (or a KeyboardInterrupt) the partial file is removed and the target is untouched.
 
-    The leftovers of earlier killed writes of ``path`` are removed first (:func:`remove_leftovers`).
-    On any exception (or a KeyboardInterrupt) the partial file is removed and the target is
-    left as it was.
+    Args:
+        path: the file to write (replaced if it exists; its folder must exist).
+        keep_extension: the partial file's name ends in ``path``'s extension too (where the name allows it),
+            for a writer that looks at it (:func:`write_through_path`).
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
+        OSError: the file cannot be written (its folder does not exist, permission denied, no
+            space left); the target is untouched and no partial file is left.
     """
     target = os.path.abspath(os.fspath(path))
     folder, name = os.path.split(target)
@@ -293,15 +275,17 @@ def _partial_file(path: PathLike, with_ending: bool = False) -> Iterator[tuple[i
     remove_leftovers(target)
     stem, ending = _partial_name(folder, name)
     descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{stem}.{_machine()}.{os.getpid()}.",
-                                           suffix=PARTIAL_SUFFIX + (ending if with_ending else ""))
+                                           suffix=PARTIAL_SUFFIX + (ending if keep_extension else ""))
+    os.close(descriptor)
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(descriptor, _mode_for(target))
-        yield descriptor, partial
+        with open(partial, "r+b") as handle:  # (opened by name: ``handle.name`` is the partial file)
+            if hasattr(os, "fchmod"):
+                os.fchmod(handle.fileno(), _mode_for(target))
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # (the file's data, whichever descriptor wrote it)
         os.replace(partial, target)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.close(descriptor)
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
@@ -309,32 +293,8 @@ def _partial_file(path: PathLike, with_ending: bool = False) -> Iterator[tuple[i
         _fsync(folder, os.O_DIRECTORY)
 
 
-@contextlib.contextmanager
-def atomic_write(path: PathLike) -> Iterator[IO[bytes]]:
-    """A binary file object whose contents become ``path`` when the block ends without an error.
-
-    ``with atomic_write("out.npz") as f: np.savez(f, ...)``. The data is flushed and fsync'ed
-    before the file takes the target's name; on an error the target is untouched.
-
-    Args:
-        path: the file to write (replaced if it exists; its folder must exist).
-
-    Raises:
-        IsADirectoryError: ``path`` is a folder.
-        OSError: the file cannot be written (its folder does not exist, permission denied, no
-            space left); the target is untouched and no partial file is left.
-    """
-    with _partial_file(path) as (descriptor, _):
-        with os.fdopen(descriptor, "wb") as handle:
-            pause = _write_pause()
-            # a _PausedFile hands every attribute but write to the file object it wraps
-            yield cast(IO[bytes], _PausedFile(handle, pause)) if pause else handle
-            handle.flush()
-            os.fsync(handle.fileno())
-
-
 def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[Any]) -> None:
-    """Write ``data`` to ``path`` atomically, with the errors of :func:`atomic_write`.
+    """Write ``data`` to ``path`` through :func:`atomic_write`, with its errors.
 
     Args:
         path: the file to write (replaced if it exists).
@@ -347,19 +307,17 @@ def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[
 
 
 def write_through_path(path: PathLike, write: Callable[[str], None]) -> None:
-    """Let ``write(temporary_path)`` write the file (a library that opens paths itself), then move it into place.
+    """Let ``write(temporary_path)`` write the file (a library that opens paths itself) through :func:`atomic_write`.
 
-    The temporary path lies beside ``path`` and ends in its extension, for writers that look at it.
-    Errors as :func:`atomic_write`'s.
+    The temporary path is the partial file's, beside ``path`` and ending in its extension, for writers that look
+    at it. Errors as :func:`atomic_write`'s.
 
     Args:
         path: the file to write (replaced if it exists).
         write: called once with the temporary path; it must write the whole file there.
     """
-    with _partial_file(path, with_ending=True) as (descriptor, partial):
-        os.close(descriptor)
-        write(partial)
-        _fsync(partial)
+    with atomic_write(path, keep_extension=True) as handle:
+        write(handle.name)
 
 
 def read_bytes(path: PathLike, what: str = "file") -> bytes:

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Mapping
 
 import numpy as np
 
-from . import _dtypes
+from .. import _dtypes
 
 __all__ = ["DTYPES", "EXTENSION_DTYPES", "MAX_HEADER_BYTES", "MAX_DIMENSIONS", "MAX_ARRAY_BYTES", "METADATA_KEY",
            "HEADER_LENGTH", "SafetensorsError", "Entry", "Layout", "serialize", "encode", "header_length",
@@ -233,7 +233,7 @@ def _too_large(length: str, tensors: Mapping[str, np.ndarray], metadata: Mapping
     parts += [f"metadata {key[:40]!r} of {len(value.encode())} bytes" for key, value in sorted(
         (metadata or {}).items(), key=lambda item: -len(item[1]))[:2]]
     return (f"the safetensors header would be {length} bytes, more than the {_BOUND} a header may "
-            f"have to be read back (cudnn_rnn._safetensors.MAX_HEADER_BYTES); it holds {', '.join(parts)}")
+            f"have to be read back (cudnn_rnn.files.MAX_HEADER_BYTES); it holds {', '.join(parts)}")
 
 
 # ---- reading -----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ and the Keras facts its Keras files follow.
 One place for each fact, imported by the writers (:mod:`cudnn_rnn.convert.saving`, whose
 :data:`~cudnn_rnn.convert.saving.CONTAINERS` table says what each ending holds and how it is
 written; :mod:`cudnn_rnn.convert.keras_export`), the readers (:mod:`cudnn_rnn.convert.readers`, whose
-``file_kind`` is :func:`model_file_kind` with each kind's reader), :func:`cudnn_rnn.files.extension` and
+``file_kind`` is :func:`model_file_kind` with each kind's reader), ``cudnn_rnn.files.extension`` and
 the layers (which name the kind of a model file given to ``load``). It imports only the dtype and
 safetensors tables, so that the lowest modules can use it::
 
@@ -17,7 +17,7 @@ import os
 import re
 import zipfile
 
-from ._dtypes import PACKAGES
+from .._dtypes import PACKAGES
 from ._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
 
 __all__ = ["NPZ", "PT", "PTH", "SAFETENSORS", "KERAS", "KERAS_WEIGHTS", "ONNX", "ENDINGS", "COMPOUND_ENDINGS",
