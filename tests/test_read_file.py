@@ -14,7 +14,7 @@ import pytest
 import cudnn_rnn
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import read_file, stack, to_format
-from cudnn_rnn import _safetensors
+from cudnn_rnn.files import _safetensors
 from cudnn_rnn.files import write_bytes
 from cudnn_rnn.convert.readers import FILE_KINDS, OPTION_USES, FileReadError, Question, choose, file_kind
 from cudnn_rnn.layout import params_layout
