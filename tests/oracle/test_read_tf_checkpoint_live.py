@@ -7,8 +7,8 @@
 * Random TF1 CudnnRNN canonical variables (modes, layers, directions, scopes) written by
   ``tf.compat.v1.train.Saver``, against TF's cell kernels (scripts/make_tf_checkpoint_files.py).
 * TensorFlow's own reader, in a subprocess: it raises on truncated and corrupt files, and
-  aborts the process on a negative dimension in the index, which is why the reader checks
-  every index entry first (cudnn_rnn/convert/readers/_tf_bundle.py).
+  aborts the process on a negative dimension in the index, which is why the reader runs it in a
+  child process (cudnn_rnn/convert/readers/_child.py): the child ends, this process lives on.
 """
 
 from __future__ import annotations
@@ -250,11 +250,12 @@ def test_tensorflow_raises_on_truncated_and_corrupt_files(tmp_path: Path) -> Non
 
 
 def test_tensorflow_aborts_on_a_negative_dimension_which_the_reader_refuses(tmp_path: Path) -> None:
-    """Why every index entry is checked before TensorFlow sees it: TF 2.21's C++ reader aborts."""
+    """Why TensorFlow reads in a child process: TF 2.21's C++ reader aborts; the child's abort is a refusal."""
     prefix = bad_copy(tmp_path, "negative dimension")
     kernel = "cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel"
     rewrite_index(prefix, {kernel: lambda entry: setattr(entry.shape.dim[0], "size", -7)})
     result = tensorflow_reads(prefix)
     assert result.returncode == -signal.SIGABRT and not result.stdout, (result.returncode, result.stderr[-500:])
-    with pytest.raises(FileReadError, match="declares a negative dimension in shape"):
+    with pytest.raises(FileReadError, match=rf"crashed reading it \(exit code {-signal.SIGABRT}\)") as refused:
         read_file(prefix)
+    assert refused.value.path == prefix  # and this process lives on

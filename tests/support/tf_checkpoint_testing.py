@@ -6,9 +6,15 @@ Imported by name (``from tf_checkpoint_testing import ...``).
   batch, against the framework's outputs; :func:`step_reset_before` steps TF's GRUBlockCell
   kernel (``cudnn_rnn.gru_block_cell``) for a reset-before GRU instead.
 * :func:`rewrite_index`: rewrite entries of a checkpoint index to make hostile checkpoints. The
-  index is a LevelDB-style table (see cudnn_rnn/convert/readers/_tf_bundle.py); this writes one
-  with valid block checksums, so TensorFlow's reader accepts the table and meets the altered
-  entry itself::
+  index ``PREFIX.index`` is a LevelDB-style table, key -> ``BundleEntryProto`` (the key ``""``
+  holding the ``BundleHeaderProto``)::
+
+      .index   [data block]... [meta-index block] [index block] [footer: 2 block handles, magic]
+      block    entries (varint shared, varint unshared, varint value length, key tail, value)...
+               restart offsets (uint32)..., restart count (uint32); then 1 type byte, 4 CRC bytes
+
+  This writes one with valid block checksums, so TensorFlow's reader accepts the table and meets
+  the altered entry itself::
 
     rewrite_index(prefix, {key: lambda entry: entry.shape.dim[0].__setattr__("size", -5)})
 """

@@ -59,19 +59,24 @@ GRU, given in the ``gru_block_cell`` format (it converts only approximately). An
 checkpoint keeps no layer names and no layer settings: RNNs are named by their object path
 (``model/layer_with_weights-0``) and Keras's default activations are assumed (noted).
 
-Every index is checked by :func:`._tf_bundle.read_index` before TensorFlow opens it (TF's C++
-reader aborts the process on some malformed entries), and each variable's declared dtype and
-shape is checked before its value is read. The object graph, and a SavedModel's variable names
-on it, are read by :mod:`._tf_object_graph`.
+TensorFlow's own reader (``tf.train.load_checkpoint``) opens the checkpoint, lists its variables,
+and reads the object graph and the RNNs' tensors in a child process (:mod:`._child`, one per
+checkpoint): its C++ code aborts the process on some malformed index entries (a negative or
+overflowing dimension, more than 254 dimensions), which there ends in a FileReadError naming the
+checkpoint. TensorFlow checks each entry's size against its dtype and shape, and the checksums,
+itself; a variable is read only when its dtype and rank can be an RNN weight. The object graph,
+and a SavedModel's variable names on it, are read by :mod:`._tf_object_graph`.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -80,9 +85,9 @@ from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
 from ...formats.keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
                              RESET_BEFORE_NOTE)
 from ...formats.keras import TENSOR_NAMES as KERAS_NAMES
+from ._child import Reader, run_isolated
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
-from ._tf_bundle import BundleEntry, read_index
 from ._tf_object_graph import OBJECT_GRAPH_KEY, OBJECT_KEY_SUFFIX, ObjectGraph, saved_model_names
 
 __all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS"]
@@ -371,75 +376,96 @@ def _keras_graph_candidates(graph: ObjectGraph, shapes: dict[str, tuple[int, ...
     return result
 
 
-# ---- reading values and building what was found ------------------------------------------------
-class _Checkpoint:
-    """An open checkpoint: the validated index, TensorFlow's reader, and its declared shapes."""
+# ---- reading: TensorFlow's reader in a child process --------------------------------------------
+#: TensorFlow's reader, as the refusals of its child process name it (TensorFlow imported before the read's bounds)
+TENSORFLOW = Reader("TensorFlow's checkpoint reader", "TensorFlow checkpoint", ("tensorflow",))
 
-    def __init__(self, location: Location, entries: dict[str, BundleEntry]) -> None:
-        import tensorflow as tf
 
-        self.location = location
-        self.entries = entries
-        self._errors = (tf.errors.OpError, IndexError, RuntimeError, ValueError)
+@dataclass(frozen=True)
+class _Contents:
+    """What the child read: every variable's shape, the RNNs found, and their tensors by checkpoint key."""
+
+    shapes: dict[str, tuple[int, ...]]
+    candidates: list[_Candidate]
+    values: dict[str, np.ndarray]
+
+
+def _read_contents(location: Location) -> _Contents:
+    """In the child: TensorFlow opens the checkpoint and lists its variables; the RNNs are found (by name or
+    object graph) and their tensors read, each checked to be a 1-D or 2-D float array first."""
+    import tensorflow as tf
+
+    errors = (tf.errors.OpError, IndexError, RuntimeError, ValueError, TypeError)
+    try:
+        reader = tf.train.load_checkpoint(location.prefix)
+        shapes = {key: tuple(int(d) for d in shape) for key, shape in reader.get_variable_to_shape_map().items()}
+        dtypes = {key: dtype.name for key, dtype in reader.get_variable_to_dtype_map().items()}
+    except errors as error:
+        raise ValueError(f"TensorFlow cannot open the checkpoint ({type(error).__name__}: {one_line(error, 200)}): "
+                         "it is truncated or corrupt") from None
+    if shapes and not glob.glob(glob.escape(location.prefix) + ".data-*"):
+        raise ValueError(f"the checkpoint's data files {os.path.basename(location.prefix) + '.data-*'!r} are missing: "
+                         "copy every .data-* file of the checkpoint beside its .index")
+
+    def value(key: str) -> Any:
         try:
-            self.reader = tf.train.load_checkpoint(location.prefix)
-            self.shapes = {key: tuple(int(d) for d in shape)
-                           for key, shape in self.reader.get_variable_to_shape_map().items()}
-            self.dtypes = {key: dtype.name for key, dtype in self.reader.get_variable_to_dtype_map().items()}
-        except self._errors as error:
-            raise ValueError(f"TensorFlow cannot open the checkpoint ({type(error).__name__}: {one_line(error, 200)}): "
-                             "it is truncated or corrupt") from None
-        for key, shape in self.shapes.items():
-            entry = entries.get(key)
-            if entry is None or (not entry.sliced and entry.shape != shape):
-                raise ValueError(f"TensorFlow reads variable {key!r} as shape {shape}, the index declares "
-                                 f"{None if entry is None else entry.shape}: the checkpoint is corrupt")
-
-    def value(self, key: str) -> Any:
-        """A variable's value, read only after its declared shape and dtype were checked."""
-        try:
-            return self.reader.get_tensor(key)
-        except self._errors as error:
+            return reader.get_tensor(key)
+        except errors as error:
             raise ValueError(f"TensorFlow cannot read variable {key!r} ({type(error).__name__}: "
                              f"{one_line(error, 200)}): the checkpoint is truncated or corrupt") from None
 
-    def weights(self, candidate: _Candidate) -> dict[str, np.ndarray]:
-        """The candidate's tensors, each a float array of the declared shape."""
-        result = {}
-        for name, key in candidate.keys.items():
-            if key not in self.shapes:
+    contents = _Contents(shapes, _candidates(location, shapes, dtypes, value), {})
+    for candidate in contents.candidates:
+        for key in candidate.keys.values():
+            if key not in shapes:
                 raise ValueError(f"{candidate.name}: variable {key!r} is listed but not stored in the checkpoint")
-            shape, dtype = self.shapes[key], self.dtypes[key]
-            if dtype not in FLOAT_DTYPES or not 1 <= len(shape) <= 2:
-                raise ValueError(f"{candidate.name}: variable {key!r} is {dtype} of shape {shape}; RNN weights are "
-                                 f"1-D or 2-D arrays of {', '.join(FLOAT_DTYPES)}")
-            value = np.asarray(self.value(key))
-            if value.shape != shape:
-                raise ValueError(f"variable {key!r} reads as shape {value.shape}, declared {shape}: the checkpoint is "
-                                 "corrupt")
-            result[name] = value
-        return result
+            if dtypes[key] not in FLOAT_DTYPES or not 1 <= len(shapes[key]) <= 2:
+                raise ValueError(f"{candidate.name}: variable {key!r} is {dtypes[key]} of shape {shapes[key]}; RNN "
+                                 f"weights are 1-D or 2-D arrays of {', '.join(FLOAT_DTYPES)}")
+            contents.values[key] = np.asarray(value(key))
+    return contents
 
-    def found(self, candidate: _Candidate) -> FoundRNN:
-        tensors = self.weights(candidate)
-        if candidate.fmt == PARAMS_FORMAT:
-            return _opaque_found(candidate, tensors["params"])
-        if candidate.fmt == "keras":
-            special = _reset_before_gru(candidate, tensors)
-            if special is not None:
-                return special
-        inferred = infer(candidate.fmt, tensors, f"{candidate.name} ({candidate.source})")
-        notes = list(candidate.notes)
-        if candidate.fmt == "keras" and inferred.fields.get("rnn_mode") == "gru" and not any(
-                name.endswith("/bias") for name in candidate.keys):
-            notes.append("the GRU has no bias, so the checkpoint does not tell reset_after: reset_after=True (Keras's "
-                         "default) is assumed")
-        questions = dict(inferred.questions)
-        if candidate.mode_default and "rnn_mode" in questions:
-            questions["rnn_mode"] = Question(SINGLE_GATE_QUESTION, questions["rnn_mode"].reason,
-                                             candidate.mode_default)
-        return FoundRNN(candidate.name, candidate.source, candidate.fmt, inferred.tensors, inferred.fields, questions,
-                        tuple(notes + inferred.notes))
+
+def _candidates(location: Location, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+                value: Callable[[str], Any]) -> list[_Candidate]:
+    """The RNNs of a checkpoint, by their variables' names, or by the object graph (read with ``value``)."""
+    if OBJECT_GRAPH_KEY not in shapes:
+        names = {key: key for key in shapes}
+        return _cudnn_candidates(names) + _keras_name_candidates(names, "name-based checkpoint")
+    if dtypes[OBJECT_GRAPH_KEY] != "string" or shapes[OBJECT_GRAPH_KEY]:
+        raise ValueError(f"the checkpoint's object graph ({OBJECT_GRAPH_KEY}) is {dtypes[OBJECT_GRAPH_KEY]} of shape "
+                         f"{shapes[OBJECT_GRAPH_KEY]}, not a string scalar: the checkpoint is corrupt")
+    serialized = value(OBJECT_GRAPH_KEY)
+    graph = ObjectGraph.parse(serialized.item() if isinstance(serialized, np.ndarray) else bytes(serialized))
+    candidates: list[_Candidate] = []
+    if location.saved_model:
+        names = saved_model_names(location.saved_model, graph, shapes)
+        candidates += _cudnn_candidates(names) + _keras_name_candidates(names, "SavedModel")
+    used = {key for candidate in candidates for key in candidate.keys.values()}
+    return candidates + [candidate for candidate in _keras_graph_candidates(graph, shapes)
+                         if not used.intersection(candidate.keys.values())]
+
+
+def _found(contents: _Contents, candidate: _Candidate) -> FoundRNN:
+    """The candidate's tensors, as the RNN they make."""
+    tensors = {name: contents.values[key] for name, key in candidate.keys.items()}
+    if candidate.fmt == PARAMS_FORMAT:
+        return _opaque_found(candidate, tensors["params"])
+    if candidate.fmt == "keras":
+        special = _reset_before_gru(candidate, tensors)
+        if special is not None:
+            return special
+    inferred = infer(candidate.fmt, tensors, f"{candidate.name} ({candidate.source})")
+    notes = list(candidate.notes)
+    if candidate.fmt == "keras" and inferred.fields.get("rnn_mode") == "gru" and not any(
+            name.endswith("/bias") for name in candidate.keys):
+        notes.append("the GRU has no bias, so the checkpoint does not tell reset_after: reset_after=True (Keras's "
+                     "default) is assumed")
+    questions = dict(inferred.questions)
+    if candidate.mode_default and "rnn_mode" in questions:
+        questions["rnn_mode"] = Question(SINGLE_GATE_QUESTION, questions["rnn_mode"].reason, candidate.mode_default)
+    return FoundRNN(candidate.name, candidate.source, candidate.fmt, inferred.tensors, inferred.fields, questions,
+                    tuple(notes + inferred.notes))
 
 
 def _opaque_found(candidate: _Candidate, params: np.ndarray) -> FoundRNN:
@@ -490,34 +516,13 @@ def _holdings(shapes: dict[str, tuple[int, ...]]) -> str:
     return f"it holds {len(names)} variable(s): {shown}{', ...' if len(names) > 5 else ''}"
 
 
-def _unused(candidates: Iterable[_Candidate], used: set[str]) -> list[_Candidate]:
-    return [candidate for candidate in candidates if not used.intersection(candidate.keys.values())]
-
-
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN in the TensorFlow checkpoint at ``path`` (see the module docstring)."""
-    import tensorflow  # noqa: F401  (ImportError here says which package is missing)
-
+    if importlib.util.find_spec("tensorflow") is None:  # read_file says which package to install
+        raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
     location = locate(path)
-    checkpoint = _Checkpoint(location, read_index(location.prefix))
-    shapes = checkpoint.shapes
-    candidates: list[_Candidate] = []
-    if OBJECT_GRAPH_KEY in shapes:
-        if checkpoint.dtypes[OBJECT_GRAPH_KEY] != "string" or shapes[OBJECT_GRAPH_KEY]:
-            raise ValueError(f"the checkpoint's object graph ({OBJECT_GRAPH_KEY}) is "
-                             f"{checkpoint.dtypes[OBJECT_GRAPH_KEY]} of shape {shapes[OBJECT_GRAPH_KEY]}, "
-                             "not a string scalar: the checkpoint is corrupt")
-        serialized = checkpoint.value(OBJECT_GRAPH_KEY)
-        graph = ObjectGraph.parse(serialized.item() if isinstance(serialized, np.ndarray) else bytes(serialized))
-        if location.saved_model:
-            names = saved_model_names(location.saved_model, graph, shapes)
-            candidates += _cudnn_candidates(names) + _keras_name_candidates(names, "SavedModel")
-        used = {key for candidate in candidates for key in candidate.keys.values()}
-        candidates += _unused(_keras_graph_candidates(graph, shapes), used)
-    else:
-        names = {key: key for key in shapes}
-        candidates += _cudnn_candidates(names) + _keras_name_candidates(names, "name-based checkpoint")
-    if not candidates:
+    contents = run_isolated(location.prefix, functools.partial(_read_contents, location), reader=TENSORFLOW)
+    if not contents.candidates:
         raise ValueError("this TensorFlow checkpoint holds no LSTM, GRU or simple RNN (looked for TF1 CudnnRNN "
-                         f"canonical variables and Keras RNN layers); {_holdings(shapes)}")
-    return [checkpoint.found(candidate) for candidate in candidates]
+                         f"canonical variables and Keras RNN layers); {_holdings(contents.shapes)}")
+    return [_found(contents, candidate) for candidate in contents.candidates]
