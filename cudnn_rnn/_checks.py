@@ -5,6 +5,7 @@ Each refuses with the argument's name, what it must be and what it got, shown sh
 ``ValueError`` (no ``OverflowError``)::
 
     flag("training", value)                    -> bool        True, False or a NumPy bool
+    choice("rnn_mode", value, MODES)           -> str         one of the names (keys) given
     real_in_range("lr", value, 0.0)            -> float       finite, low < value (< high)
     checked_count("step", value)               -> int         in [0, MAX_COUNT], a file's int64
     shown(value)                               -> str         for messages
@@ -15,10 +16,11 @@ from __future__ import annotations
 import math
 import numbers
 from fractions import Fraction
+from typing import Mapping
 
 import numpy as np
 
-__all__ = ["MAX_COUNT", "flag", "real_in_range", "checked_count", "shown"]
+__all__ = ["MAX_COUNT", "flag", "choice", "real_in_range", "checked_count", "shown"]
 
 #: the largest count (a step counter) a layer, an optimiser or a file holds: an int64
 MAX_COUNT = 2**63 - 1
@@ -69,6 +71,16 @@ def flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool; got {type(value).__name__} {shown(value)}")
     return bool(value)
+
+
+def choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
+    """``value`` when it is one of ``allowed`` (names, or a table's keys); else TypeError (not a str) or ValueError."""
+    options = tuple(allowed)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {options}; got {type(value).__name__} {value!r}")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value
 
 
 def real_in_range(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False) -> float:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Mapping, TypeAlias, cast
+from typing import TypeAlias, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from . import _dtypes
-from ._checks import real_in_range, shown
+from ._checks import choice, real_in_range, shown
 
 __all__ = [
     "ModeSpec",
@@ -37,13 +37,8 @@ __all__ = [
     "ALGOS",
     "PERSISTENT_ALGOS",
     "RNNConfig",
-    "check_config",
-    "LayoutKey",
     "tf_seed64",
     "resolve_input_mode",
-    "is_count",
-    "ITEMSIZES",
-    "MAX_SIZE",
     "MAX_ARRAY_BYTES",
     "params_element_count",
     "dtype_name",
@@ -134,15 +129,6 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 MAX_SIZE: int = _INT32_MAX
 
 
-def _choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
-    options = tuple(allowed)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {options}; got {type(value).__name__} {value!r}")
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}; got {value!r}")
-    return value
-
-
 def is_count(value: object) -> bool:
     """Whether ``value`` is a non-negative integer (Python or NumPy; bools are not counts)."""
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and int(value) >= 0
@@ -207,7 +193,7 @@ def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
         TypeError: ``input_mode`` is not a string.
         ValueError: ``input_mode`` is not one of the three.
     """
-    _choice("input_mode", input_mode, INPUT_MODES)
+    choice("input_mode", input_mode, INPUT_MODES)
     if input_mode == "auto_select":
         return "skip_input" if input_size == num_units else "linear_input"
     return input_mode
@@ -309,14 +295,14 @@ class RNNConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "rnn_mode", _choice("rnn_mode", self.rnn_mode, MODES))
-        set_(self, "direction", _choice("direction", self.direction, DIRECTIONS))
+        set_(self, "rnn_mode", choice("rnn_mode", self.rnn_mode, MODES))
+        set_(self, "direction", choice("direction", self.direction, DIRECTIONS))
         for name, smallest in (("num_layers", 1), ("num_units", 1), ("input_size", 1), ("num_proj", 0)):
             set_(self, name, _int(name, getattr(self, name), minimum=smallest, maximum=MAX_SIZE))
         set_(self, "seed", _int("seed", self.seed, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "seed2", _int("seed2", self.seed2, minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "dtype", dtype_name(self.dtype))
-        set_(self, "algo", _choice("algo", self.algo, ALGOS))
+        set_(self, "algo", choice("algo", self.algo, ALGOS))
         set_(self, "mode", MODES[self.rnn_mode])
         set_(self, "input_mode", resolve_input_mode(self.input_mode, self.input_size, self.num_units))
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, Sequence, TypeAlias
 import numpy as np
 
 from .._arrays import Array, array_kind, array_module, device_of
+from .._checks import choice
 from .._dtypes import TABLE
 from ._devices import check_one_gpu_per_process
 from ._mpi import MpiTransport, install_abort_hook, load_mpi
@@ -442,10 +443,7 @@ def init(backend: str = "auto") -> Communicator:
         ImportError: mpi4py is unusable but an explicit backend, or a launcher, needs it.
         RuntimeError: backend="nccl" and some process cannot run NCCL (the reasons, per rank).
     """
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, one of {BACKENDS}; got {type(backend).__name__} {backend!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    choice("backend", backend, BACKENDS)
     mpi = load_mpi(None if backend == "auto" else f"backend={backend!r} needs MPI")
     if mpi is None:
         return Communicator()
