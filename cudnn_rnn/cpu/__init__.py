@@ -65,8 +65,7 @@ from typing import Any
 
 from .._checks import shown
 
-__all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "THREAD_VARIABLES",
-           "GRAIN", "LOAD_INTERVAL", "CELL_KINDS", "MAX_THREADS", "host_cores", "BlasThreads", "blas_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "CELL_KINDS"]
 
 #: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
@@ -98,7 +97,7 @@ class _Settings:
 
 
 _settings = _Settings()
-#: what the policy found or decided once per process: the BLAS pools, the load reading, the pools' own size,
+#: what the policy found or decided once per process: the BLAS pools, the pools' own size,
 #: the count a call left them at, the user's thread variable
 _state: dict[str, Any] = {}
 
@@ -365,11 +364,9 @@ def _pools() -> list[Any]:
     return pools
 
 
+@functools.cache
 def _load() -> _Load:
-    if "load" not in _state:
-        _state["load"] = _Load()
-    load: _Load = _state["load"]
-    return load
+    return _Load()
 
 
 def _plan() -> BlasThreads:

@@ -42,14 +42,11 @@ class ReserveLayout:
             per_layer.append(("rec_n", (t, b, n)))
         if config.rnn_mode == "gru" or config.num_proj:
             per_layer.append(("hidden", (t, b, p)))
+        named = [((name, k), shape) for k in range(config.num_pseudo_layers) for name, shape in per_layer]
+        named += [(("output", layer), (t, b, config.output_size)) for layer in range(config.num_layers - 1)]
         slots, offset = [], 0
-        for k in range(config.num_pseudo_layers):
-            for name, shape in per_layer:
-                slots.append(((name, k), shape, offset))
-                offset += int(np.prod(shape))
-        for layer in range(config.num_layers - 1):
-            shape = (t, b, config.output_size)
-            slots.append((("output", layer), shape, offset))
+        for key, shape in named:
+            slots.append((key, shape, offset))
             offset += int(np.prod(shape))
         return ReserveLayout(tuple(slots), offset)
 
