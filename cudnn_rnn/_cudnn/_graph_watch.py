@@ -24,7 +24,7 @@ import numpy as np
 
 from .._arrays import Array, is_cupy_array
 
-__all__ = ["Frozen", "recording", "saw_call", "abbreviated"]
+__all__ = ["Frozen", "recording", "saw_call"]
 
 #: ``frozen``: the :class:`Frozen` that op calls on this thread report to, if a graph is being recorded
 _local = threading.local()

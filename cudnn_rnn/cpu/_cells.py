@@ -41,7 +41,7 @@ from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "folded_biases",
            "Workspace", "input_product", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
-           "unprojected_gradient", "step_backward", "backward_recurrent", "steps_backward"]
+           "step_backward", "backward_recurrent", "steps_backward"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),

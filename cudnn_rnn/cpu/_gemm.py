@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 
 from .._arrays import Array
 
-__all__ = ["VECTOR_BITS", "TILE", "columns_per_panel", "pack", "product"]
+__all__ = ["TILE", "columns_per_panel", "pack", "product"]
 
 #: the width of the host's vector registers the tiles use
 VECTOR_BITS = 512 if llvmlite.binding.get_host_cpu_features().get("avx512f", False) else 256

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._arrays import Array
 
-__all__ = ["TimeOrder", "span_reversal"]
+__all__ = ["TimeOrder"]
 
 
 def span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:

@@ -26,8 +26,7 @@ import numpy as np
 
 from .._arrays import Array, array_kind, array_module
 
-__all__ = ["Signature", "PackLayout", "Slot", "Group", "signature_of", "describe_signature", "mismatch_message",
-           "contiguous_span", "fuse_arrays", "address"]
+__all__ = ["Signature", "PackLayout", "signature_of", "mismatch_message", "contiguous_span", "fuse_arrays", "address"]
 
 #: (kind "numpy" / "cupy" / None for a non-array, shape, dtype / None for a non-array) per array;
 #: hashable and picklable

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..cpu import THREAD_VARIABLES, host_cores, user_thread_variable
 
-__all__ = ["THREAD_VARIABLES", "host_cores", "share_host_threads"]
+__all__ = ["THREAD_VARIABLES", "share_host_threads"]
 
 
 def share_host_threads(local_size: int, environ: Mapping[str, str] | None = None) -> int | None:
