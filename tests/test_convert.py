@@ -24,11 +24,8 @@ import cudnn_rnn
 import cudnn_rnn.layout
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import (
-    FORMAT_SPECS,
-    FORMATS,
     Converted,
     InexactConversionError,
-    convert_between,
     expected_shapes,
     export_onnx,
     from_format,
@@ -36,6 +33,7 @@ from cudnn_rnn.convert import (
     mygrad_to_gru_block_cell,
     to_format,
 )
+from cudnn_rnn.formats import FORMAT_SPECS, FORMATS, convert_between
 from cudnn_rnn.layout import LayoutAssumptions
 
 MODE_NAMES = ("rnn_relu", "rnn_tanh", "lstm", "gru")

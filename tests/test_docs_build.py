@@ -44,7 +44,8 @@ from docs_testing import ci_command_lines, fenced_blocks, markdown_section  # no
 pytestmark = pytest.mark.sources
 
 #: the public modules: each has a page under docs/api/, and every name of its ``__all__`` an entry
-PUBLIC_MODULES = ("cudnn_rnn", "cudnn_rnn.layers", "cudnn_rnn.config", "cudnn_rnn.layout", "cudnn_rnn.convert",
+PUBLIC_MODULES = ("cudnn_rnn", "cudnn_rnn.layers", "cudnn_rnn.config", "cudnn_rnn.layout", "cudnn_rnn.formats",
+                  "cudnn_rnn.convert",
                   "cudnn_rnn.optim", "cudnn_rnn.cpu", "cudnn_rnn.distributed", "cudnn_rnn.cuda_graph",
                   "cudnn_rnn.checkpoint", "cudnn_rnn.files", "cudnn_rnn.params_file", "cudnn_rnn.info",
                   "cudnn_rnn.jax", "cudnn_rnn.torch")

@@ -42,7 +42,8 @@ from cudnn_rnn import GRU, LSTM, RNN, CheckpointError, RNNConfig, checkpoint, op
 from cudnn_rnn.cpu import _backend as _reference  # noqa: F401  (imported with the module: no example pays for it)
 from cudnn_rnn.checkpoint import _container
 from cudnn_rnn.cli import main as cli_main
-from cudnn_rnn.convert import FORMATS, from_format, to_format
+from cudnn_rnn.convert import from_format, to_format
+from cudnn_rnn.formats import FORMATS
 from cudnn_rnn.layers import RecurrentLayer
 from cudnn_rnn.params_file import write_params_file
 from hostile import (BAD_FLOATS, EXAMPLE_SECONDS, HUGE_INTS, NEGATIVE_INTS, NOT_NUMBERS, REAL_OVERFLOWS, START_SECONDS,

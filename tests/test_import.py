@@ -84,8 +84,9 @@ def test_type_checkers_see_every_lazy_name() -> None:
 
 def test_every_name_in_all_resolves() -> None:
     public = ["cudnn_rnn", *(f"cudnn_rnn.{name}" for name in ("layers", "config", "layout", "ops", "optim", "cpu",
-                                                              "convert", "checkpoint", "distributed", "files",
-                                                              "params_file", "info", "cuda_graph", "gru_block"))]
+                                                              "formats", "convert", "checkpoint", "distributed",
+                                                              "files", "params_file", "info", "cuda_graph",
+                                                              "gru_block"))]
     missing = _fresh("import importlib, json\n"
                      f"print(json.dumps([f'{{module}}.{{name}}' for module in {public!r} "
                      "for name in importlib.import_module(module).__all__ "

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import RNNConfig
-from cudnn_rnn.convert import FORMATS, InexactConversionError, from_format, read_file, to_format
+from cudnn_rnn.convert import InexactConversionError, from_format, read_file, to_format
+from cudnn_rnn.formats import FORMATS
 from cudnn_rnn.convert.readers import FileReadError
 from cudnn_rnn.layout import params_layout
 

@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from cudnn_rnn import RNNConfig
-from cudnn_rnn.convert import FORMAT_SPECS, FORMATS, expected_shapes
+from cudnn_rnn.convert import expected_shapes
+from cudnn_rnn.formats import FORMAT_SPECS, FORMATS
 
 #: the most calls a check may make (the most any makes is about 5,000, reading a params file included): a
 #: walk of the 10**6 layers or more, or of the 2**40 steps, that the checks give would call for one each at least
@@ -302,9 +303,9 @@ def test_formats_refuse_a_huge_layer_count_with_small_tensors_at_once(worker: Wo
         """
     refused(worker, setup + f"convert.to_format({fmt!r}, np.zeros(16, np.float32), config)")
     refused(worker, setup + f"convert.from_format({fmt!r}, tensors, config)")
-    refused(worker, setup + f"convert.convert_between({fmt!r}, {fmt!r}, tensors, config)")
+    refused(worker, setup + f"cudnn_rnn.formats.convert_between({fmt!r}, {fmt!r}, tensors, config)")
     other = "torch" if fmt != "torch" else "canonical"
-    refused(worker, setup + f"convert.convert_between({fmt!r}, {other!r}, tensors, config)")
+    refused(worker, setup + f"cudnn_rnn.formats.convert_between({fmt!r}, {other!r}, tensors, config)")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from ..config import DIRECTIONS, INPUT_MODES, MODES
-from ..convert import FORMATS
+from ..formats import FORMATS
 from ..convert.readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN, one_line, read_file
 
 __all__ = ["CLI_FORMATS", "CommandError", "add_reading_arguments", "hints_from", "read_found"]

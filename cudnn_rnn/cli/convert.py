@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 
 from ..files import ONNX
 from ..config import RNNConfig
-from ..convert import FORMAT_SPECS
+from ..formats import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line

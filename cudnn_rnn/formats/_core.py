@@ -138,7 +138,7 @@ class FormatFacts:
     """What a format's module says of the format beside its code (:class:`FormatModule`).
 
     Attributes:
-        name: the format's name in :data:`cudnn_rnn.convert.FORMATS`.
+        name: the format's name in :data:`cudnn_rnn.formats.FORMATS`.
         summary: one line for help texts.
         omitted_biases: the biases its files may leave out, or None.
         reading: ``reading(spec, tensors)`` -> the :class:`ConfigRead` that the names and shapes

@@ -18,12 +18,12 @@ from convert_testing import relative_error, rng_for
 from cudnn_rnn import RNNConfig
 from cudnn_rnn.convert import (
     InexactConversionError,
-    convert_between,
     from_format,
     gru_block_cell_to_mygrad,
     mygrad_to_gru_block_cell,
     to_format,
 )
+from cudnn_rnn.formats import convert_between
 
 pytestmark = pytest.mark.oracle
 

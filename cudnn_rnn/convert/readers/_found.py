@@ -170,7 +170,7 @@ class FoundRNN:
     Attributes:
         name: where it sits in the file (a layer name, a key prefix, an ONNX node name).
         source: what it is, in the file's own terms ("Keras 3 LSTM", "PyTorch nn.GRU state_dict").
-        fmt: the format ``tensors`` are in: a name in :data:`cudnn_rnn.convert.FORMATS`, or
+        fmt: the format ``tensors`` are in: a name in :data:`cudnn_rnn.formats.FORMATS`, or
             ``"params"`` for ``{"params": buffer}`` (a ``[params_size]`` buffer).
         tensors: ``{name: numpy array}`` in that format (host arrays, one dtype), shaped as
             :func:`cudnn_rnn.convert.expected_shapes` says for :attr:`config`.
