@@ -42,7 +42,6 @@ __all__ = [
     "ParamsLayout",
     "params_layout",
     "params_size",
-    "entry_counts",
     "PROJECTION_ID",
     "cudnn_rnn_params_size",
     "cudnn_rnn_params_to_canonical",

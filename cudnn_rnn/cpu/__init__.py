@@ -65,8 +65,7 @@ from typing import Any
 
 from .._checks import shown
 
-__all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "THREAD_VARIABLES",
-           "GRAIN", "LOAD_INTERVAL", "CELL_KINDS", "MAX_THREADS", "host_cores", "BlasThreads", "blas_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "CELL_KINDS"]
 
 #: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
