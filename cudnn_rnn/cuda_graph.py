@@ -77,22 +77,6 @@ class _Recorded:
     frozen: _graph_watch.Frozen
 
 
-def _record_run(cupy: Any, step: Callable[[], Any], stream: Any) -> _Recorded:
-    """Record one run of ``step`` on ``stream`` (the current stream), into a memory pool of its own."""
-    pool = cupy.cuda.MemoryPool()
-    with (cupy.cuda.using_allocator(pool.malloc), keeping_buffers_alive() as kept,
-          _graph_watch.recording() as frozen):
-        stream.begin_capture()
-        try:
-            step()
-        except BaseException:
-            with contextlib.suppress(Exception):  # the recording may be invalid: the step's error matters
-                stream.end_capture()
-            raise
-        graph = stream.end_capture()
-    return _Recorded(graph, pool, kept, frozen)
-
-
 class CapturedStep:
     """A recorded step: :meth:`replay` launches its graph on :attr:`stream`.
 
@@ -152,8 +136,21 @@ class CapturedStep:
         graphs[-1].graph.launch(self.stream)
 
     def _record(self) -> None:
-        """Record one run of the step (not run) as the most recently used graph, on the current stream."""
-        self._graphs.append(_record_run(import_cupy(), self.step, self.stream))
+        """Record one run of the step (not run) on :attr:`stream` (the current stream), into a memory pool of its
+        own, as the most recently used graph."""
+        cupy = import_cupy()
+        pool = cupy.cuda.MemoryPool()
+        with (cupy.cuda.using_allocator(pool.malloc), keeping_buffers_alive() as kept,
+              _graph_watch.recording() as frozen):
+            self.stream.begin_capture()
+            try:
+                self.step()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the recording may be invalid: the step's error matters
+                    self.stream.end_capture()
+                raise
+            graph = self.stream.end_capture()
+        self._graphs.append(_Recorded(graph, pool, kept, frozen))
         del self._graphs[:-self.max_graphs]  # the least recently used: their pools and kept arrays go too
 
 

@@ -44,8 +44,11 @@ def _validate(arrays: dict[str, Array],
               shapes: Callable[[int, int, int], dict[str, tuple[int, ...]]]) -> types.ModuleType:
     """One kind, one float dtype, exact shapes (given B, I, H from x and h_prev); returns the module."""
     xp = array_module(**arrays)
-    b, i, h = _sizes(arrays["x"], arrays["h_prev"])
-    expected_shapes = shapes(b, i, h)
+    x, h_prev = arrays["x"], arrays["h_prev"]
+    for name, value in (("x", x), ("h_prev", h_prev)):
+        if value.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D array [batch, size]; got shape {tuple(value.shape)}")
+    expected_shapes = shapes(x.shape[0], x.shape[1], h_prev.shape[1])
     dtype = dtype_name(arrays["x"].dtype, "x.dtype")
     if dtype not in BUILTIN_DTYPES:  # no float32 compute path here, and NumPy's bfloat16 matmul returns float32
         raise TypeError(f"x.dtype must be one of {BUILTIN_DTYPES} (the cell computes in its arrays' own dtype; cast "
@@ -57,13 +60,6 @@ def _validate(arrays: dict[str, Array],
         if tuple(value.shape) != expected:
             raise ValueError(f"{name} must have shape {expected}; got {tuple(value.shape)}")
     return xp
-
-
-def _sizes(x: Array, h_prev: Array) -> tuple[int, int, int]:
-    for name, value in (("x", x), ("h_prev", h_prev)):
-        if value.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D array [batch, size]; got shape {tuple(value.shape)}")
-    return x.shape[0], x.shape[1], h_prev.shape[1]
 
 
 def _cell_shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:

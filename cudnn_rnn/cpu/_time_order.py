@@ -18,16 +18,6 @@ from .._arrays import Array
 __all__ = ["TimeOrder"]
 
 
-def span_reversal(lengths: np.ndarray, max_time: int, xp: Any) -> Array:
-    """Index [T, B] that reverses each sequence within its span: t -> len-1-t for t < len, else t.
-
-    It is its own inverse, so the same gather maps to and from processing order.
-    """
-    t = np.arange(max_time)[:, None]
-    index = np.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
-    return xp.asarray(index)
-
-
 class TimeOrder:
     """Maps one direction's processing steps to natural time positions.
 
@@ -40,7 +30,10 @@ class TimeOrder:
     def __init__(self, reverse: bool, lengths: np.ndarray, max_time: int, xp: Any) -> None:
         self.max_time = max_time
         self.reversed = reverse and bool(np.all(lengths == max_time))
-        self.index = span_reversal(lengths, max_time, xp) if reverse and not self.reversed else None
+        self.index = None
+        if reverse and not self.reversed:  # [T, B]: t -> len-1-t for t < len, else t (its own inverse)
+            t = np.arange(max_time)[:, None]
+            self.index = xp.asarray(np.where(t < lengths, lengths - 1 - t, t))
         self.columns = xp.arange(len(lengths)) if self.index is not None else None
 
     @property

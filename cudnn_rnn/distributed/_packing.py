@@ -137,7 +137,7 @@ class PackLayout:
         groups, offset = [], 0
         for dtype, size in zip(dtypes, sizes):
             groups.append(Group(dtype, offset, size))
-            offset += _round_up(size * dtype.itemsize, GROUP_ALIGNMENT)
+            offset += -(-size * dtype.itemsize // GROUP_ALIGNMENT) * GROUP_ALIGNMENT  # rounded up
         return cls(tuple(groups), tuple(slots), offset)
 
     @property
@@ -161,10 +161,6 @@ class PackLayout:
         """One view of ``buffer`` per array, shaped like it."""
         groups = self.group_views(buffer)
         return [groups[s.group][s.offset:s.offset + s.size].reshape(s.shape) for s in self.slots]
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 # ---- zero-copy ---------------------------------------------------------------------------------
