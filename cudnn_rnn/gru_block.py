@@ -28,16 +28,12 @@ biases per gate: a different function, not a different layout.
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from typing import Callable
 
 from ._arrays import Array, array_module
 from .config import BUILTIN_DTYPES, dtype_name
 
 __all__ = ["gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads"]
-
-
-def _sigmoid(a: Array, xp: Any) -> Array:
-    return 0.5 * (1.0 + xp.tanh(0.5 * a))
 
 
 def _validate(arrays: dict[str, Array],
@@ -90,7 +86,7 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
     """
     xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), _cell_shapes)
     h = h_prev.shape[1]
-    ru = _sigmoid(xp.concatenate([x, h_prev], axis=1) @ w_ru + b_ru, xp)
+    ru = 0.5 * (1.0 + xp.tanh(0.5 * (xp.concatenate([x, h_prev], axis=1) @ w_ru + b_ru)))  # sigmoid, as tanh
     r, u = ru[:, :h], ru[:, h:]
     c = xp.tanh(xp.concatenate([x, h_prev * r], axis=1) @ w_c + b_c)
     return xp.ascontiguousarray(r), xp.ascontiguousarray(u), c, u * (h_prev - c) + c

@@ -330,7 +330,11 @@ class Communicator:
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
-        error = _refusal(operation, arrays, root, self.size, self._nccl_device())
+        error: tuple[str, str] | None = None  # (exception type name, message) when this rank's call is refused
+        try:
+            _validate(operation, arrays, root, self.size, self._nccl_device())
+        except (TypeError, ValueError) as refused:
+            error = type(refused).__name__, str(refused)
         if self._mpi_comm is not None:
             gathered = self._mpi_comm.allgather((key[2] if key is not None and error is None else None, root, error))
             _raise_refusals(gathered, self.rank)
@@ -359,16 +363,6 @@ class Communicator:
 
 
 # ---- validation --------------------------------------------------------------------------------
-def _refusal(operation: str, arrays: Any, root: int | None, size: int,
-             nccl_device: int | None) -> tuple[str, str] | None:
-    """``(exception type name, message)`` when this rank's call must be refused, else None."""
-    try:
-        _validate(operation, arrays, root, size, nccl_device)
-    except (TypeError, ValueError) as error:
-        return type(error).__name__, str(error)
-    return None
-
-
 def _validate(operation: str, arrays: Any, root: int | None, size: int, nccl_device: int | None) -> None:
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{operation}: arrays must be a list of NumPy or CuPy arrays; got {type(arrays).__name__}")
