@@ -61,11 +61,12 @@ checkpoint keeps no layer names and no layer settings: RNNs are named by their o
 
 TensorFlow's own reader (``tf.train.load_checkpoint``) opens the checkpoint, lists its variables,
 and reads the object graph and the RNNs' tensors in a child process (:mod:`._child`, one per
-checkpoint): its C++ code aborts the process on some malformed index entries (a negative or
-overflowing dimension, more than 254 dimensions), which there ends in a FileReadError naming the
-checkpoint. TensorFlow checks each entry's size against its dtype and shape, and the checksums,
-itself; a variable is read only when its dtype and rank can be an RNN weight. The object graph,
-and a SavedModel's variable names on it, are read by :mod:`._tf_object_graph`.
+checkpoint, which imports TensorFlow: about 5 s on two cores): its C++ code aborts the process on
+some malformed index entries (a negative or overflowing dimension, more than 254 dimensions), which
+there ends in a FileReadError naming the checkpoint. TensorFlow checks each entry's size against
+its dtype and shape, and the checksums, itself; a variable is read only when its dtype and rank
+can be an RNN weight. The object graph, and a SavedModel's variable names on it, are read by
+:mod:`._tf_object_graph`.
 """
 
 from __future__ import annotations
