@@ -34,13 +34,13 @@ from typing import Any, Callable
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from cudnn_rnn import cpu
+from cudnn_rnn import _host, cpu
 
 REPO = Path(__file__).resolve().parent.parent
 #: the README's example command, less ``--out`` (a fresh temporary folder per run), run from REPO
 EXAMPLE = ("examples/train_char_lm.py", "--steps", "60", "--checkpoint-every", "0")
 #: thread counts removed from the example's environment in both settings
-THREAD_VARIABLES = (*cpu.THREAD_VARIABLES, "CUDNN_RNN_NUM_THREADS")
+THREAD_VARIABLES = (*_host.THREAD_VARIABLES, "CUDNN_RNN_NUM_THREADS")
 #: setting -> what it adds to the example's environment
 SETTINGS: dict[str, dict[str, str]] = {"default": {},
                                        "one_thread": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}}

@@ -18,7 +18,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 import cudnn_rnn
-from cudnn_rnn import cpu
+from cudnn_rnn import _host, cpu
 
 
 def blas_threads() -> list[int]:
@@ -30,7 +30,7 @@ def blas_threads() -> list[int]:
 @pytest.fixture
 def policy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The policy alone: no thread variable of the user's, no override."""
-    for name in cpu.THREAD_VARIABLES:
+    for name in _host.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delitem(cpu._state, "user_variable", raising=False)  # read again, from the environment above
     cudnn_rnn.set_num_threads(None)
@@ -45,7 +45,7 @@ def test_small_products_run_on_one_thread_and_large_ones_on_the_free_cores(polic
         assert blas_threads() == [1] * len(found)
         plan.for_products(cpu.GRAIN)
         large = blas_threads()
-    assert large == [plan.budget] * len(found) and 1 <= plan.budget <= cpu.host_cores()
+    assert large == [plan.budget] * len(found) and 1 <= plan.budget <= _host.host_cores()
     assert blas_threads() == large  # left at the free cores (all of the pool's on a quiet machine)
 
 
@@ -175,7 +175,7 @@ print(json.dumps(dict(found=found, small=small, large=large, after=blas(), descr
 
 def child(**environment: str) -> dict:
     env = {name: value for name, value in os.environ.items()
-           if name not in cpu.THREAD_VARIABLES and not name.startswith("CUDNN_RNN_")}
+           if name not in _host.THREAD_VARIABLES and not name.startswith("CUDNN_RNN_")}
     env.update(environment)
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -208,7 +208,7 @@ def test_another_busy_process_takes_a_core_from_the_budget(policy: None) -> None
     """With one process spinning beside it, the load reading counts about one busy core; a large product
     gets at most the cores that are left (one on a 2-core machine), and the pools stay there between
     calls, so that the program's own products keep off the busy core too."""
-    cores = cpu.host_cores()
+    cores = _host.host_cores()
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.5)
@@ -231,7 +231,7 @@ def test_another_busy_process_takes_a_core_from_the_budget(policy: None) -> None
 def test_describe_says_what_the_next_call_uses(policy: None) -> None:
     facts = cpu.describe()
     assert facts["cells"] == cpu.cells_in_use() == "fused"  # numba is installed with the test extras
-    assert facts["cores"] == cpu.host_cores()
+    assert facts["cores"] == _host.host_cores()
     assert [pool["threads"] for pool in facts["blas"]] == blas_threads()
     json.dumps(facts)
 

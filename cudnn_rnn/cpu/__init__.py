@@ -9,7 +9,7 @@
 The environment says the same at first use: ``CUDNN_RNN_NUM_THREADS=n`` (as ``set_num_threads(n)``) and
 ``CUDNN_RNN_CELLS=kind`` (as ``set_cells(kind)``); the functions win over the variables.
 
-**Threads.** Unless a count was set (above, or through any of ``THREAD_VARIABLES`` in the environment
+**Threads.** Unless a count was set (above, or through any of ``cudnn_rnn._host.THREAD_VARIABLES`` in the environment
 the process started with, which is then kept as it is), a product of ``m*k*n`` multiply-adds runs on::
 
     1                              if m*k*n < GRAIN      (waking threads costs more than they give)
@@ -55,21 +55,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from .._checks import shown
+from .._host import host_cores, user_thread_variable
 
 __all__ = ["set_num_threads", "get_num_threads", "set_cells", "cells_in_use", "describe", "CELL_KINDS"]
 
-#: environment variables through which a user sets thread counts (OpenMP, OpenBLAS, MKL, BLIS, Accelerate)
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS")
 #: the multiply-adds below which a product runs on one thread (measured with NumPy's OpenBLAS on 2 cores,
 #: a float32 product of 2**17 gained nothing from a second thread and one of 2**21 gained 11%)
 GRAIN = 1 << 20
@@ -207,30 +204,6 @@ def cells_in_use() -> str:
 
 
 # ---- threads ---------------------------------------------------------------------------------
-def host_cores() -> int:
-    """The cores this process may run on: its affinity mask where the OS has one, within a cgroup's CPU quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = _cgroup_cores()
-    return cores if quota is None else min(cores, quota)
-
-
-@functools.cache
-def _cgroup_cores() -> int | None:
-    """The cores a cgroup v2 CPU quota allows (rounded up), read once; None without a usable one."""
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as limit:
-            quota, period = limit.read().split()[:2]
-        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2 limit here, or one that says nothing usable
-        return None
-
-
-def user_thread_variable(environ: Mapping[str, str] | None = None) -> str | None:
-    """The first of ``THREAD_VARIABLES`` set (not blank) in ``environ`` (default ``os.environ``), if any."""
-    environ = os.environ if environ is None else environ
-    return next((name for name in THREAD_VARIABLES if environ.get(name, "").strip()), None)
-
-
 def _users_variable() -> str | None:
     """``user_thread_variable()`` of the environment this process started with, read once: the BLAS
     libraries read these variables when they load, so a later change means nothing to them."""

@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Mapping
 
-from ..cpu import THREAD_VARIABLES, host_cores, user_thread_variable
+from .._host import THREAD_VARIABLES, host_cores, user_thread_variable
 
 __all__ = ["THREAD_VARIABLES", "share_host_threads"]
 

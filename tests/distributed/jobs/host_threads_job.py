@@ -12,7 +12,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_info
 
 from cudnn_rnn import cpu, distributed
-from cudnn_rnn.cpu import host_cores
+from cudnn_rnn._host import host_cores
 
 
 def blas_threads() -> list[int]:
