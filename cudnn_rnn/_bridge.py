@@ -29,11 +29,10 @@ import numpy as np
 from . import _signature
 from ._arrays import Array, array_module
 from ._checks import flag
-from ._cudnn._dropout_rng import DropoutRNG
 from ._signature import PLATFORMS, Shape, Signature
 from .config import RNNConfig, check_config
 from .layers import keras_init_params
-from .ops import RNNGradients, RNNOutputs, backprop_from_residual, forward_with_rng
+from .ops import DropoutRNG, RNNGradients, RNNOutputs, backprop_from_residual, forward_with_rng
 
 __all__ = ["Attrs", "Signature", "signature", "forward", "backward", "copy_into", "init_params", "PLATFORMS"]
 

@@ -55,7 +55,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from ._cudnn import _graph_watch
+from . import _graph_watch
 from ._cudnn._streams import import_cupy, keeping_buffers_alive
 
 __all__ = ["ON_NEW_LENGTHS", "CapturedStep", "capture"]

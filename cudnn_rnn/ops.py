@@ -11,7 +11,7 @@ device the caller has current.
 Host synchronisation: none with NumPy ``sequence_lengths`` (or None); CuPy lengths are read back
 (cuDNN's data descriptors take them from host memory). A step recorded as a CUDA graph
 (``cudnn_rnn.cuda_graph``) takes NumPy lengths only, and each call on CuPy arrays tells the
-recording which lengths and shapes its graph freezes (``_cudnn._graph_watch``). Shapes: the table of
+recording which lengths and shapes its graph freezes (``_graph_watch``). Shapes: the table of
 :func:`cudnn_rnn_v3`; the layer classes' forward: :func:`forward_with_rng`.
 """
 
@@ -20,19 +20,19 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
 from ._checks import flag
-from ._cudnn import _graph_watch
+from . import _graph_watch
 from ._signature import check_head, signature
 from .config import PERSISTENT_ALGOS, RNNConfig
 
-if TYPE_CHECKING:
-    from ._cudnn._dropout_rng import DropoutRNG
+# the dropout RNG a layer or a module owns and hands to the forward (each ``as`` marks a name exported from here)
+from ._cudnn._dropout_rng import DropoutRNG as DropoutRNG
 
 __all__ = ["RNNOutputs", "RNNGradients", "cudnn_rnn_v3", "cudnn_rnn_backprop_v3"]
 

@@ -120,6 +120,62 @@ def test_the_checker_sees_lazy_imports_and_cycles() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
+#: the page that draws the package's layers (the tests sit beside docs/ in a checkout and in CI's copy of it)
+CONTRIBUTING = Path(__file__).resolve().parent.parent / "docs" / "contributing.md"
+#: the faces that hand out the backends' own facts (versions, settings, streams), as the page names them
+BACKEND_FACES = ("cli", "info", "jax", "torch")
+
+
+def _drawn_layers(page: str) -> tuple[tuple[str, ...], ...]:
+    """The layers of the page's drawing, top first: the indented block after "The package is layered", its
+    layers parted by ``->`` and their names by commas."""
+    after = page.split("The package is layered", 1)[1].split("\n\n", 1)[1]
+    drawing = " ".join(line.strip() for line in after.split("\n\n", 1)[0].splitlines())
+    return tuple(tuple(name.strip() for name in layer.split(",")) for layer in drawing.split("->"))
+
+
+LAYERS = _drawn_layers(CONTRIBUTING.read_text(encoding="utf-8"))
+
+
+def _layer_of(module: str) -> int:
+    name = module.split(".")[1] if "." in module else module
+    found = [index for index, names in enumerate(LAYERS) if name in names]
+    assert found, f"{module} has no layer in docs/contributing.md's drawing"
+    return found[0]
+
+
+def _crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that run up the layers, or that reach a backend from above the ops without being a backend face."""
+    backends = LAYERS.index(("cpu", "_cudnn"))
+    found = []
+    for importer, targets in graph.items():
+        for target in targets:
+            low, high = _layer_of(importer), _layer_of(target)
+            top = importer.split(".")[1] if "." in importer else importer
+            if high < low or (high == backends and low < backends - 1 and top not in BACKEND_FACES):
+                found.append(f"{importer} -> {target}")
+    return sorted(found)
+
+
+def test_imports_run_down_the_layers_as_the_contributing_page_draws_them() -> None:
+    crossings = _crossings(_graph())
+    assert not crossings, "imports against the layers docs/contributing.md draws:\n" + "\n".join(crossings)
+    tops = {path.stem if path.suffix else path.name for path in PACKAGE.iterdir()
+            if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()}
+    drawn = {name for layer in LAYERS for name in layer}
+    assert drawn == tops | {"cudnn_rnn"}, f"drawn but absent: {sorted(drawn - tops - {'cudnn_rnn'})}; " \
+                                           f"absent from the drawing: {sorted(tops - drawn)}"
+    page = CONTRIBUTING.read_text(encoding="utf-8")
+    assert all(f"`{face}`" in page for face in BACKEND_FACES), BACKEND_FACES
+    # the checker sees an import up, and one that skips the ops to reach a backend
+    assert _crossings({"cudnn_rnn.config": {"cudnn_rnn.ops"}}) == ["cudnn_rnn.config -> cudnn_rnn.ops"]
+    skipping = {"cudnn_rnn.layers._x": {"cudnn_rnn._cudnn._y"}}
+    assert _crossings(skipping) == ["cudnn_rnn.layers._x -> cudnn_rnn._cudnn._y"]
+    assert _crossings({"cudnn_rnn.ops": {"cudnn_rnn._cudnn._y"}, "cudnn_rnn.info": {"cudnn_rnn.cpu"}}) == []
+    drawing = "The package is layered:\n\n    a, b  ->  c\n      ->  d\n\nmore"
+    assert _drawn_layers(drawing) == (("a", "b"), ("c",), ("d",))
+
+
 #: the package's own modules directly under cudnn_rnn/ (its __init__ and __main__ included); the rest sit in packages
 MAX_TOP_MODULES = 20
 
@@ -156,7 +212,7 @@ def test_packages_meet_through_their_init() -> None:
     assert _reaches_in("cudnn_rnn.convert.saving", "cudnn_rnn.formats._core")
     assert _reaches_in("cudnn_rnn.convert.into", "cudnn_rnn.convert.readers._zip")  # a sibling's private module
     assert not _reaches_in("cudnn_rnn.convert.readers._keras_file", "cudnn_rnn.convert.readers._zip")
-    assert not _reaches_in("cudnn_rnn.ops", "cudnn_rnn._cudnn._graph_watch")  # a private package
+    assert not _reaches_in("cudnn_rnn.ops", "cudnn_rnn._cudnn._settings")  # a private package
     assert not _reaches_in("cudnn_rnn.formats._core", "cudnn_rnn._checks")  # the package's own base
 
 

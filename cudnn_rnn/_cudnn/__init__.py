@@ -10,7 +10,6 @@
     _streams        CuPy, devices, and the stream ordering of cached device arrays
     _descriptors    cuDNN objects with one owner each, and the bounded cache that owns them
     _lib            the C boundary: cuDNN 9 found and loaded, every prototype, every status
-    _graph_watch    what a CUDA graph freezes of the op calls it records (no CuPy: the ops report to it)
 
 Each module imports only those below it. Importing this package loads nothing: ``ops`` imports
 ``_backend`` at the first call on CuPy arrays, and cuDNN's library loads then.

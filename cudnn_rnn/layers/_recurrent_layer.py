@@ -12,11 +12,10 @@ import numpy as np
 
 from .._arrays import Array, array_kind, array_module, beside, copy_into, to_host
 from .._checks import MAX_COUNT, checked_count, flag
-from .._cudnn import _graph_watch
-from .._cudnn._dropout_rng import DropoutRNG
+from .. import _graph_watch
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
 from ..layout import ParamEntry, params_layout, params_size
-from ..ops import RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
+from ..ops import DropoutRNG, RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
 from ._args import ArgumentCheck, path_argument, size_arguments
 from ._initializers import keras_init_params
 from ._model_files import model_file_hint

@@ -11,7 +11,7 @@ values and the input's shape, and compares them on the host when asked: a few co
 integers, no device work and no synchronisation.
 
 The ops and layers report here; ``cuda_graph`` records and checks. This module imports no CuPy
-and nothing of the backends, so the ops stay above them.
+and nothing of the backends: it sits in the ops' layer, beside ``cuda_graph``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .._arrays import Array, is_cupy_array
+from ._arrays import Array, is_cupy_array
 
 __all__ = ["Frozen", "recording", "saw_call"]
 
