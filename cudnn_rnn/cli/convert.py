@@ -55,7 +55,7 @@ from ..formats import describe
 from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
-__all__ = ["add_arguments", "read_and_choose", "run", "main", "EXAMPLES", "CLI_FORMATS"]
+__all__ = ["add_arguments", "run", "main", "EXAMPLES"]
 
 #: (what it does, the command line in lines): shown by ``--help`` and run by the tests
 EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -28,7 +28,7 @@ from ..layout import params_size
 from ._flags import error_line, in_flags
 from ._reading import CommandError, add_reading_arguments, hints_from, read_found
 
-__all__ = ["add_arguments", "run", "describe_found"]
+__all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

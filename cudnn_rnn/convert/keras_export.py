@@ -52,7 +52,7 @@ from ..formats import check_params, to_format
 from ..formats import keras as keras_format
 from .readers import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
 
-__all__ = ["export_keras", "write_keras", "KERAS_VERSION", "ENDINGS", "ARCHIVE_MEMBERS", "MODE_LAYERS"]
+__all__ = ["export_keras", "write_keras", "KERAS_VERSION", "ARCHIVE_MEMBERS"]
 
 #: Keras's format of metadata.json's date_saved
 DATE_FORMAT = "%Y-%m-%d@%H:%M:%S"

@@ -38,7 +38,7 @@ from ..formats import onnx as onnx_format
 if TYPE_CHECKING:  # onnx is imported only when a model is written
     import onnx
 
-__all__ = ["export_onnx", "DEFAULT_OPSET", "MIN_OPSET"]
+__all__ = ["export_onnx", "DEFAULT_OPSET"]
 
 #: the opset written unless asked otherwise (ONNX Runtime has run it since 1.12)
 DEFAULT_OPSET = 17

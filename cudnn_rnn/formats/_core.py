@@ -25,7 +25,7 @@ from .._arrays import Array, array_module
 from .._checks import flag
 from ..config import RNNConfig, dtype_name
 from ..layout import params_layout, params_size
-from ._reading import MODE_BY_GATES, ConfigRead, ParsedName, ShapeReading, TensorNames, TensorShapes, name_pattern
+from ._reading import MODE_BY_GATES, ConfigRead, ShapeReading, TensorNames, TensorShapes, name_pattern
 
 __all__ = [
     "Converted",
@@ -33,7 +33,6 @@ __all__ = [
     "Notes",
     "CellWeights",
     "TensorNames",
-    "ParsedName",
     "OmittedBiases",
     "MODE_BY_GATES",
     "TensorShapes",
@@ -45,7 +44,6 @@ __all__ = [
     "name_pattern",
     "no_refusal",
     "projection_refusal",
-    "FOLDABLE_BIAS_GATES",
     "gate_order",
     "reorder_gates",
     "to_gate_order",

@@ -9,8 +9,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
-__all__ = ["MODE_BY_GATES", "TensorNames", "ParsedName", "name_pattern", "TensorShapes", "ConfigRead", "ShapeReading",
-           "NamedFormat"]
+__all__ = ["MODE_BY_GATES", "TensorNames", "ParsedName", "name_pattern", "TensorShapes", "ConfigRead", "ShapeReading"]
 
 
 #: gates per cell -> rnn_mode (one gate: rnn_tanh or rnn_relu, which no shape tells apart)

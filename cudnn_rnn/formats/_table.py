@@ -23,8 +23,8 @@ from ._core import (
 )
 from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 
-__all__ = ["FORMATS", "FORMAT_SPECS", "DIRECT_CONVERSIONS", "GUESSES", "PREFIXED_TORCH_NAME", "guess_format",
-           "expected_shapes", "to_format", "from_format", "convert_between"]
+__all__ = ["FORMATS", "FORMAT_SPECS", "PREFIXED_TORCH_NAME", "guess_format", "expected_shapes", "to_format",
+           "from_format", "convert_between"]
 
 
 #: the formats' modules, in the order formats are listed

@@ -44,7 +44,7 @@ from ..saving import Written, as_found, converted
 from ._stored import StoredTensor, check_members, fix_zip_checksums, patch
 from ._torch_zip import shared_tensor, state_dicts
 
-__all__ = ["write_into", "INTO_KINDS"]
+__all__ = ["write_into"]
 
 #: the kinds of MODEL file (:data:`~cudnn_rnn.convert.readers.FILE_KINDS`) -> the format of the tensors replaced
 INTO_KINDS: dict[str, str] = {"torch": "torch", "safetensors": "torch", "keras": "keras", "hdf5": "keras"}

@@ -20,7 +20,7 @@ import numpy as np
 from ...config import numpy_dtype
 from ..readers import member_data_offset
 
-__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "fix_zip_checksums", "c_strides", "check_members"]
+__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "fix_zip_checksums", "check_members"]
 
 #: the work :func:`numpy.shares_memory` may do to tell exactly whether two strided tensors share a byte (beyond
 #: it, they count as sharing one); tensors as files store them (a few dimensions) need far less. (numpy's stubs

@@ -28,7 +28,7 @@ from ..readers import (SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, FileReadError
                        member_data_offset)
 from ._stored import Extent, StoredTensor, overlapping
 
-__all__ = ["StateDict", "state_dicts", "shared_tensor", "STORAGE_DTYPES"]
+__all__ = ["state_dicts", "shared_tensor"]
 
 #: torch's typed storage classes -> the dtype of their elements (the ones an RNN's weights can have)
 STORAGE_DTYPES: dict[str, str] = {storage: name for storage, name in names("torch_storage").items()

@@ -41,9 +41,8 @@ from ._torch_file import SEARCH_DEPTH as SEARCH_DEPTH, STORAGE_ITEMSIZES as STOR
 from ._torch_file import Layout as Layout, inspect_zip as inspect_zip
 from ._zip import member_data_offset as member_data_offset
 
-__all__ = ["FILE_KINDS", "OPTION_USES", "FileKind", "FileReadError", "FoundRNN", "Question", "ReadOptions",
-           "file_kind", "read_file", "stack", "stack_problem", "choose", "listing", "named", "one_line",
-           "CONFIG_FIELDS", "PARAMS_FORMAT"]
+__all__ = ["FILE_KINDS", "OPTION_USES", "FileReadError", "FoundRNN", "Question", "file_kind", "read_file", "stack",
+           "stack_problem", "choose", "listing", "named", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]
 
 #: the options of :func:`read_file` that only some kinds of file take -> what they apply to
 OPTION_USES: dict[str, str] = {

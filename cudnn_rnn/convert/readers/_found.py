@@ -43,7 +43,6 @@ __all__ = [
     "ReadOptions",
     "FoundRNN",
     "one_line",
-    "DEFAULTS",
     "questions_for_all",
     "check_declared_size",
     "common_dtype",

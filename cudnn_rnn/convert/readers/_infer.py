@@ -19,10 +19,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig
-from ...formats import FORMAT_SPECS, MODE_BY_GATES, FormatSpec, TensorShapes, check_tensors
+from ...formats import FORMAT_SPECS, FormatSpec, TensorShapes, check_tensors
 from ._found import CONFIG_FIELDS, Question, common_dtype, questions_for_all
 
-__all__ = ["Inferred", "infer", "MODE_BY_GATES", "SINGLE_GATE_QUESTION"]
+__all__ = ["infer", "SINGLE_GATE_QUESTION"]
 
 SINGLE_GATE_QUESTION = ("rnn_tanh", "rnn_relu")
 

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 from ...formats.keras import CELL_LAYERS, CUDNN_ACTIVATIONS, LAYER_KINDS, SIMPLE_RNN_MODES, LayerKind
 from ._found import one_line
 
-__all__ = ["MERGE_MODES", "BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes",
-           "link_feeds", "class_of", "name_of", "activation_name", "is_model", "model_entries"]
+__all__ = ["BIDIRECTIONAL_RESET_BEFORE", "RNNLayer", "layer_of", "config_refusal", "config_notes", "link_feeds",
+           "class_of", "name_of", "activation_name", "is_model", "model_entries"]
 
 
 #: Bidirectional merge_mode -> what Keras returns, against cuDNN's [forward | backward] output

@@ -75,7 +75,7 @@ from ._keras_layout import LAYER_GROUPS, legacy_layers, store_layers
 from ._keras_weights_only import legacy_weights_only, store_weights_only
 from ._zip import READ_ERRORS, checked_members, read_member
 
-__all__ = ["read", "locate", "LayerPlaces", "StoredDataset", "MAX_MEMBER_BYTES", "WEIGHTS_MEMBER"]
+__all__ = ["read", "locate", "MAX_MEMBER_BYTES", "WEIGHTS_MEMBER"]
 
 
 #: what an archive member may take in memory (a larger model.weights.h5: extract it, read the file)

@@ -19,7 +19,7 @@ from ._hdf5 import H5File
 from ._keras_config import RNNLayer
 from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit
 
-__all__ = ["store_weights_only", "legacy_weights_only", "WEIGHTS_ONLY"]
+__all__ = ["store_weights_only", "legacy_weights_only"]
 
 
 def _looks_like_rnn(weights: Mapping[str, Any]) -> bool:

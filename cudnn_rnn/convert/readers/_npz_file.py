@@ -30,7 +30,7 @@ from ._infer import infer
 from ._state_dict import rnns_in_state_dict
 from ._zip import READ_ERRORS, checked_members
 
-__all__ = ["read", "read_npz_safely"]
+__all__ = ["read"]
 
 #: what reading a damaged archive raises (ValueError: a malformed zip or .npy header)
 _DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)

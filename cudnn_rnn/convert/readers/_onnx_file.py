@@ -51,7 +51,7 @@ from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, c
 from ._infer import infer
 from ._onnx_graph import Graph, MalformedGraph, NotFolded
 
-__all__ = ["read", "OPERATORS", "Operator", "RNN_MODES", "EXPORTERS", "MAX_MODEL_BYTES"]
+__all__ = ["read"]
 
 #: the largest serialized protobuf; bigger ONNX models keep their weights as external data
 MAX_MODEL_BYTES = 2**31 - 1
@@ -97,7 +97,6 @@ ATTRIBUTE_TYPES: dict[str, int] = {"hidden_size": 2, "direction": 3, "activation
                                    "linear_before_reset": 2, "layout": 2}
 _ATTRIBUTE_TYPE_NAMES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRAPH", 6: "FLOATS", 7: "INTS",
                          8: "STRINGS"}
-_SUBGRAPH_TYPES = (5, 10)  # GRAPH, GRAPHS
 
 #: the dtypes read -> the TensorProto field holding their values when not raw_data
 _VALUE_FIELDS: dict[str, str] = {"float32": "float_data", "float64": "double_data", "float16": "int32_data",

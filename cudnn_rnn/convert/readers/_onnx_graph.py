@@ -31,7 +31,7 @@ from ..._dtypes import TABLE
 from ._child import Reader, run_isolated
 from ._found import FileReadError, one_line
 
-__all__ = ["Graph", "NotFolded", "MalformedGraph", "evaluate", "BOUNDED_OPS", "MAX_DEPTH", "MAX_NODES", "EVALUATOR"]
+__all__ = ["Graph", "NotFolded", "MalformedGraph", "evaluate"]
 
 #: the longest chain of nodes followed back from one value, and the most nodes computing it
 MAX_DEPTH, MAX_NODES = 64, 256

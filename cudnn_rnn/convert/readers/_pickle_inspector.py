@@ -20,7 +20,7 @@ from typing import Any
 
 from ._found import FileReadError, one_line
 
-__all__ = ["inspect_pickle", "InspectedPickle", "Pickled", "MAX_PICKLED_NAMES"]
+__all__ = ["inspect_pickle", "Pickled"]
 
 
 #: the names one pickle may refer to (classes, functions) before it is refused as absurd

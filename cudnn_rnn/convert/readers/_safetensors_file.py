@@ -18,7 +18,7 @@ from ..._dtypes import widen_bfloat16
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions
 from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns
 
-__all__ = ["read", "checked_layout", "SOURCE"]
+__all__ = ["read", "checked_layout"]
 
 #: what holds each RNN's state_dict, in its source ("PyTorch nn.LSTM state_dict in a safetensors file")
 SOURCE = "state_dict in a safetensors file"

@@ -21,8 +21,7 @@ from ..._dtypes import BUILTIN_PARAMS, COMPUTE, PACKAGES, PARAMS
 from ._found import FileReadError, FoundRNN, ReadOptions, one_line, shared_dtype
 from ._infer import infer
 
-__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "RNN_CLASSES", "ARRAY_DTYPES",
-           "READ_DTYPES"]
+__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "READ_DTYPES"]
 
 
 #: gates per cell -> the torch class whose state_dict it is

@@ -40,7 +40,7 @@ from typing import BinaryIO
 
 from ._found import MAX_COMPRESSION_RATIO, FileReadError, one_line
 
-__all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS", "READ_METHODS"]
+__all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS"]
 
 #: a member's local header: its signature, then 22 bytes of fields, then the lengths of its name
 #: and extra field (u16 each); the name, the extra field and the data follow
