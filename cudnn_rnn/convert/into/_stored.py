@@ -20,7 +20,8 @@ import numpy as np
 from ...config import numpy_dtype
 from ..readers import member_data_offset
 
-__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "fix_zip_checksums", "check_members"]
+__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "reads_back", "fix_zip_checksums",
+           "check_members"]
 
 #: the work :func:`numpy.shares_memory` may do to tell exactly whether two strided tensors share a byte (beyond
 #: it, they count as sharing one); tensors as files store them (a few dimensions) need far less. (numpy's stubs
@@ -116,6 +117,12 @@ class StoredTensor:
         """The first byte and one past the last byte it touches."""
         return self.extent.span()
 
+    def view(self, buffer: mmap.mmap) -> np.ndarray:
+        """Its elements in the mapped file (an array that looks into ``buffer``, which cannot close while it lives)."""
+        view: np.ndarray = np.ndarray(self.shape, self.numpy_dtype, buffer=buffer, offset=self.offset,
+                                      strides=self.strides)
+        return view
+
 
 def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     """The strides of a C-ordered array of ``shape``."""
@@ -141,26 +148,20 @@ def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray
         if low < 0 or high > len(mapped):
             raise ValueError(f"tensor {key!r} is stored at bytes [{low}, {high}), outside the file's {len(mapped)}")
     for stored, values in writes.values():
-        view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset,
-                          strides=stored.strides)
-        view[...] = values
-        del view
+        stored.view(mapped)[...] = values
     keys = list(writes)
     for index, key in enumerate(keys):
         for other in keys[index + 1:]:
             if overlapping(mapped, writes[key][0].extent, writes[other][0].extent) and not (
-                    _reads_back(mapped, *writes[key]) and _reads_back(mapped, *writes[other])):
+                    reads_back(mapped, *writes[key]) and reads_back(mapped, *writes[other])):
                 raise ValueError(f"tensors {key!r} and {other!r} share storage in the model (tied) and their new "
                                  "values differ there: one storage cannot hold both; give them the same values, "
                                  "or save the model with the two untied")
 
 
-def _reads_back(mapped: mmap.mmap, stored: StoredTensor, values: np.ndarray) -> bool:
-    """Whether the mapped file holds ``values`` at ``stored``'s place."""
-    view = np.ndarray(stored.shape, stored.numpy_dtype, buffer=mapped, offset=stored.offset, strides=stored.strides)
-    same = np.array_equal(view, values, equal_nan=True)
-    del view  # (the map cannot close while an array looks into it)
-    return bool(same)
+def reads_back(mapped: mmap.mmap, stored: StoredTensor, values: np.ndarray) -> bool:
+    """Whether the mapped file holds ``values`` at ``stored``'s place (the view gone once this returns)."""
+    return bool(np.array_equal(stored.view(mapped), values, equal_nan=True))
 
 
 _CENTRAL = struct.Struct("<4sHHHHHHIIIHHHHHII")  # central directory header, 46 bytes

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from ..._dtypes import BY_NAME, names
-from ..readers import (SEARCH_DEPTH, STORAGE_ITEMSIZES, ZIP_MAGIC, FileReadError, Layout, Pickled, inspect_zip,
-                       member_data_offset)
+from ..readers import (LOCAL_HEADER_SIGNATURE, SEARCH_DEPTH, STORAGE_ITEMSIZES, FileReadError, Layout, Pickled,
+                       inspect_zip, member_data_offset)
 from ._stored import Extent, StoredTensor, overlapping
 
 __all__ = ["state_dicts", "shared_tensor"]
@@ -112,7 +112,7 @@ def _opened(path: str) -> Iterator[tuple[Layout, mmap.mmap]]:
             place: save it again with torch.save), or a damaged one.
     """
     with open(path, "rb") as handle:
-        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+        if handle.read(len(LOCAL_HEADER_SIGNATURE)) != LOCAL_HEADER_SIGNATURE:
             raise FileReadError(path, "a legacy (non-zip) torch.save file, whose tensors cannot be replaced in "
                                       "place: load it and torch.save it again (the zip format is torch's default)")
         layout = inspect_zip(path, handle)

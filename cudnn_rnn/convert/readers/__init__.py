@@ -37,9 +37,9 @@ from ._keras_file import CONFIG_MEMBER as CONFIG_MEMBER, METADATA_MEMBER as META
 from ._keras_file import WEIGHTS_MEMBER as WEIGHTS_MEMBER
 from ._pickle_inspector import Pickled as Pickled
 from ._safetensors_file import checked_layout as checked_layout
-from ._torch_file import SEARCH_DEPTH as SEARCH_DEPTH, STORAGE_ITEMSIZES as STORAGE_ITEMSIZES, ZIP_MAGIC as ZIP_MAGIC
+from ._torch_file import SEARCH_DEPTH as SEARCH_DEPTH, STORAGE_ITEMSIZES as STORAGE_ITEMSIZES
 from ._torch_file import Layout as Layout, inspect_zip as inspect_zip
-from ._zip import member_data_offset as member_data_offset
+from ._zip import LOCAL_HEADER_SIGNATURE as LOCAL_HEADER_SIGNATURE, member_data_offset as member_data_offset
 
 __all__ = ["FILE_KINDS", "OPTION_USES", "FileReadError", "FoundRNN", "Question", "file_kind", "read_file", "stack",
            "stack_problem", "choose", "listing", "named", "one_line", "CONFIG_FIELDS", "PARAMS_FORMAT"]

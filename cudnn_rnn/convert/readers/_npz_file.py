@@ -28,12 +28,9 @@ from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Read
                      common_dtype, questions_for_all)
 from ._infer import infer
 from ._state_dict import rnns_in_state_dict
-from ._zip import READ_ERRORS, checked_members
+from ._zip import DAMAGED_ZIP, checked_members
 
 __all__ = ["read"]
-
-#: what reading a damaged archive raises (ValueError: a malformed zip or .npy header)
-_DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 
 def _header(member: IO[bytes], path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -72,7 +69,7 @@ def read_npz_safely(path: str) -> dict[str, np.ndarray]:
                     arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except FileReadError:
         raise
-    except _DAMAGED_ZIP as error:
+    except DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged .npz archive ({type(error).__name__}: {error})") from None
     return arrays
 

@@ -45,7 +45,7 @@ from ...formats.torch import module_fields
 from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
 from ._state_dict import READ_DTYPES, check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
-from ._zip import READ_ERRORS, checked_members, read_member
+from ._zip import DAMAGED_ZIP, LOCAL_HEADER_SIGNATURE, checked_members, read_member
 
 __all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "SEARCH_DEPTH"]
 
@@ -60,14 +60,11 @@ STORAGE_ITEMSIZES: dict[str, int] = {
 #: the first two pickles of a legacy (non-zip) torch.save file
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
-ZIP_MAGIC = b"PK\x03\x04"  # how torch.load tells a zip archive from a legacy file
 
 #: the tensors copied out may total this many times the file's size (shared or tied storage)
 MAX_COPY_FACTOR = 4
 #: how deep a checkpoint dict is searched for state_dicts
 SEARCH_DEPTH = 3
-#: what opening and reading a damaged zip archive raises (zipfile raises ValueError for some malformed headers)
-_DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 #: names a pickle of plain tensors and containers refers to (left out when naming what a file holds)
@@ -111,7 +108,7 @@ def inspect_zip(path: str, handle: BinaryIO) -> Layout:
     """Check a torch.save zip archive: every member (:mod:`._zip`), then every storage record of data.pkl."""
     try:
         archive = zipfile.ZipFile(handle)
-    except _DAMAGED_ZIP as error:
+    except DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
     members = checked_members(path, archive)
     if not members:
@@ -126,7 +123,7 @@ def inspect_zip(path: str, handle: BinaryIO) -> Layout:
         data = read_member(path, archive, members[pickle_name])
     except FileReadError:
         raise
-    except _DAMAGED_ZIP as error:
+    except DAMAGED_ZIP as error:
         raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
     inspected = inspect_pickle(path, io.BytesIO(data), len(data), "data.pkl")
     for record in inspected.records:
@@ -439,9 +436,9 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
 
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        head = handle.read(len(ZIP_MAGIC))
+        head = handle.read(len(LOCAL_HEADER_SIGNATURE))
         handle.seek(0)
-        layout = inspect_zip(path, handle) if head == ZIP_MAGIC else _inspect_legacy(path, handle, size)
+        layout = inspect_zip(path, handle) if head == LOCAL_HEADER_SIGNATURE else _inspect_legacy(path, handle, size)
         loaded = _torch_load(path, handle, layout, options.trust_pickle)
     target, entry = _pick(path, loaded, options)
     module = target if isinstance(target, torch.nn.Module) else None

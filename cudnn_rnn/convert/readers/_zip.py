@@ -40,12 +40,13 @@ from typing import BinaryIO
 
 from ._found import MAX_COMPRESSION_RATIO, FileReadError, one_line
 
-__all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS"]
+__all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS", "DAMAGED_ZIP",
+           "LOCAL_HEADER_SIGNATURE"]
 
 #: a member's local header: its signature, then 22 bytes of fields, then the lengths of its name
 #: and extra field (u16 each); the name, the extra field and the data follow
 LOCAL_HEADER = struct.Struct("<4s22sHH")
-LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
+LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"  # (an archive's first bytes: how torch.load tells one from a legacy file)
 
 #: the compression methods read
 READ_METHODS: tuple[int, ...] = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
@@ -53,6 +54,9 @@ READ_METHODS: tuple[int, ...] = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 #: what zipfile and zlib raise reading a damaged archive (RuntimeError: a member it cannot decrypt)
 READ_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
                                             NotImplementedError, RuntimeError)
+#: what opening and reading a damaged archive raises: those, and ValueError (zipfile's for some malformed headers,
+#: numpy's for a malformed .npy header)
+DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 
 def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -> None:
