@@ -48,7 +48,7 @@ from .._arrays import Array, to_host
 from ..config import MODES, RNNConfig, check_config
 from ..files import (KERAS, KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES, KERAS_VERSION, KERAS_WEIGHTS, extension,
                      write_bytes, write_through_path)
-from ..formats import check_params, to_format
+from ..formats import to_format
 from ..formats import keras as keras_format
 from .readers import CONFIG_MEMBER, METADATA_MEMBER, WEIGHTS_MEMBER
 
@@ -156,19 +156,17 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
 
 
 def write_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, weights_only: bool) -> None:
-    """:func:`export_keras` (its arguments and errors) to ``path`` whatever its name, the file's kind given by
-    ``weights_only`` (the weights file, else the ``.keras`` model) rather than read from the path's ending
-    (``write_file``'s ``.keras`` and ``.weights.h5`` rows, which have looked the ending up themselves)."""
-    config = check_config(config)
+    """:func:`export_keras` (its arguments, ``config`` an RNNConfig already, and errors) to ``path`` whatever its
+    name, the file's kind given by ``weights_only`` (the weights file, else the ``.keras`` model) rather than read
+    from the path's ending (``write_file``'s ``.keras`` and ``.weights.h5`` rows, which have looked it up)."""
     refusal = keras_format.refusal(config)
     if refusal:
         raise ValueError(f"export_keras: {refusal}")
-    check_params(params, config)
+    tensors = to_format("keras", params, config).value  # (which checks params against config)
     if np.dtype(params.dtype).name != config.dtype:
         raise TypeError(f"params.dtype must be config.dtype ({config.dtype}); got {np.dtype(params.dtype).name}")
     h5py = _import_h5py()
-    weights = {name: np.ascontiguousarray(to_host(value))
-               for name, value in to_format("keras", params, config).value.items()}
+    weights = {name: np.ascontiguousarray(to_host(value)) for name, value in tensors.items()}
     layers = _layers(config)
     if weights_only:  # through a path, as save_weights writes it: libhdf5 lays out a file on disk
         write_through_path(path, lambda temporary: _weights_store(h5py, temporary, layers, weights))

@@ -32,7 +32,7 @@ import numpy as np
 from .._arrays import Array
 from ..config import RNNConfig, check_config
 from ..files import write_bytes
-from ..formats import check_params, describe, to_format
+from ..formats import describe, to_format
 from ..formats import onnx as onnx_format
 
 if TYPE_CHECKING:  # onnx is imported only when a model is written
@@ -103,7 +103,7 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
             or not MIN_OPSET <= opset <= onnx_module.defs.onnx_opset_version()):
         raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx_module.defs.onnx_opset_version()}]; "
                          f"got {opset!r}")
-    check_params(params, config)
+    weights = {name: _to_host(value) for name, value in to_format("onnx", params, config).value.items()}
     dtype = np.dtype(params.dtype).name
     if opset < DTYPE_MIN_OPSET.get(dtype, MIN_OPSET):
         raise ValueError(f"export_onnx: {dtype} params need opset >= {DTYPE_MIN_OPSET[dtype]} (the first whose LSTM, "
@@ -112,7 +112,6 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
         warnings.warn(f"export_onnx: the model is {dtype}, but ONNX Runtime's CPU LSTM, GRU and RNN kernels take only "
                       "float32 (and float16); convert params to float32 first to run it there",
                       UserWarning, stacklevel=2)
-    weights = {name: _to_host(value) for name, value in to_format("onnx", params, config).value.items()}
     elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(params.dtype))
     builder = _GraphBuilder(config, time_major, with_initial_state, elem_type)
     graph = builder.build()
