@@ -95,8 +95,6 @@ EXPORTERS: dict[str, str] = {"pytorch": "torch.onnx.export", "tf2onnx": "tf2onnx
 #: the attributes read -> the AttributeProto type each must have (1 FLOAT, 2 INT, 3 STRING, 8 STRINGS)
 ATTRIBUTE_TYPES: dict[str, int] = {"hidden_size": 2, "direction": 3, "activations": 8, "clip": 1, "input_forget": 2,
                                    "linear_before_reset": 2, "layout": 2}
-_ATTRIBUTE_TYPE_NAMES = {1: "FLOAT", 2: "INT", 3: "STRING", 4: "TENSOR", 5: "GRAPH", 6: "FLOATS", 7: "INTS",
-                         8: "STRINGS"}
 
 #: the dtypes read -> the TensorProto field holding their values when not raw_data
 _VALUE_FIELDS: dict[str, str] = {"float32": "float_data", "float64": "double_data", "float16": "int32_data",
@@ -494,17 +492,17 @@ def _layout(node: Any) -> int:
 
 def _attributes(node: Any, where: str) -> dict[str, Any]:
     """The attributes this reader uses, each checked to have its type; strings decoded."""
-    from onnx import helper
+    from onnx import AttributeProto, helper
 
+    types = AttributeProto.AttributeType
     result: dict[str, Any] = {}
     for attribute in node.attribute:
         expected = ATTRIBUTE_TYPES.get(attribute.name)
         if expected is None:
             continue
         if attribute.type != expected:
-            actual = _ATTRIBUTE_TYPE_NAMES.get(attribute.type, f"#{attribute.type}")
-            raise ValueError(f"{where}: attribute {attribute.name} must be {_ATTRIBUTE_TYPE_NAMES[expected]}; "
-                             f"got {actual}")
+            actual = types.Name(attribute.type) if attribute.type in types.values() else f"#{attribute.type}"
+            raise ValueError(f"{where}: attribute {attribute.name} must be {types.Name(expected)}; got {actual}")
         value = helper.get_attribute_value(attribute)
         if isinstance(value, bytes):
             value = one_line(value.decode("utf-8", "replace"), 60)
