@@ -14,6 +14,16 @@ onnx, tensorflow) only inside the functions that read such a file, so each is ne
 hold, before its reader runs, naming what to do instead. Anything that goes wrong reading a file comes
 out as :class:`FileReadError` (a ValueError), one line, naming the file; a reader never unpickles unless
 ``trust_pickle=True``, and checks declared sizes before reading data (see :mod:`._found`).
+
+Each format is read by its framework's own reader: h5py for Keras and HDF5 files, TensorFlow's
+checkpoint reader, ``onnx`` (with its reference evaluator folding constant subgraphs), ``torch.load``
+and ``np.load``. Those that can crash, loop or allocate without bound on a hostile file (libhdf5,
+TensorFlow's C++ reader, the evaluator's unbounded operators) run in a disposable child process
+(:mod:`._child`), whose death or overrun is the refusal naming the file. Hand-written parsing stays
+where no reader of the format's own does the job: the zip members and pickles of PyTorch files
+(:mod:`._zip`, :mod:`._pickle_inspector`), walked without running anything so that a pickled model
+is inspected before ``torch.load`` and written into (``convert.into``) without being unpickled;
+and the safetensors layout (``cudnn_rnn.files``), which checkpoints write and read with NumPy alone.
 """
 
 from __future__ import annotations
