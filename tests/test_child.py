@@ -7,9 +7,11 @@ tests/test_read_keras.py.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib
 import operator
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -79,7 +81,7 @@ def test_the_value_comes_back() -> None:
 
 @pytest.mark.parametrize("work, error, message", [
     (functools.partial(int, "x"), ValueError, "invalid literal for int() with base 10: 'x'"),
-    (functools.partial(len, 5), TypeError, "object of type 'int' has no len()"),
+    (functools.partial(len, 5), TypeError, "object of type 'int' has no len()"),  # type: ignore[arg-type]
     (functools.partial(importlib.import_module, "no_module_of_this_name"), ValueError,
      "No module named 'no_module_of_this_name'"),
     (functools.partial(operator.truediv, 1, 0), FileReadError,
@@ -87,7 +89,7 @@ def test_the_value_comes_back() -> None:
     (functools.partial(threading.Lock), FileReadError,
      "its contents could not be passed on (TypeError: cannot pickle '_thread.lock' object)"),
 ])
-def test_what_the_child_raises_comes_back(work: functools.partial, error: type[Exception], message: str) -> None:
+def test_what_the_child_raises_comes_back(work: functools.partial[Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error) as caught:
         _child.run_isolated(__file__, work)
     assert type(caught.value) is error and message in str(caught.value)
@@ -142,7 +144,132 @@ def test_a_child_that_allocates_past_its_memory_bound_is_a_file_error(monkeypatc
     assert str(caught.value).startswith(f"cannot read {__file__!r}: reading it needed more than 1.0 GiB of memory")
 
 
-def test_a_child_that_does_not_start_is_killed(monkeypatch) -> None:
+def test_a_child_that_does_not_start_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_child, "START_SECONDS", 0.01)
     with pytest.raises(FileReadError, match="the process reading it did not start in 0 s"):
         _child.run_isolated(__file__, functools.partial(sorted, []))
+
+
+# ---- a warm child: kept between reads --------------------------------------------------------------------
+#: a Reader that keeps its child between reads (as TensorFlow's does), without TensorFlow's import
+WARM = _child.Reader("libhdf5", "Keras file", warm=True)
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The interpreters started while the test runs, no warm child left from before it nor after it."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    class RecordedPopen(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, args: Any, **kwargs: Any) -> None:
+            super().__init__(args, **kwargs)
+            if args[0] == sys.executable:
+                children.append(self)
+
+    _child._end_warm()
+    monkeypatch.setattr(subprocess, "Popen", RecordedPopen)
+    yield children
+    _child._end_warm()
+
+
+def pid_of_child(reader: _child.Reader = WARM) -> int:
+    return _child.run_isolated(__file__, os.getpid, reader=reader)
+
+
+def test_reads_through_a_warm_reader_share_one_child(started: list[subprocess.Popen[bytes]]) -> None:
+    assert pid_of_child() == pid_of_child() == started[0].pid != os.getpid()
+    assert len(started) == 1 and started[0].poll() is None  # alive, waiting for the next read
+    assert pid_of_child(_child.HDF5) != started[0].pid  # a reader that is not warm: a child of its own
+
+
+def test_a_warm_child_survives_refusals_from_its_work(started: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    (tmp_path / "noise.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    first = pid_of_child()
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        _child.run_isolated(__file__, functools.partial(int, "x"), reader=WARM)
+    with pytest.raises(FileReadError, match="not a readable HDF5 file"):
+        _child.run_isolated(str(tmp_path / "noise.h5"), functools.partial(_keras_file._read_hdf5,
+                                                                          str(tmp_path / "noise.h5")), reader=WARM)
+    assert pid_of_child() == first and len(started) == 1
+
+
+def test_a_warm_child_that_crashes_is_a_refusal_and_the_next_read_starts_another(
+        started: list[subprocess.Popen[bytes]]) -> None:
+    first = pid_of_child()
+    with pytest.raises(FileReadError, match=r"libhdf5 crashed reading it \(exit code -9\): the file is corrupt"):
+        _child.run_isolated(__file__, functools.partial(signal.raise_signal, signal.SIGKILL), reader=WARM)
+    assert started[0].returncode == -signal.SIGKILL
+    assert pid_of_child() == started[1].pid != first and len(started) == 2
+
+
+def test_a_warm_child_that_does_not_finish_is_killed_and_the_next_read_starts_another(
+        started: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    first = pid_of_child()
+    monkeypatch.setattr(_child, "READ_SECONDS", 1.0)  # this read's bound, from when it starts
+    with pytest.raises(FileReadError, match="reading it did not finish in 1 s: libhdf5 loops on this file"):
+        _child.run_isolated(__file__, functools.partial(time.sleep, 60), reader=WARM)
+    assert started[0].returncode == -signal.SIGKILL
+    assert pid_of_child() == started[1].pid != first and len(started) == 2
+
+
+def test_a_warm_child_bounds_the_memory_of_each_read(started: list[subprocess.Popen[bytes]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read sets its own bound, lowered or raised again, on what the read itself allocates; a read past it
+    ends the child (a library that ran out of memory may be left inconsistent) and the next read starts another."""
+    def read(size: int) -> int:
+        return _child.run_isolated(__file__, functools.partial(allocated, size), reader=WARM)
+
+    assert read(3 * 2**29) == 3 * 2**29  # 1.5 GiB under 4 GiB
+    monkeypatch.setattr(_child, "MEMORY_BYTES", 2**30)
+    assert read(2**29) == 2**29  # 0.5 GiB under 1 GiB, after the 1.5 GiB read
+    monkeypatch.setattr(_child, "MEMORY_BYTES", 4 * 2**30)
+    assert read(3 * 2**29) == 3 * 2**29  # the bound raised again
+    assert len(started) == 1
+    monkeypatch.setattr(_child, "MEMORY_BYTES", 2**30)
+    with pytest.raises(FileReadError) as caught:
+        read(3 * 2**29)
+    assert str(caught.value).startswith(f"cannot read {__file__!r}: reading it needed more than 1.0 GiB of memory")
+    assert read(2**29) == 2**29 and len(started) == 2 and started[0].returncode == -signal.SIGKILL
+
+
+def test_threads_reading_through_one_warm_reader_each_get_a_child() -> None:
+    _child._end_warm()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        pids = list(pool.map(lambda _: pid_of_child(), range(8)))
+    assert len(pids) == 8 and os.getpid() not in pids and len(_child._warm) == 1
+    assert pid_of_child() in pids  # the one kept is one of theirs
+    _child._end_warm()
+
+
+#: a process that reads through a warm Reader, prints its child's pid and exits the way its argument says
+WARM_CHILD_AT_EXIT = textwrap.dedent('''
+    import os, sys
+    from cudnn_rnn.convert.readers import _child
+
+    pid = _child.run_isolated(sys.argv[0], os.getpid, reader=_child.Reader("libhdf5", "Keras file", warm=True))
+    print(pid, flush=True)
+    if sys.argv[1] == "os._exit":
+        os._exit(3)  # no atexit: the child sees its request pipe close
+    sys.exit(3)
+''')
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("exit", ["sys.exit", "os._exit"])
+def test_a_process_with_a_warm_child_exits_and_its_child_ends(exit: str) -> None:
+    result = subprocess.run([sys.executable, "-c", WARM_CHILD_AT_EXIT, exit], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 3, result.stderr
+    pid = int(result.stdout)
+    for _ in range(600):  # the orphan of os._exit ends on its own: at most a minute, checked every 0.1 s
+        if not running(pid):
+            break
+        time.sleep(0.1)
+    assert not running(pid), f"the child {pid} outlived its parent"

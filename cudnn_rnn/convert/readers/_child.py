@@ -1,4 +1,4 @@
-"""A framework's reader in a disposable child process: a crash, an endless loop or a runaway allocation on a
+"""A framework's reader in a child process: a crash, an endless loop or a runaway allocation on a
 damaged file is a FileReadError naming the file, never the caller's death.
 
     run_isolated(path, functools.partial(_read_hdf5, path), reader=HDF5)   -> what _read_hdf5(path) returns
@@ -10,24 +10,38 @@ answers:
 ==================================  =============================================================
 in the child                        in the caller
 ==================================  =============================================================
-``work()`` returns                  its value (pickled back)
-FileReadError                       FileReadError naming ``path``
-ValueError, TypeError               the same error (ImportError: a ValueError)
-MemoryError                         FileReadError "reading it needed more than M GiB of memory"
-anything else                       FileReadError "not a readable Keras file (...)" (the reader's kind)
-a crash (a signal)                  FileReadError "libhdf5 crashed reading it (exit code -11)"
+``work()`` returns                  its value (pickled back); a warm child is kept
+FileReadError                       FileReadError naming ``path``; a warm child is kept
+ValueError, TypeError               the same error (ImportError: a ValueError); a warm child is kept
+MemoryError                         FileReadError "reading it needed more than M GiB of memory",
+                                    the child ended
+anything else                       FileReadError "not a readable Keras file (...)" (the reader's
+                                    kind), the child ended
+a crash (a signal)                  FileReadError "libhdf5 crashed reading it (exit code -11)";
+                                    the next read starts a new child
 no answer within the time limit     FileReadError "reading it did not finish in N s", the child
                                     killed (N: READ_SECONDS_PER_GB per GB of file, at least
-                                    READ_SECONDS, from when ``work`` starts; START_SECONDS to get
-                                    there, unpickling ``work``, importing its module and the
-                                    Reader's ``imports`` included)
+                                    READ_SECONDS, from when this read's ``work`` starts;
+                                    START_SECONDS to get there, unpickling ``work``, importing its
+                                    module and, in a new child, the Reader's ``imports`` included)
 ==================================  =============================================================
 
-The child's data segment (its heap and private mappings: ``RLIMIT_DATA``) is bounded, once its imports
-are done, by MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size, so a file that declares an
-absurd size fails in the child with a MemoryError instead of exhausting the machine. A reader then
-checks only what its user must be told (data its file does not store), not what would make its
-library allocate, crash or loop.
+Each read bounds the growth of the child's data segment (its heap and private mappings:
+``RLIMIT_DATA``) to MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size: the child sets its
+soft limit to what it holds then plus that share, once the imports are done, and lifts it back to
+the hard limit (left as inherited) after answering. A file that declares an absurd size so fails in
+the child with a MemoryError instead of exhausting the machine, and what an earlier read left
+allocated counts against no later read's share; a child that holds more than a read's share after
+answering is not kept, so that leftovers cannot add up. A reader then checks only what its user
+must be told (data its file does not store), not what would make its library allocate, crash or loop.
+
+A ``Reader(warm=True)`` keeps its child between reads, so that a process pays its ``imports``
+(TensorFlow's: about 5 s) once: one idle child per Reader, taken by a read and given back after it;
+a read that finds none (the first, or one while another thread reads) starts its own, and the
+second to give back ends its child. The others' children serve one read. An idle child ends when
+its pipe closes (this process's exit, however it ends); at exit this process kills those left, and
+a read that outlives twice its time limit by a minute ends by SIGALRM, so that no child outlives
+its caller. The child ignores SIGINT (the caller, interrupted, ends it).
 
 The child is spawned, never forked: this process starts it with :mod:`subprocess` (which execs
 the interpreter at once), as multiprocessing's "spawn" does, but it runs only this module, never
@@ -41,13 +55,18 @@ hand the child a pipe (Windows), ``work`` runs in this process, without these bo
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import math
 import os
 import pickle
+import re
 import resource
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, TypeVar, cast
@@ -67,11 +86,13 @@ class Reader:
         library: what crashes or loops ("libhdf5").
         kind: what a file it cannot read is not ("Keras file").
         imports: modules the child imports before the read's time and memory bounds start ("tensorflow").
+        warm: whether the child stays for later reads (worth it where ``imports`` are slow).
     """
 
     library: str
     kind: str
     imports: tuple[str, ...] = ()
+    warm: bool = False
 
 
 #: libhdf5 reading a Keras (or any HDF5) file
@@ -81,56 +102,144 @@ HDF5 = Reader("libhdf5", "Keras file")
 START_SECONDS = 120.0
 
 #: seconds a read may take before it counts as hung: READ_SECONDS_PER_GB per GB of file (about 17 MB/s,
-#: slow storage), at least READ_SECONDS; a small file libhdf5 loops on is refused after READ_SECONDS
-READ_SECONDS, READ_SECONDS_PER_GB = 10.0, 60.0
+#: slow storage), at least READ_SECONDS; a small file libhdf5 loops on is refused after READ_SECONDS, which
+#: exceeds the 10 s TensorFlow's allocator retries an allocation of an absurd declared shape before refusing it
+READ_SECONDS, READ_SECONDS_PER_GB = 30.0, 60.0
 
-#: the child's data segment: MEMORY_BYTES plus MEMORY_PER_FILE_BYTE per byte of the file
+#: the growth of the child's data segment a read may take: MEMORY_BYTES plus MEMORY_PER_FILE_BYTE per byte of the file
 MEMORY_BYTES, MEMORY_PER_FILE_BYTE = 4 * 2**30, 4
 
 #: what the child says once it has imported ``work`` and starts it
-_STARTED = ("started", None)
+_STARTED = ("started", None, True)
 
-#: the child's program: ``sys.path`` and ``work`` come pickled on its stdin, answers go to the pipe
-#: whose descriptor is its argument
-_CHILD = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
-          f"from {__name__} import _serve; _serve(int(sys.argv[1]), pickle.load(sys.stdin.buffer), "
-          "int(sys.argv[2]))")
+#: the child's program: ``sys.path``, the Reader, then requests come on its stdin; answers go to the pipe whose
+#: descriptor is its argument
+_CHILD = ("import sys; from multiprocessing.connection import Connection; requests = Connection(0, writable=False); "
+          f"sys.path[:] = requests.recv(); from {__name__} import _serve; _serve(requests, int(sys.argv[1]))")
+
+#: the outcomes after which a child is as healthy as before its read
+_HEALTHY = ("value", "ValueError", "TypeError", "FileReadError")
 
 
-def _in_child(work: Callable[[], Any], sender: Any, reader: Reader, memory_bytes: int) -> None:
-    """Run ``work`` and send back ("value", result) or what it raised, as plain data."""
+def _data_bytes() -> int:
+    """This process's data segment as RLIMIT_DATA counts it (Linux's VmData), or 0 where it cannot be read."""
     try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            found = re.search(r"^VmData:\s*(\d+) kB", status.read(), re.MULTILINE)
+    except OSError:
+        return 0
+    return int(found.group(1)) * 1024 if found else 0
+
+
+def _in_child(request: tuple[bytes, int, float], sender: Connection, reader: Reader, baseline: list[int]) -> None:
+    """Run one pickled ``work`` under its bounds and send :data:`_STARTED`, then (kind, value, keep) as plain data.
+
+    ``baseline`` holds, from the first read on, the child's data segment once its imports were done.
+    """
+    pickled, memory_bytes, seconds = request
+    limits = resource.getrlimit(resource.RLIMIT_DATA)
+    hard, healthy = limits[1], True
+    try:
+        work = pickle.loads(pickled)
+        for module in reader.imports:
+            importlib.import_module(module)
+        if not baseline:
+            baseline.append(_data_bytes())
+        soft = _data_bytes() + memory_bytes
+        resource.setrlimit(resource.RLIMIT_DATA, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        signal.alarm(math.ceil(2 * seconds) + 60)  # an orphan's endless read ends (SIGALRM's default: exit)
+        sender.send(_STARTED)
         outcome: tuple[str, Any] = ("value", work())
     except FileReadError as error:
         outcome = ("FileReadError", error.reason)
     except MemoryError:
-        outcome = ("FileReadError", f"reading it needed more than {memory_bytes / 2**30:.1f} GiB of memory: the "
-                                    "file declares more data than it can hold, or is corrupt")
+        outcome, healthy = ("FileReadError", f"reading it needed more than {memory_bytes / 2**30:.1f} GiB of memory: "
+                                             "the file declares more data than it can hold, or is corrupt"), False
     except (ValueError, TypeError, ImportError) as error:
         outcome = (type(error).__name__ if type(error) in (ValueError, TypeError) else "ValueError", str(error))
     except BaseException as error:  # noqa: BLE001 - everything goes back to the parent as a message
-        outcome = ("FileReadError", f"not a readable {reader.kind} ({type(error).__name__}: {one_line(error, 200)})")
+        outcome, healthy = ("FileReadError", f"not a readable {reader.kind} ({type(error).__name__}: "
+                                             f"{one_line(error, 200)})"), False
+    keep = healthy and _data_bytes() - baseline[0] <= memory_bytes  # the result (to be freed) counted too
     try:
-        sender.send(outcome)
+        sender.send((*outcome, keep))
     except Exception as error:  # noqa: BLE001 - e.g. a result that does not pickle
         sender.send(("FileReadError", f"its contents could not be passed on ({type(error).__name__}: "
-                                      f"{one_line(error, 200)})"))
-    sender.close()
+                                      f"{one_line(error, 200)})", keep))
+    signal.alarm(0)
+    resource.setrlimit(resource.RLIMIT_DATA, limits)
 
 
-def _serve(answers: int, reader: Reader, memory_bytes: int) -> None:
-    """The child: the work from stdin (importing what it needs), then :data:`_STARTED` and its outcome."""
-    sender = Connection(answers, readable=False)
+def _serve(requests: Connection, answers: int) -> None:
+    """The child, ``sys.path`` set: the Reader, then one read per request, until the request pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sender, reader = Connection(answers, readable=False), requests.recv()
+    baseline: list[int] = []
+    while True:
+        try:
+            request = requests.recv()
+        except EOFError:  # the caller is gone or done
+            return
+        _in_child(request, sender, reader, baseline)
 
-    def started_work() -> Any:
-        work = pickle.load(sys.stdin.buffer)
-        for module in reader.imports:
-            importlib.import_module(module)
-        resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))  # imports done: the file's share
-        sender.send(_STARTED)
-        return work()
 
-    _in_child(started_work, sender, reader, memory_bytes)
+class _Child:
+    """One child process: the pipe its requests go down, the pipe its answers come up."""
+
+    def __init__(self, reader: Reader) -> None:
+        receive, answers = os.pipe()
+        request_end, send = os.pipe()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", _CHILD, str(answers)], stdin=request_end,
+                                            pass_fds=(answers,))
+        except BaseException:
+            os.close(receive)
+            os.close(send)
+            raise
+        finally:
+            os.close(answers)
+            os.close(request_end)
+        self.receiver, self.sender = Connection(receive, writable=False), Connection(send, readable=False)
+        with contextlib.suppress(BrokenPipeError):  # a child that ended at once: its exit code tells
+            self.sender.send(sys.path)
+            self.sender.send(reader)
+
+    def read(self, path: str, work: bytes, reader: Reader) -> tuple[str, Any, bool]:
+        """The child's (kind, value, keep) for the pickled ``work``; FileReadError where it crashes or does not
+        answer in time."""
+        size = _size(path)
+        seconds = max(READ_SECONDS, READ_SECONDS_PER_GB * size / 2 ** 30)
+        try:
+            with contextlib.suppress(BrokenPipeError):
+                self.sender.send((work, MEMORY_BYTES + MEMORY_PER_FILE_BYTE * size, seconds))
+            if not self.receiver.poll(START_SECONDS):
+                raise FileReadError(path, f"the process reading it did not start in {START_SECONDS:.0f} s")
+            answer: tuple[str, Any, bool] = self.receiver.recv()
+            if answer == _STARTED:
+                if not self.receiver.poll(seconds):
+                    raise FileReadError(path, f"reading it did not finish in {seconds:.0f} s: {reader.library} "
+                                              "loops on this file, which is corrupt")
+                answer = self.receiver.recv()
+        except EOFError:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)
+            raise FileReadError(path, f"{reader.library} crashed reading it (exit code {self.process.returncode}): "
+                                      "the file is corrupt") from None
+        return answer
+
+    def end(self, wait: float | None = None) -> None:
+        """Kill the child (if it still runs), reap it and close its pipes."""
+        self.receiver.close()
+        self.sender.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(wait)
+
+
+#: the idle child of each warm Reader, and the lock that guards the table
+_warm: dict[Reader, _Child] = {}
+_warm_lock = threading.Lock()
 
 
 def run_isolated(path: str, work: Callable[[], Result], reader: Reader = HDF5) -> Result:
@@ -141,50 +250,50 @@ def run_isolated(path: str, work: Callable[[], Result], reader: Reader = HDF5) -
     """
     if os.name != "posix" or not sys.executable:
         return work()
-    memory_bytes = MEMORY_BYTES + MEMORY_PER_FILE_BYTE * _size(path)
-    request = pickle.dumps(sys.path) + pickle.dumps(reader) + pickle.dumps(work)
-    receive, send = os.pipe()
+    pickled = pickle.dumps(work)
+    with _warm_lock:
+        child = _warm.pop(reader, None)
+    if child is not None and child.process.poll() is not None:  # ended while idle (killed from outside)
+        child.end()
+        child = None
+    child = child or _Child(reader)
+    kept = False
     try:
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(send), str(memory_bytes)],
-                                 stdin=subprocess.PIPE, bufsize=0, pass_fds=(send,))
-    except BaseException:
-        os.close(receive)
-        raise
+        kind, value, keep = child.read(path, pickled, reader)
+        if reader.warm and keep and kind in _HEALTHY:
+            with _warm_lock:
+                kept = _warm.setdefault(reader, child) is child
     finally:
-        os.close(send)
-    receiver = Connection(receive, writable=False)
-    seconds = max(READ_SECONDS, READ_SECONDS_PER_GB * _size(path) / 2 ** 30)
-    try:
-        stdin = child.stdin
-        assert stdin is not None  # Popen(stdin=PIPE) made it
-        with contextlib.suppress(BrokenPipeError):  # a child that ended at once: its exit code tells
-            stdin.write(request)
-            stdin.close()
-        if not receiver.poll(START_SECONDS):
-            raise FileReadError(path, f"the process reading it did not start in {START_SECONDS:.0f} s")
-        kind, value = receiver.recv()
-        if (kind, value) == _STARTED:
-            if not receiver.poll(seconds):
-                raise FileReadError(path, f"reading it did not finish in {seconds:.0f} s: {reader.library} loops on "
-                                          "this file, which is corrupt")
-            kind, value = receiver.recv()
-    except EOFError:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(5)
-        raise FileReadError(path, f"{reader.library} crashed reading it (exit code {child.returncode}): the file is "
-                                  "corrupt") from None
-    finally:
-        receiver.close()
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        if child.stdin is not None:
-            child.stdin.close()
+        if not kept:
+            child.end()
     if kind == "value":
         return cast(Result, value)  # what the child's work() returned
     if kind == "FileReadError":
         raise FileReadError(path, value)
     raise {"TypeError": TypeError, "ValueError": ValueError}[kind](value)
+
+
+@atexit.register
+def _end_warm() -> None:
+    """End every idle child (at this process's exit: each is killed and reaped, waiting a second at most)."""
+    with _warm_lock:
+        children = list(_warm.values())
+        _warm.clear()
+    for child in children:
+        child.end(wait=1.0)
+
+
+def _forget_warm() -> None:
+    """In a forked copy of this process: the idle children are the parent's (their pipes closed here, not killed)."""
+    global _warm_lock
+    _warm_lock = threading.Lock()
+    for child in _warm.values():
+        child.receiver.close()
+        child.sender.close()
+    _warm.clear()
+
+
+os.register_at_fork(after_in_child=_forget_warm)
 
 
 def _size(path: str) -> int:

@@ -60,8 +60,8 @@ checkpoint keeps no layer names and no layer settings: RNNs are named by their o
 (``model/layer_with_weights-0``) and Keras's default activations are assumed (noted).
 
 TensorFlow's own reader (``tf.train.load_checkpoint``) opens the checkpoint, lists its variables,
-and reads the object graph and the RNNs' tensors in a child process (:mod:`._child`, one per
-checkpoint, which imports TensorFlow: about 5 s on two cores): its C++ code aborts the process on
+and reads the object graph and the RNNs' tensors in a child process (:mod:`._child`, kept between
+reads, which imports TensorFlow once: about 5 s on two cores): its C++ code aborts the process on
 some malformed index entries (a negative or overflowing dimension, more than 254 dimensions), which
 there ends in a FileReadError naming the checkpoint. TensorFlow checks each entry's size against
 its dtype and shape, and the checksums, itself; a variable is read only when its dtype and rank
@@ -379,7 +379,7 @@ def _keras_graph_candidates(graph: ObjectGraph, shapes: dict[str, tuple[int, ...
 
 # ---- reading: TensorFlow's reader in a child process --------------------------------------------
 #: TensorFlow's reader, as the refusals of its child process name it (TensorFlow imported before the read's bounds)
-TENSORFLOW = Reader("TensorFlow's checkpoint reader", "TensorFlow checkpoint", ("tensorflow",))
+TENSORFLOW = Reader("TensorFlow's checkpoint reader", "TensorFlow checkpoint", ("tensorflow",), warm=True)
 
 
 @dataclass(frozen=True)
