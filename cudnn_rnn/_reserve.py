@@ -2,6 +2,7 @@
 without waiting for the device. This module is its one owner::
 
     key = ForwardKey(backend, config, max_time, batch, time_major, lengths)   one forward call
+    buffer(out, xp, dtype, elements)            a backend's forward: the array its training reserve fills
     header(key), write_header(reserve, key), header_only(xp, dtype, key)     the forward writes the header
     host_reserved = record(reserve, key)        ops, after every forward: one way to record
     check(reserve, host_reserved, key)          ops, before every backprop: every refusal
@@ -37,7 +38,7 @@ import functools
 import hashlib
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -46,7 +47,7 @@ from ._arrays import Array, array_kind, to_host
 from .config import RNNConfig, numpy_dtype
 
 __all__ = ["HEADER_BYTES", "ForwardKey", "header_elements", "header", "header_view", "write_header", "header_only",
-           "payload", "read_header", "record", "recorded_fingerprint", "check", "check_array"]
+           "buffer", "payload", "read_header", "record", "recorded_fingerprint", "check", "check_array"]
 
 HEADER_BYTES = 256
 _TAG_BYTES = 8
@@ -114,6 +115,14 @@ def write_header(reserve: Array, key: ForwardKey) -> None:
 def header_only(xp: Any, dtype: DTypeLike, key: ForwardKey) -> Array:
     """A reserve that is only ``key``'s header (a training forward with T == 0 or B == 0)."""
     return xp.asarray(header(key)).view(dtype)
+
+
+def buffer(out: Mapping[str, Array] | None, xp: Any, dtype: DTypeLike, payload_elements: int) -> Array:
+    """A training reserve of a header and ``payload_elements``: the caller's ``out["reserve_space"]`` where it is
+    that long or longer (its front is the reserve, and it is returned whole), else a new array."""
+    elements = header_elements(dtype) + payload_elements
+    given = None if out is None else out.get("reserve_space")
+    return given if given is not None and given.shape[0] >= elements else xp.empty(elements, dtype=dtype)
 
 
 def payload(reserve: Array) -> Array:

@@ -18,9 +18,10 @@ recording which lengths and shapes its graph freezes (``_graph_watch``). Shapes:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from . import _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
 from ._checks import flag
 from . import _graph_watch
-from ._signature import check_head, signature
+from ._signature import Signature, check, check_head, signature
 from .config import PERSISTENT_ALGOS, RNNConfig
 
 # the dropout RNG a layer or a module owns and hands to the forward (each ``as`` marks a name exported from here)
@@ -179,14 +180,33 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
     return host.astype(np.int32)
 
 
-def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array, sequence_lengths: object, *,
-             rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
-             time_major: bool, algo: str = "standard", extra: dict[str, Array | None] | None = None
+#: A shape check of one call, ``(input_shape, input_h_shape, input_c_shape, params_shape, dtype, lengths_shape,
+#: lengths_dtype, dtypes=...) -> Signature``: ``_signature.signature`` with the op's keywords, or ``check`` with a
+#: config
+_ShapeCheck = Callable[..., Signature]
+
+
+def _prepare(config: RNNConfig, time_major: bool, input: Array, input_h: Array, input_c: Array | None,
+             params: Array, sequence_lengths: object, extra: dict[str, Array | None] | None = None
              ) -> _ValidatedCall:
-    """Validate the arguments every op shares (the shapes: ``_signature``) and build the call record."""
-    has_cell = check_head(rnn_mode, direction, time_major, {"input": input is None, "input_h": input_h is None,
-                                                             "params": params is None, "input_c": input_c is None}
+    """The call record of the internal op path: the shapes held to ``config`` (``_signature.check``), every call."""
+    return _validated(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c, params,
+                      sequence_lengths, extra)
+
+
+def _prepare_op(attrs: dict[str, Any], input: Array, input_h: Array, input_c: Array | None, params: Array,
+                sequence_lengths: object, extra: dict[str, Array | None] | None = None) -> _ValidatedCall:
+    """The call record of a public op: its keywords ``attrs`` and the shapes checked once into the call's config."""
+    has_cell = check_head(attrs["rnn_mode"], attrs["direction"], attrs["time_major"], {
+        "input": input is None, "input_h": input_h is None, "params": params is None, "input_c": input_c is None}
                           )[0] == "lstm"
+    return _validated(functools.partial(signature, **attrs), has_cell, input, input_h, input_c, params,
+                      sequence_lengths, extra)
+
+
+def _validated(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: Array, input_c: Array | None,
+               params: Array, sequence_lengths: object, extra: dict[str, Array | None] | None) -> _ValidatedCall:
+    """Validate what every op shares (array kinds, devices, then the shapes by ``shapes_check``, then the lengths)."""
     cell = input_c if has_cell else None  # the c state of the call: LSTM only
     arrays = {"input": input, "input_h": input_h, "params": params}
     if cell is not None:
@@ -197,10 +217,9 @@ def _prepare(input: Array, input_h: Array, input_c: Array | None, params: Array,
     lengths: Any = sequence_lengths if array_kind(sequence_lengths) is not None else None  # else refused below
     own_dtypes: dict[str, object] = {name: arrays[name].dtype for name in ("input_h", "input_c", "params")
                                      if name in arrays}
-    sig = signature(input.shape, input_h.shape, None if cell is None else cell.shape, params.shape, input.dtype,
-                    None if lengths is None else lengths.shape, None if lengths is None else lengths.dtype,
-                    rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
-                    seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo, dtypes=own_dtypes)
+    sig = shapes_check(input.shape, input_h.shape, None if cell is None else cell.shape, params.shape, input.dtype,
+                       None if lengths is None else lengths.shape, None if lengths is None else lengths.dtype,
+                       dtypes=own_dtypes)
     config, max_time, batch = sig.config, sig.max_time, sig.batch
     if array_kind(sequence_lengths) == "cupy":
         device_of(**arrays, sequence_lengths=sequence_lengths)
@@ -269,45 +288,92 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
             are not all equal and at least 1).
         ~cudnn_rnn.CudnnError: cuDNN refused the persistent ``algo`` named for this call.
     """
-    return forward_with_rng(input, input_h, input_c, params, sequence_lengths, None, rnn_mode=rnn_mode,
-                            input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
-                            num_proj=num_proj, is_training=is_training, time_major=time_major, algo=algo)
+    return _forward(_prepare_op(dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout,
+                                     seed=seed, seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo),
+                                input, input_h, input_c, params, sequence_lengths), is_training, None, None)
 
 
-def forward_with_rng(input: Array, input_h: Array, input_c: Array | None, params: Array,
-                     sequence_lengths: Array | None, dropout_rng: DropoutRNG | None, *, rnn_mode: str,
-                     input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
-                     is_training: bool, time_major: bool, algo: str) -> RNNOutputs:
-    """:func:`cudnn_rnn_v3` whose masks on cuDNN come from a layer's ``dropout_rng`` (the layers' forward).
+def forward_with_rng(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
+                     sequence_lengths: Array | None = None, *, time_major: bool, is_training: bool,
+                     dropout_rng: DropoutRNG | None = None, out: Mapping[str, Array] | None = None) -> RNNOutputs:
+    """:func:`cudnn_rnn_v3` of a validated ``config`` (the layers' and the bridges' forward), its arrays held to it.
 
-    With ``dropout_rng`` None this is :func:`cudnn_rnn_v3`. Otherwise the cuDNN backend draws the
-    dropout masks from ``dropout_rng``, seeded from (seed, seed2) at its first training forward on
-    a GPU and advancing from call to call (see ``_cudnn._dropout_rng``); the reference backend draws them
-    from (seed, seed2) as always. Arguments, results and errors as :func:`cudnn_rnn_v3`'s.
+    ``dropout_rng``: the cuDNN backend draws the dropout masks from this layer's RNG, seeded from
+    (seed, seed2) at its first training forward on a GPU and advancing from call to call (see
+    ``_cudnn._dropout_rng``); None draws them from (seed, seed2), as the reference backend always does.
+    ``out``: buffers the results are written into, by :class:`RNNOutputs` field (a reserve_space
+    fills the front of a longer 1-D buffer); the backend writes straight into those already in its
+    layout and dtype, the others are copied. Results and errors as :func:`cudnn_rnn_v3`'s (the
+    shapes' as ``_signature.check`` says).
     """
-    call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
-                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
-                    time_major=time_major)
+    return _forward(_prepare(config, time_major, input, input_h, input_c, params, sequence_lengths), is_training,
+                    dropout_rng, out)
+
+
+def _forward(call: _ValidatedCall, is_training: bool, dropout_rng: DropoutRNG | None,
+             out: Mapping[str, Array] | None) -> RNNOutputs:
     is_training = flag("is_training", is_training)
-    with call.on_device():
-        return _forward(call.placed(), is_training, dropout_rng)
-
-
-def _forward(call: _ValidatedCall, is_training: bool, dropout_rng: DropoutRNG | None) -> RNNOutputs:
     xp, config, key = call.xp, call.config, call.reserve_key
-    if call.max_time == 0 or call.batch == 0:
-        y = xp.zeros(call.seq_shape(config.output_size), dtype=call.x.dtype)
-        hy, cy = call.h0.copy(), None if call.c0 is None else call.c0.copy()
-        reserve = _reserve.header_only(xp, y.dtype, key) if is_training else xp.empty(0, y.dtype)
-    else:  # the backend writes the header of its training reserves
-        # the reference backend's masks always come from the seeds: only cuDNN takes a layer's RNG
-        rng = {} if dropout_rng is None or call.xp is np else {"dropout_rng": dropout_rng}
-        y, hy, cy, reserve = call.backend().forward(config, call.x, call.h0, call.c0, call.params, call.lengths,
-                                                     is_training=is_training, time_major=call.run_time_major, **rng)
-        y = call.seq_out(y)
-    host_reserved = _reserve.record(reserve, key)
-    output_c = call.empty() if cy is None else call.states_out(cy)
-    return RNNOutputs(y, call.states_out(hy), output_c, reserve, host_reserved)
+    shapes = {"output": call.seq_shape(config.output_size), "output_h": call.state_shape(config.state_size),
+              "output_c": call.state_shape(config.num_units), "reserve_space": None}
+    with call.on_device():
+        call = call.placed()
+        direct = _destinations(call, out, shapes)
+        if call.max_time == 0 or call.batch == 0:
+            y = xp.zeros(call.seq_shape(config.output_size), dtype=call.x.dtype)
+            hy, cy = call.h0.copy(), None if call.c0 is None else call.c0.copy()
+            reserve = _reserve.header_only(xp, y.dtype, key) if is_training else xp.empty(0, y.dtype)
+        else:  # the backend writes the header of its training reserves
+            # the reference backend's masks always come from the seeds: only cuDNN takes a layer's RNG
+            rng = {} if dropout_rng is None or call.xp is np else {"dropout_rng": dropout_rng}
+            y, hy, cy, reserve = call.backend().forward(config, call.x, call.h0, call.c0, call.params, call.lengths,
+                                                         is_training=is_training, time_major=call.run_time_major,
+                                                         out=direct, **rng)
+            y = call.seq_out(y)
+        results = {"output": y, "output_h": call.states_out(hy),
+                   "output_c": call.empty() if cy is None else call.states_out(cy), "reserve_space": reserve}
+        results.update({name: _deliver(buffer, results[name]) for name, buffer in (out or {}).items()})
+    return RNNOutputs(**results, host_reserved=_reserve.record(results["reserve_space"], key))
+
+
+def _destinations(call: _ValidatedCall, out: Mapping[str, Array] | None,
+                  shapes: Mapping[str, tuple[int, ...] | None]) -> dict[str, Array]:
+    """Check the buffers ``out`` gives (a 1-D reserve_space of any length, the others the results' shapes) and
+    return those a backend writes as they are: C-contiguous, of the call's dtype and in the layout it runs."""
+    direct = {}
+    for name, buffer in (out or {}).items():
+        array_module(input=call.x, **{name: buffer})
+        shape = shapes[name]
+        if (buffer.ndim != 1) if shape is None else (tuple(buffer.shape) != shape):
+            raise ValueError(f"the buffer for {name} has shape {tuple(buffer.shape)}, the result "
+                             f"{'1-D' if shape is None else shape}: the call was traced for another platform or "
+                             "shapes")
+        as_run = shape is None or (call.time_major == call.run_time_major if name in _SEQUENCES else call.time_major)
+        if as_run and buffer.dtype == call.x.dtype and buffer.flags.c_contiguous:
+            direct[name] = buffer
+    return direct
+
+
+#: the results shaped as sequences (the others of rank 3 are states)
+_SEQUENCES = ("output", "input_backprop")
+
+
+def _deliver(destination: Array, result: Array) -> Array:
+    """``destination`` holding ``result``: itself where the backend wrote it there, else a copy (:func:`_copy_into`)."""
+    if result is not destination:
+        _copy_into(destination, result)
+    return destination
+
+
+def _copy_into(destination: Array, source: Array) -> None:
+    """Copy a result into a buffer the caller gave; a 1-D reserve_space fills the front of a longer one."""
+    if destination.ndim == source.ndim == 1 and destination.shape[0] >= source.shape[0]:
+        destination[:source.shape[0]] = source
+    elif destination.shape == source.shape:
+        destination[...] = source
+    else:
+        raise ValueError(f"the buffer has shape {tuple(destination.shape)}, the result {tuple(source.shape)}: the "
+                         "call was traced for another platform or shapes")
 
 
 def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,
@@ -345,52 +411,66 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
         ValueError: as for :func:`cudnn_rnn_v3`, for gradients shaped unlike the outputs, and for
             a reserve_space or host_reserved that does not come from the matching training forward.
     """
-    call = _prepare_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
-                             output_backprop, output_h_backprop, output_c_backprop, reserve_space, rnn_mode=rnn_mode,
-                             input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
-                             num_proj=num_proj, time_major=time_major, algo=algo)
-    with call.on_device():  # a reserve that is not the forward's own array has its header read there
-        _reserve.check(reserve_space, host_reserved, call.reserve_key)
-        return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
+    attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
+                 seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo)
+    call = _prepare_backprop(functools.partial(_prepare_op, attrs), rnn_mode == "lstm", input, input_h, input_c,
+                             params, sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
+                             output_c_backprop, reserve_space)
+    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
+                     functools.partial(_reserve.check, reserve_space, host_reserved), None, None)
 
 
-def backprop_from_residual(input: Array, input_h: Array, input_c: Array | None, params: Array,
+def backprop(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
+             sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
+             output_backprop: Array | None, output_h_backprop: Array | None, output_c_backprop: Array | None,
+             reserve_space: Array, host_reserved: Array | None = None, *, time_major: bool,
+             params_grad: Array | None = None) -> RNNGradients:
+    """:func:`cudnn_rnn_backprop_v3` of a validated ``config`` (the layers' backward), its arrays held to it.
+
+    ``params_grad``: a buffer shaped and typed like ``params`` that the params gradient is ADDED
+    into (cuDNN accumulates into it directly, nothing else is allocated for it), returned as
+    ``params_backprop``; None returns a fresh gradient. Results and errors as
+    :func:`cudnn_rnn_backprop_v3`'s (the shapes' as ``_signature.check`` says).
+    """
+    call = _prepare_backprop(functools.partial(_prepare, config, time_major), config.has_cell, input, input_h,
+                             input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
+                             output_h_backprop, output_c_backprop, reserve_space)
+    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
+                     functools.partial(_reserve.check, reserve_space, host_reserved), params_grad, None)
+
+
+def backprop_from_residual(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
                            sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
                            output_backprop: Array | None, output_h_backprop: Array | None,
-                           output_c_backprop: Array | None, reserve_space: Array, *, rnn_mode: str, input_mode: str,
-                           direction: str, dropout: float, seed: int, seed2: int, num_proj: int, time_major: bool,
-                           algo: str) -> RNNGradients:
-    """:func:`cudnn_rnn_backprop_v3` for a framework bridge whose reserve_space is its own forward's residual.
+                           output_c_backprop: Array | None, reserve_space: Array, *, time_major: bool,
+                           params_grad: Array | None = None, out: Mapping[str, Array] | None = None
+                           ) -> RNNGradients:
+    """:func:`backprop` for a framework bridge whose reserve_space is its own forward's residual.
 
     A framework's graph hands the backward the very buffer its forward filled, with the forward's
     attributes and shapes, in a buffer of the framework's (so no record of it exists): the reserve
     is checked as an array (rank, dtype, length) but its header is not read, which on CuPy would
-    wait for the device. Arguments, results and other errors as :func:`cudnn_rnn_backprop_v3`'s.
+    wait for the device. ``out``: buffers for input_backprop, input_h_backprop and input_c_backprop,
+    as :func:`forward_with_rng`'s. Arguments, results and other errors as :func:`backprop`'s.
     """
-    call = _prepare_backprop(input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
-                             output_backprop, output_h_backprop, output_c_backprop, reserve_space, rnn_mode=rnn_mode,
-                             input_mode=input_mode, direction=direction, dropout=dropout, seed=seed, seed2=seed2,
-                             num_proj=num_proj, time_major=time_major, algo=algo)
-    with call.on_device():
-        _reserve.check_array(reserve_space, call.reserve_key)
-        return _backprop(call.placed(), output, output_backprop, output_h_backprop, output_c_backprop, reserve_space)
+    call = _prepare_backprop(functools.partial(_prepare, config, time_major), config.has_cell, input, input_h,
+                             input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
+                             output_h_backprop, output_c_backprop, reserve_space)
+    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
+                     functools.partial(_reserve.check_array, reserve_space), params_grad, out)
 
 
-def _prepare_backprop(input: Array, input_h: Array, input_c: Array | None, params: Array,
-                      sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
-                      output_backprop: Array | None, output_h_backprop: Array | None,
-                      output_c_backprop: Array | None, reserve_space: Array, *, rnn_mode: str, input_mode: str,
-                      direction: str, dropout: float, seed: int, seed2: int, num_proj: int, time_major: bool,
-                      algo: str) -> _ValidatedCall:
-    """Validate a backprop's arguments (the forward's, the outputs and their gradients)."""
-    has_cell = rnn_mode == "lstm"
+def _prepare_backprop(prepare: Callable[..., _ValidatedCall], has_cell: bool, input: Array, input_h: Array,
+                      input_c: Array | None, params: Array, sequence_lengths: Array | None, output: Array,
+                      output_h: Array, output_c: Array | None, output_backprop: Array | None,
+                      output_h_backprop: Array | None, output_c_backprop: Array | None, reserve_space: Array
+                      ) -> _ValidatedCall:
+    """Validate a backprop's arguments (the forward's by ``prepare``, then the outputs and their gradients)."""
     extra: dict[str, Array | None] = {"output": output, "output_h": output_h, "output_backprop": output_backprop,
                                       "output_h_backprop": output_h_backprop, "reserve_space": reserve_space}
     if has_cell:
         extra.update(output_c=output_c, output_c_backprop=output_c_backprop)
-    call = _prepare(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
-                    direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj, algo=algo,
-                    time_major=time_major, extra=extra)
+    call = prepare(input, input_h, input_c, params, sequence_lengths, extra)
     config, dtype = call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), tuple(input_h.shape)
     expected = {"output": y_shape, "output_h": h_shape, "output_backprop": y_shape, "output_h_backprop": h_shape}
@@ -408,23 +488,39 @@ def _prepare_backprop(input: Array, input_h: Array, input_c: Array | None, param
 
 
 def _backprop(call: _ValidatedCall, output: Array, output_backprop: Array | None, output_h_backprop: Array | None,
-              output_c_backprop: Array | None, reserve_space: Array) -> RNNGradients:
+              output_c_backprop: Array | None, reserve_space: Array, check_reserve: Callable[[Any], None],
+              params_grad: Array | None, out: Mapping[str, Array] | None) -> RNNGradients:
     xp, config, dtype = call.xp, call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
-    dy = xp.zeros(y_shape, dtype=dtype) if output_backprop is None else output_backprop
-    dhy = call.states_in(xp.zeros(h_shape, dtype=dtype) if output_h_backprop is None else output_h_backprop)
-    dcy = None
-    if config.has_cell:
-        c_shape = call.state_shape(config.num_units)
-        dcy = call.states_in(xp.zeros(c_shape, dtype=dtype) if output_c_backprop is None else output_c_backprop)
-    if call.max_time == 0 or call.batch == 0:
-        dx = xp.zeros(call.seq_shape(config.input_size), dtype=dtype)
-        dh0, dc0 = dhy.copy(), None if dcy is None else dcy.copy()
-        dparams = xp.zeros(call.params.shape, dtype=dtype)
-    else:
-        dx, dh0, dc0, dparams = call.backend().backward(
-            config, call.x, call.h0, call.c0, call.params, call.lengths, call.seq_in(output), call.seq_in(dy), dhy,
-            dcy, reserve_space, time_major=call.run_time_major)
-        dx = call.seq_out(dx)
-    input_c_backprop = call.empty() if dc0 is None else call.states_out(dc0)
-    return RNNGradients(dx, call.states_out(dh0), input_c_backprop, dparams)
+    c_shape = call.state_shape(config.num_units)
+    if params_grad is not None:
+        array_module(input=call.x, params_grad=params_grad)
+        _check_shape("params_grad", params_grad, call.params.shape)
+        _check_dtype("params_grad", params_grad, dtype)
+    with call.on_device():  # a reserve that is not the forward's own array has its header read there
+        check_reserve(call.reserve_key)
+        call = call.placed()
+        direct = _destinations(call, out, {"input_backprop": call.seq_shape(config.input_size),
+                                           "input_h_backprop": h_shape, "input_c_backprop": c_shape})
+        dy = xp.zeros(y_shape, dtype=dtype) if output_backprop is None else output_backprop
+        dhy = call.states_in(xp.zeros(h_shape, dtype=dtype) if output_h_backprop is None else output_h_backprop)
+        dcy = None
+        if config.has_cell:
+            dcy = call.states_in(xp.zeros(c_shape, dtype=dtype) if output_c_backprop is None else output_c_backprop)
+        into = params_grad if params_grad is not None and params_grad.flags.c_contiguous else None
+        if call.max_time == 0 or call.batch == 0:
+            dx = xp.zeros(call.seq_shape(config.input_size), dtype=dtype)
+            dh0, dc0 = dhy.copy(), None if dcy is None else dcy.copy()
+            dparams = params_grad if params_grad is not None else xp.zeros(call.params.shape, dtype=dtype)
+        else:
+            dx, dh0, dc0, dparams = call.backend().backward(
+                config, call.x, call.h0, call.c0, call.params, call.lengths, call.seq_in(output), call.seq_in(dy),
+                dhy, dcy, reserve_space, time_major=call.run_time_major, out=direct, params_grad=into)
+            dx = call.seq_out(dx)
+        if params_grad is not None and dparams is not params_grad:  # a strided buffer: added here
+            params_grad += dparams
+            dparams = params_grad
+        results = {"input_backprop": dx, "input_h_backprop": call.states_out(dh0),
+                   "input_c_backprop": call.empty() if dc0 is None else call.states_out(dc0)}
+        results.update({name: _deliver(buffer, results[name]) for name, buffer in (out or {}).items()})
+    return RNNGradients(**results, params_backprop=dparams)

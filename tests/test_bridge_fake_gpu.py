@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import _bridge
+from cudnn_rnn import _bridge, ops
 from cudnn_testing import DROPPY, device_arrays
 from fake_gpu import FakeCudnn, to_device
-
-
-def _attrs(case: object) -> _bridge.Attrs:
-    return _bridge.Attrs(**case.attrs())  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("changes", [{}, {"time_major": True, "rnn_mode": "gru", "num_proj": 0},
@@ -24,9 +20,8 @@ def _attrs(case: object) -> _bridge.Attrs:
 def test_the_traced_reserve_length_is_cudnns(fake_cudnn: FakeCudnn, changes: dict[str, object]) -> None:
     case = DROPPY.with_(**changes)
     a = device_arrays(case)
-    attrs = _attrs(case)
-    sig = _bridge.signature(attrs, a.x.shape, a.h0.shape, None if a.c0 is None else a.c0.shape, a.params.shape,
-                            a.x.dtype, None if a.lengths is None else (case.batch,), np.int32)
+    sig = _bridge.signature(a.x.shape, a.h0.shape, None if a.c0 is None else a.c0.shape, a.params.shape,
+                            a.x.dtype, None if a.lengths is None else (case.batch,), np.int32, **case.attrs())
     with fake_cudnn.gpu.counting() as traced:
         elements = sig.reserve_elements("cuda")
     assert "d2h" not in traced and "wait" not in traced, traced
@@ -37,13 +32,13 @@ def test_the_traced_reserve_length_is_cudnns(fake_cudnn: FakeCudnn, changes: dic
 @pytest.mark.parametrize("longer", [0, 100], ids=["as-long", "longer"])  # longer: sized for another platform too
 def test_a_residual_backward_on_a_framework_buffer_never_waits(fake_cudnn: FakeCudnn, longer: int) -> None:
     a = device_arrays(DROPPY)
-    attrs = _attrs(DROPPY)
-    out = _bridge.forward(attrs, a.x, a.h0, a.c0, a.params, a.lengths, is_training=True)
+    config, time_major = DROPPY.config(), DROPPY.time_major
+    out = _bridge.forward(config, a.x, a.h0, a.c0, a.params, a.lengths, time_major=time_major, is_training=True)
     framework_buffer = to_device(np.zeros(out.reserve_space.shape[0] + longer, out.reserve_space.dtype))
-    _bridge.copy_into(framework_buffer, out.reserve_space)
+    ops._copy_into(framework_buffer, out.reserve_space)
     with fake_cudnn.gpu.counting() as backward:
-        grads = _bridge.backward(attrs, a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
-                                 out.output_c, a.dy, a.dhy, a.dcy, framework_buffer)
+        grads = _bridge.backward(config, a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
+                                 out.output_c, a.dy, a.dhy, a.dcy, framework_buffer, time_major=time_major)
     assert backward == {}, "no read, upload or wait"
     expected = cudnn_rnn.cudnn_rnn_backprop_v3(a.x, a.h0, a.c0, a.params, a.lengths, out.output, out.output_h,
                                                out.output_c, a.dy, a.dhy, a.dcy, out.reserve_space,

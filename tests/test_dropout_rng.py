@@ -86,13 +86,14 @@ def test_op_calls_with_a_new_seed_every_step_set_it_up_every_step(fake_cudnn: Fa
 
 def test_a_bridge_call_with_a_modules_rng_sets_it_up_once(fake_cudnn: FakeCudnn, fake_cupy: types.ModuleType) -> None:
     # what cudnn_rnn.torch's modules pass through the bridge: their own RNG, and their step as seed2
-    params = _layer(fake_cupy).params
+    layer = _layer(fake_cupy)
+    params, config = layer.params, layer.config
     x = to_device(np.ones((TIME, BATCH, INPUT), np.float32), 0)
     h0 = to_device(np.zeros((2, BATCH, 5), np.float32), 0)
     rng = DropoutRNG()
     for step in range(4):
-        attrs = _bridge.Attrs("lstm", dropout=0.4, seed=1, seed2=step)
-        _bridge.forward(attrs, x, h0, h0, params, None, is_training=True, dropout_rng=rng)
+        _bridge.forward(config.replace(seed2=step), x, h0, h0, params, None, time_major=True, is_training=True,
+                        dropout_rng=rng)
     assert len(_setups(fake_cudnn)) == 1, "one cuRAND set-up for four steps"
     assert fake_cudnn.drawn == [_advanced(_seed_pattern(1, 0), k) for k in range(4)]
 

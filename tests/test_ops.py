@@ -25,7 +25,7 @@ CASE = Case("lstm", num_layers=2, num_units=5, input_size=3, direction="bidirect
 
 
 def validated(case: Case, a: Arrays) -> ops._ValidatedCall:
-    return ops._prepare(a.x, a.h0, a.c0, a.params, a.lengths, **case.attrs())
+    return ops._prepare(case.config(), case.time_major, a.x, a.h0, a.c0, a.params, a.lengths)
 
 
 def backprop(case: Case, a: Arrays, out: ops.RNNOutputs, reserve: Any, host_reserved: Any = None) -> Any:

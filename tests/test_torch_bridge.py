@@ -390,16 +390,16 @@ def test_sizes_marked_dynamic_compile_one_graph_forward_and_backward() -> None:
 def test_the_fake_kernels_cpu_reserve_is_the_kernels_for_every_length_and_batch(name: str) -> None:
     call = CALLS[name]
     config = call.config("float32")
-    attrs = _bridge.Attrs(call.rnn_mode, call.input_mode, call.direction, 0.0, 0, 0, call.num_proj, call.time_major,
-                          "standard")
+    attrs = dict(rnn_mode=call.rnn_mode, input_mode=call.input_mode, direction=call.direction, num_proj=call.num_proj,
+                 time_major=call.time_major)
 
     def signature(max_time: int, batch: int) -> Any:
         seq = (max_time, batch) if call.time_major else (batch, max_time)
         state = (config.num_pseudo_layers, batch) if call.time_major else (batch, config.num_pseudo_layers)
-        return _bridge.signature(attrs, (*seq, call.inputs), (*state, config.state_size),
+        return _bridge.signature((*seq, call.inputs), (*state, config.state_size),
                                  (*state, call.units) if config.has_cell else None,
                                  (cudnn_rnn.cudnn_rnn_params_size(**_size_arguments(config)),), "float32", None, None,
-                                 is_training=True)
+                                 is_training=True, **attrs)
 
     traced = signature(3, 2)  # the sizes a trace saw first
     for max_time, batch in [(0, 0), (0, 3), (5, 0), (1, 1), (4, 3), (7, 5), (1000, 1)]:
@@ -736,9 +736,9 @@ def test_every_call_is_checked_by_the_shape_signature_with_missing_tensors_as_no
     seen: list[tuple[Any, ...]] = []
     signature = _bridge.signature
 
-    def spy(attrs: Any, *shapes: Any, **kwargs: Any) -> Any:
+    def spy(*shapes: Any, **kwargs: Any) -> Any:
         seen.append(shapes[:4])
-        return signature(attrs, *shapes, **kwargs)
+        return signature(*shapes, **kwargs)
 
     monkeypatch.setattr(_bridge, "signature", spy)
     a = Call("lstm").arrays()

@@ -1,19 +1,24 @@
 """The cuDNN backend: cudnn_rnn.ops's backend interface on CuPy arrays, through cuDNN 9::
 
-    forward(config, x, h0, c0, params, lengths, *, is_training, time_major) -> (y, hy, cy, reserve)
-    backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major)
-        -> (dx, dh0, dc0, dparams)
+    forward(config, x, h0, c0, params, lengths, *, is_training, time_major, out=None) -> (y, hy, cy, reserve)
+    backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major, out=None,
+             params_grad=None) -> (dx, dh0, dc0, dparams)
 
 Shapes: those of :func:`cudnn_rnn.cudnn_rnn_v3`'s table, with the states always [L*D, B, X] (c0, cy,
 dcy None but for LSTM), ``lengths`` host int32 [B] and ``reserve`` [header | cuDNN reserve bytes] of
 x's dtype (empty when not training). ops.py guarantees T >= 1, B >= 1, dtypes, and lengths in
-[0, T]; it checks the reserve with ``_reserve`` before backward.
+[0, T]; it checks the reserve with ``_reserve`` before backward. ``out`` maps result names (``output``,
+``output_h``, ``output_c``, ``reserve_space``; ``input_backprop``, ``input_h_backprop``,
+``input_c_backprop``) to buffers of the result's shape and dtype, C-contiguous, that the backend
+writes instead of allocating (a reserve_space buffer may be longer: it fills the front and is returned
+whole); ``params_grad`` is a buffer the params gradient is added into (returned as dparams).
 
 How a call runs. Everything happens with the arrays' own GPU current (arrays on different GPUs
 are a ValueError) and on CuPy's current stream of that GPU. The call finds the calling thread's
 handle, network and plan for its device in ``_cache`` (binding the handle to the stream, then
 building what is missing), and makes three short cuDNN calls at most: cudnnRNNForward, then in
-backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into a zeroed buffer). The
+backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into ``params_grad``, or into a
+zeroed buffer). The
 package's docstring lists the backend's other modules, each importing only those after it.
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
@@ -79,6 +84,18 @@ def _contiguous(cupy: Any, *arrays: Any) -> list[Any]:
 
 def _pointer(array: Any) -> int:
     return 0 if array is None or array.size == 0 else array.data.ptr
+
+
+def _buffer(out: Any, name: str, shape: tuple[int, ...], dtype: Any, zero: bool) -> Any:
+    """``out[name]`` (zeroed if ``zero``) where the caller gave it, else a new array of ``shape``."""
+    given = None if out is None else out.get(name)
+    if given is None:
+        cupy = import_cupy()
+        return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
+    assert tuple(given.shape) == tuple(shape) and given.dtype == dtype and given.flags.c_contiguous, "ops checks it"
+    if zero:
+        given[...] = 0
+    return given
 
 
 def _length_zero_rows(rows: Any, time_major: bool, sequence: Any, h_out: Any, h_in: Any, c_out: Any, c_in: Any
@@ -147,23 +164,24 @@ def _without_padding(values: Any, plan: BatchPlan) -> Any:
 
 
 def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: np.ndarray, *,
-            is_training: bool, time_major: bool, dropout_rng: DropoutRNG | None = None) -> tuple[Any, Any, Any, Any]:
+            is_training: bool, time_major: bool, dropout_rng: DropoutRNG | None = None,
+            out: dict[str, Any] | None = None) -> tuple[Any, Any, Any, Any]:
     """cudnnRNNForward: (y, hy, cy, reserve); see the module docstring for shapes.
 
     Dropout masks come from ``config``'s seeds, or from a layer's ``dropout_rng``, which advances.
     """
     cupy = import_cupy()
-    device_id = _device_of(x=x, h0=h0, c0=c0, params=params)
+    device_id = _device_of(x=x, h0=h0, c0=c0, params=params, **(out or {}))
     with cupy.cuda.Device(device_id):
         x, h0, c0, params = _contiguous(cupy, x, h0, c0, params)
         stream, handle, network, plan = _begin(config, is_training, device_id, x, params, lengths, time_major)
         y_shape = x.shape[:2] + (config.output_size,)
-        y = (cupy.zeros if plan.padded else cupy.empty)(y_shape, dtype=x.dtype)
-        hy = cupy.empty_like(h0)
-        cy = None if c0 is None else cupy.empty_like(c0)
+        y = _buffer(out, "output", y_shape, x.dtype, plan.padded)
+        hy = _buffer(out, "output_h", h0.shape, x.dtype, False)
+        cy = None if c0 is None else _buffer(out, "output_c", c0.shape, x.dtype, False)
         if is_training:
             reserve_size = plan.reserve_size
-            reserve = cupy.empty(_reserve.header_elements(x.dtype) + -(-reserve_size // x.itemsize), dtype=x.dtype)
+            reserve = _reserve.buffer(out, cupy, x.dtype, -(-reserve_size // x.itemsize))
             copy(_reserve.header_view(reserve), plan.header, stream)
             reserve_pointer = _pointer(_reserve.payload(reserve))
             workspace = cupy.empty(plan.training_workspace, dtype=cupy.uint8)
@@ -188,11 +206,17 @@ def forward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: n
 
 
 def backward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: np.ndarray, y: Any, dy: Any,
-             dhy: Any, dcy: Any, reserve: Any, *, time_major: bool) -> tuple[Any, Any, Any, Any]:
-    """cudnnRNNBackwardData_v8 then cudnnRNNBackwardWeights_v8: (dx, dh0, dc0, dparams)."""
+             dhy: Any, dcy: Any, reserve: Any, *, time_major: bool, out: dict[str, Any] | None = None,
+             params_grad: Any = None) -> tuple[Any, Any, Any, Any]:
+    """cudnnRNNBackwardData_v8 then cudnnRNNBackwardWeights_v8: (dx, dh0, dc0, dparams).
+
+    The weight gradient is added into ``params_grad`` as it is (WGRAD_MODE_ADD, nothing allocated or zeroed
+    for it), or into a zeroed buffer of its own.
+    """
     cupy = import_cupy()
     device_id = _device_of(x=x, h0=h0, c0=c0, params=params, output=y, output_backprop=dy,
-                           output_h_backprop=dhy, output_c_backprop=dcy, reserve_space=reserve)
+                           output_h_backprop=dhy, output_c_backprop=dcy, reserve_space=reserve,
+                           params_grad=params_grad, **(out or {}))
     with cupy.cuda.Device(device_id):
         x, h0, c0, params, y, dy, dhy, dcy, reserve = _contiguous(cupy, x, h0, c0, params, y, dy, dhy, dcy, reserve)
         _, handle, network, plan = _begin(config, True, device_id, x, params, lengths, time_major)
@@ -211,10 +235,14 @@ def backward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: 
                 dcy_run = dcy.copy()
                 dcy_run[:, rows] = 0
         dy_run, x_run = _without_padding(dy, plan), _without_padding(x, plan)
-        dx = (cupy.zeros if plan.padded else cupy.empty)(x.shape, dtype=x.dtype)
-        dh0 = cupy.empty_like(h0)
-        dc0 = None if c0 is None else cupy.empty_like(c0)
-        dparams = cupy.zeros_like(params)
+        dx = _buffer(out, "input_backprop", x.shape, x.dtype, plan.padded)
+        dh0 = _buffer(out, "input_h_backprop", h0.shape, x.dtype, False)
+        dc0 = None if c0 is None else _buffer(out, "input_c_backprop", c0.shape, x.dtype, False)
+        if params_grad is None:
+            dparams = cupy.zeros_like(params)
+        else:
+            assert params_grad.shape == params.shape and params_grad.flags.c_contiguous, "ops checks it"
+            dparams = params_grad
         workspace = cupy.empty(plan.training_workspace, dtype=cupy.uint8)
         rnn, lengths_pointer = network.rnn.pointer, plan.dev_lengths.data.ptr
         _lib.rnn_backward_data(

@@ -268,30 +268,40 @@ def _running(x: Array) -> Iterator[_Run]:
             yield _Run(cells, threads)
 
 
+def _buffer(out: dict[str, Array] | None, name: str, shape: tuple[int, ...], dtype: Any, xp: Any, zero: bool) -> Array:
+    """``out[name]`` (zeroed if ``zero``) given in the shape and the (compute) dtype it runs in, else a new array."""
+    given = (out or {}).get(name)
+    if given is None or tuple(given.shape) != shape or given.dtype != dtype:
+        return (xp.zeros if zero else xp.empty)(shape, dtype=dtype)
+    if zero:
+        given[...] = 0
+    return given
+
+
 def forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
-            *, is_training: bool, time_major: bool) -> tuple[Array, Array, Array | None, Array]:
-    """Run the network (the backend interface: ``cudnn_rnn._cudnn._backend``'s module docstring)."""
+            *, is_training: bool, time_major: bool, out: dict[str, Array] | None = None
+            ) -> tuple[Array, Array, Array | None, Array]:
+    """Run the network (the backend interface, ``out`` too: ``cudnn_rnn._cudnn._backend``'s module docstring)."""
     with _running(x) as run:
-        return _forward(config, x, h0, c0, params, lengths, is_training, time_major, run)
+        return _forward(config, x, h0, c0, params, lengths, is_training, time_major, run, out or {})
 
 
 def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
-             is_training: bool, time_major: bool, run: _Run) -> tuple[Array, Array, Array | None, Array]:
+             is_training: bool, time_major: bool, run: _Run, out: dict[str, Array]) -> tuple[Array, ...]:
     xp, io_dtype, dtype, layout, params_c, seq, max_time, batch, _ = _prepare(config, x, params, lengths, time_major)
     d, p = config.num_directions, config.state_size
     reserve_layout = ReserveLayout.build(config, max_time, batch)
-    head = _reserve.header_elements(io_dtype)
     if is_training:
-        reserve = xp.empty(head + reserve_layout.size, dtype=io_dtype)
+        reserve = _reserve.buffer(out, xp, io_dtype, reserve_layout.size)
         _reserve.write_header(reserve, _reserve.ForwardKey("reference", config, max_time, batch, time_major, lengths))
-        saved_all = reserve_layout.views(_reserve.payload(reserve))
+        saved_all = reserve_layout.views(_reserve.payload(reserve)[:reserve_layout.size])
     else:
         reserve = xp.empty(0, dtype=io_dtype)
         saved_all = None
     masks = _dropout_masks(config, is_training, (max_time, batch, config.output_size), dtype, xp)
-    y = xp.zeros((max_time, batch, config.output_size), dtype=dtype)
-    hy = xp.empty((config.num_pseudo_layers, batch, p), dtype=dtype)
-    cy = xp.empty_like(c0, dtype=dtype) if config.has_cell else None
+    y = _buffer(out, "output", (max_time, batch, config.output_size), dtype, xp, True)  # time-major as it runs
+    hy = _buffer(out, "output_h", (config.num_pseudo_layers, batch, p), dtype, xp, False)
+    cy = _buffer(out, "output_c", tuple(c0.shape), dtype, xp, False) if c0 is not None else None
 
     def forward_part(columns: slice) -> None:
         """The whole network over the sequences ``columns`` of the batch."""
@@ -373,16 +383,17 @@ def _slots_for(saved_all: dict[tuple[str, int], Array] | None, k: int, columns: 
 
 
 def backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
-             y: Array, dy: Array, dhy: Array, dcy: Array | None, reserve: Array, *, time_major: bool
+             y: Array, dy: Array, dhy: Array, dcy: Array | None, reserve: Array, *, time_major: bool,
+             out: dict[str, Array] | None = None, params_grad: Array | None = None
              ) -> tuple[Array, Array, Array | None, Array]:
-    """Backprop through the network using the forward's saved tensors in ``reserve``."""
+    """Backprop through the network by the forward's saved tensors in ``reserve`` (dparams added into params_grad)."""
     with _running(x) as run:
-        return _backward(config, x, h0, c0, params, lengths, dy, dhy, dcy, reserve, time_major, run)
+        return _backward(config, x, h0, c0, params, lengths, dy, dhy, dcy, reserve, time_major, run, out, params_grad)
 
 
 def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: Array, lengths: np.ndarray,
-              dy: Array, dhy: Array, dcy: Array | None, reserve: Array, time_major: bool, run: _Run
-              ) -> tuple[Array, Array, Array | None, Array]:
+              dy: Array, dhy: Array, dcy: Array | None, reserve: Array, time_major: bool, run: _Run,
+              out: dict[str, Array] | None, params_grad: Array | None) -> tuple[Array, Array, Array | None, Array]:
     xp, io_dtype, dtype, layout, params_c, x_tm, max_time, batch, valid = _prepare(config, x, params, lengths,
                                                                                    time_major)
     d, p, n = config.num_directions, config.state_size, config.num_units
@@ -391,14 +402,13 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
     if stored.shape[0] < reserve_layout.size:
         needed = reserve_layout.size + _reserve.header_elements(io_dtype)
         raise ValueError(f"reserve_space must have at least {needed} elements for this call; got {reserve.shape[0]}")
-    # a longer one is a framework's buffer sized for several platforms (cudnn_rnn.jax): this backend's is its front,
-    # as cuDNN reads the front of its own
+    # a longer one (a framework's, sized for several platforms: cudnn_rnn.jax) holds this backend's at its front
     stored = stored[:reserve_layout.size]
     saved_all = {key: view.astype(dtype, copy=False) for key, view in reserve_layout.views(stored).items()}
 
-    dh0 = xp.empty((config.num_pseudo_layers, batch, p), dtype=dtype)
-    dc0 = xp.empty((config.num_pseudo_layers, batch, n), dtype=dtype) if config.has_cell else None
-    dx = xp.zeros(x_tm.shape, dtype=dtype)  # time-major: layer 0's input gradient, written by the parts
+    dh0 = _buffer(out, "input_h_backprop", (config.num_pseudo_layers, batch, p), dtype, xp, False)
+    dc0 = _buffer(out, "input_c_backprop", (*dh0.shape[:2], n), dtype, xp, False) if config.has_cell else None
+    dx = _buffer(out, "input_backprop", x_tm.shape, dtype, xp, True)  # time-major: layer 0's, written by the parts
     d_output = _without_padding(_to_time_major(dy, time_major).astype(dtype, copy=False), valid, xp)
     masks = _dropout_masks(config, True, (max_time, batch, config.output_size), dtype, xp)
     part_grads: dict[int, Array] = {}  # each part's weight gradients (sums over its sequences), by first column
@@ -475,7 +485,9 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
         dparams += other
     dx = xp.ascontiguousarray(_to_time_major(dx, time_major).astype(io_dtype, copy=False))
     dc0_out = None if dc0 is None else dc0.astype(io_dtype, copy=False)
-    return dx, dh0.astype(io_dtype, copy=False), dc0_out, dparams.astype(io_dtype, copy=False)
+    dparams = dparams.astype(io_dtype, copy=False)  # added into params_grad so: rounded to the data's dtype first
+    dparams = dparams if params_grad is None else xp.add(params_grad, dparams, out=params_grad)
+    return dx, dh0.astype(io_dtype, copy=False), dc0_out, dparams
 
 
 def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, weights: LayerWeights,

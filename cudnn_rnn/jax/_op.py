@@ -6,9 +6,10 @@
     bwd rule  BACKWARD(operands, outputs, their cotangents, reserve)
               -> input_backprop, input_h_backprop, [input_c_backprop], params_backprop
 
-A callback runs the op on XLA's own buffers: the reference backend on NumPy views (CPU), cuDNN on
-CuPy views with XLA's stream current (CUDA). The reserve is sized while tracing for the longest
-platform JAX has; each fills its front. Differentiated, ``is_training=False`` runs as training with
+A callback runs the op, with the config made once while tracing, on XLA's own buffers, writing its results
+straight into XLA's where it can (``out``; the op copies the others): the reference backend on NumPy views
+(CPU), cuDNN on CuPy views with XLA's stream current (CUDA). The reserve is sized while tracing for the
+longest platform JAX has; each fills its front. Differentiated, ``is_training=False`` runs as training with
 dropout 0 (the same outputs). Inside ``jax.shard_map`` results vary over every mesh axis an operand
 varies over, so that a replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
 Each callback sits in a ``jax.custom_jvp`` whose rule raises: no second order.
@@ -46,9 +47,9 @@ _RESIDUALS = ("output", "output_h", "output_c", "output_backprop", "output_h_bac
 
 @dataclass(frozen=True)
 class _Call:
-    """What a traced call fixes: attributes, whether it trains, its operands' names, shapes and reserve length."""
+    """What a traced call fixes: its config and layout (``sig``), whether it trains, its operands' names, the
+    reserve's length."""
 
-    attrs: _bridge.Attrs
     is_training: bool
     names: tuple[str, ...]  # input, input_h, [input_c], params, [sequence_lengths], [seed, seed2] (dropout acts)
     sig: _bridge.Signature
@@ -95,7 +96,7 @@ def _arrays(ctx: Any, buffers: Sequence[Any]) -> Iterator[list[Any]]:
 @functools.lru_cache(maxsize=256)  # one callback per call and direction, so that JAX's caches see the same one
 def _callback(call: _Call, backward: bool) -> Callable[..., None]:
     """The forward's or the backward's callback of ``call``: ``(ctx, out, *operands) -> None``."""
-    cell = call.attrs.has_cell
+    cell = call.sig.config.has_cell
     outputs = ("output", "output_h", *(("output_c",) if cell else ()))
     names = (*call.names, *(name for name in _RESIDUALS if cell or "_c" not in name)) if backward else call.names
     results = (("input_backprop", "input_h_backprop", *(("input_c_backprop",) if cell else ()), "params_backprop")
@@ -103,14 +104,17 @@ def _callback(call: _Call, backward: bool) -> Callable[..., None]:
 
     def run(ctx: Any, out: Sequence[Any], *operands: Any) -> None:
         with _arrays(ctx, [*operands, *out]) as arrays:
-            a = dict(zip(names, arrays))
-            attrs = call.attrs if "seed" not in a else replace(  # both or neither; the op checks their range
-                call.attrs, seed=int(a["seed"].reshape(())), seed2=int(a["seed2"].reshape(())))
-            args = (attrs, a["input"], a["input_h"], a.get("input_c"), a["params"], a.get("sequence_lengths"))
-            done = (_bridge.backward(*args, *(a.get(name) for name in _RESIDUALS)) if backward
-                    else _bridge.forward(*args, is_training=call.is_training))
-            for name, destination in zip(results, arrays[len(operands):]):
-                _bridge.copy_into(destination, getattr(done, name))
+            a, into = dict(zip(names, arrays)), dict(zip(results, arrays[len(operands):]))
+            config = call.sig.config if "seed" not in a else call.sig.config.replace(  # both or neither, range checked
+                seed=int(a["seed"].reshape(())), seed2=int(a["seed2"].reshape(())))
+            args = (config, a["input"], a["input_h"], a.get("input_c"), a["params"], a.get("sequence_lengths"))
+            if backward:  # the results written into XLA's buffers; the params gradient added into a zeroed one
+                params_grad = into.pop("params_backprop")
+                params_grad[...] = 0
+                _bridge.backward(*args, *(a.get(name) for name in _RESIDUALS), time_major=call.sig.time_major,
+                                 params_grad=params_grad, out=into)
+            else:
+                _bridge.forward(*args, time_major=call.sig.time_major, is_training=call.is_training, out=into)
 
     return run
 
@@ -145,7 +149,7 @@ def _no_second_order(callback: Any, results: Any, primals: Any, tangents: Any) -
 
 def _forward(call: _Call, operands: tuple[Any, ...]) -> tuple[tuple[Any, Any, Any], list[Any]]:
     """The forward's ``(output, output_h, output_c or None)`` and all its results (the reserve last, training)."""
-    sig, cell = call.sig, call.attrs.has_cell
+    sig, cell = call.sig, call.sig.config.has_cell
     shapes = [sig.output_shape, sig.output_h_shape, *((sig.output_c_shape,) if cell else ()),
               *(((call.reserve_elements,),) if call.is_training else ())]
     outputs = _run(_callback(call, False), tuple((shape, sig.dtype) for shape in shapes), *operands)
@@ -158,8 +162,7 @@ def _differentiated(call: _Call) -> _Call:
     if call.is_training:
         return call
     sig = replace(call.sig, config=call.sig.config.replace(dropout=0.0))
-    return replace(call, attrs=replace(call.attrs, dropout=0.0), is_training=True, sig=sig,
-                   reserve_elements=_reserve_elements(sig))
+    return replace(call, is_training=True, sig=sig, reserve_elements=_reserve_elements(sig))
 
 
 def _primal(call: _Call, operands: tuple[Any, ...]) -> tuple[Any, Any, Any]:
@@ -173,7 +176,7 @@ def _fwd(call: _Call, operands: tuple[Any, ...]) -> tuple[tuple[Any, Any, Any], 
 
 def _bwd(call: _Call, residuals: Any, cotangents: Any) -> tuple[Any]:
     operands, outputs = residuals
-    n = 3 if call.attrs.has_cell else 2  # output, output_h, [output_c]; input, input_h, [input_c] (and params)
+    n = 3 if call.sig.config.has_cell else 2  # output, output_h, [output_c]; input, input_h, [input_c] (and params)
     grads = _run(_callback(_differentiated(call), True), tuple((a.shape, a.dtype) for a in operands[:n + 1]),
                  *operands, *outputs[:n], *cotangents[:n], outputs[-1])
     return (tuple(grads) + (None,) * (len(operands) - n - 1),)  # no gradient for lengths and the seeds
@@ -234,10 +237,7 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
     seeds = dict(zip(_SEEDS, (seed, seed2)))
     seed_arrays = {name: _seed_array(name, value) for name, value in seeds.items()}
     ints = {name: 0 if seed_arrays[name] is not None else value for name, value in seeds.items()}
-    given = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, num_proj=num_proj, time_major=time_major,
-                          algo=algo, **ints)  # the signature checks an int seed, as the op checks it
-    attrs = replace(given, seed=0, seed2=0)  # the seeds key no callback: operands where dropout acts, else nothing
-    named = {"input": input, "input_h": input_h, "input_c": input_c if attrs.rnn_mode == "lstm" else None,
+    named = {"input": input, "input_h": input_h, "input_c": input_c if rnn_mode == "lstm" else None,
              "params": params, "sequence_lengths": sequence_lengths}
     for name, value in named.items():  # arrays: jax.Array, tracer or NumPy
         if value is not None and not (hasattr(value, "shape") and hasattr(value, "dtype")):
@@ -250,9 +250,11 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
     def shape(name: str) -> Any:
         return None if name not in arrays else tuple(arrays[name].shape)
 
-    sig = _bridge.signature(given, shape("input"), shape("input_h"), shape("input_c"), shape("params"),
+    sig = _bridge.signature(shape("input"), shape("input_h"), shape("input_c"), shape("params"),
                             arrays["input"].dtype if "input" in arrays else None, shape("sequence_lengths"),
-                            getattr(sequence_lengths, "dtype", None), is_training=is_training,
+                            getattr(sequence_lengths, "dtype", None), rnn_mode=rnn_mode, input_mode=input_mode,
+                            direction=direction, dropout=dropout, num_proj=num_proj, time_major=time_major,
+                            algo=algo, is_training=is_training, **ints,  # an int seed checked as the op checks it
                             dtypes={name: arrays[name].dtype for name in ("input_h", "input_c", "params")
                                     if name in arrays})
     if isinstance(sequence_lengths, np.ndarray):
@@ -260,8 +262,8 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
     if is_training and sig.config.inter_layer_dropout > 0:  # the dropout that acts: the seeds are values
         for name, value in seeds.items():
             arrays[name] = jnp.asarray(value, jnp.int32) if seed_arrays[name] is None else seed_arrays[name]
-    sig = replace(sig, config=sig.config.replace(seed=0, seed2=0))
-    call = _Call(attrs, bool(is_training), tuple(arrays), sig, _reserve_elements(sig))
+    sig = replace(sig, config=sig.config.replace(seed=0, seed2=0))  # the seeds key no callback: operands, or none
+    call = _Call(bool(is_training), tuple(arrays), sig, _reserve_elements(sig))
     return _rnn(call, tuple(_vary([jnp.asarray(value) for value in arrays.values()])))
 
 

@@ -15,7 +15,7 @@ from .._checks import MAX_COUNT, checked_count, flag
 from .. import _graph_watch
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
 from ..layout import ParamEntry, params_layout, params_size
-from ..ops import DropoutRNG, RNNOutputs, cudnn_rnn_backprop_v3, forward_with_rng
+from ..ops import DropoutRNG, RNNOutputs, backprop, forward_with_rng
 from ._args import ArgumentCheck, path_argument, size_arguments
 from ._initializers import keras_init_params
 from ._model_files import model_file_hint
@@ -51,7 +51,7 @@ class _SavedForward:
     c0: Array | None
     lengths: Array | None  # None or a NumPy/CuPy int array [B]
     outputs: RNNOutputs
-    seed2: int
+    config: RNNConfig  # the layer's, with the step's seed2
     time_major: bool
 
 
@@ -263,13 +263,11 @@ class RecurrentLayer:
                 c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
         if lengths is not caller_lengths:  # a list became an array; an array goes to the op as it is
             _graph_watch.saw_call(caller_lengths, x)  # a CUDA graph being recorded watches the caller's list
-        seed2 = self.step % SEED2_PERIOD
-        outputs = forward_with_rng(x, h0, c0, self.params, lengths, self._dropout_rng, rnn_mode=config.rnn_mode,
-                                   input_mode=config.input_mode, direction=config.direction, dropout=config.dropout,
-                                   seed=config.seed, seed2=seed2, num_proj=config.num_proj,
-                                   is_training=training, time_major=time_major, algo=config.algo)
+        call_config = config.replace(seed2=self.step % SEED2_PERIOD)
+        outputs = forward_with_rng(call_config, x, h0, c0, self.params, lengths, time_major=time_major,
+                                   is_training=training, dropout_rng=self._dropout_rng)
         if training:
-            self._saved = _SavedForward(x, h0, c0, lengths, outputs, seed2, time_major)
+            self._saved = _SavedForward(x, h0, c0, lengths, outputs, call_config, time_major)
             self.step += 1
         else:
             self._saved = None
@@ -312,14 +310,9 @@ class RecurrentLayer:
         for name, value, like, of in (("dy", dy, out.output, "y"), ("dh", dh, out.output_h, "h"),
                                       ("dc", dc, out.output_c, "c")):
             check.gradient(name, value, like, of)
-        grads = cudnn_rnn_backprop_v3(
-            saved.x, saved.h0, saved.c0, self.params, saved.lengths, out.output, out.output_h,
-            out.output_c if config.has_cell else None, dy, dh, dc, out.reserve_space, out.host_reserved,
-            rnn_mode=config.rnn_mode, input_mode=config.input_mode, direction=config.direction,
-            dropout=config.dropout, seed=config.seed, seed2=saved.seed2, num_proj=config.num_proj,
-            time_major=saved.time_major, algo=config.algo)
-        with beside(self.grad):
-            self.grad += grads.params_backprop
+        grads = backprop(saved.config, saved.x, saved.h0, saved.c0, self.params, saved.lengths, out.output,
+                         out.output_h, out.output_c, dy, dh, dc, out.reserve_space, out.host_reserved,
+                         time_major=saved.time_major, params_grad=self.grad)  # grad += d loss / d params, in place
         self._saved = None
         return grads.input_backprop, grads.input_h_backprop, (grads.input_c_backprop if config.has_cell else None)
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import _bridge
+from .. import _bridge, _signature
 from .._arrays import Array
 from .._cudnn._dropout_rng import DropoutRNG
 from .._cudnn._streams import external_stream, import_cupy
@@ -82,12 +82,13 @@ def _on_device(device: torch.device) -> Iterator[None]:
 
 
 # ---- checks --------------------------------------------------------------------------------------
-def check_call(attrs: _bridge.Attrs, input: object, input_h: object, input_c: object, params: object,
-               sequence_lengths: object, is_training: bool) -> _bridge.Signature:
-    """Check a call from its tensors' types, devices, shapes and dtypes: the op's TypeError/ValueError, and
-    this bridge's for a value neither a tensor nor None, or tensors not all on one CPU or one GPU."""
+def check_call(input: object, input_h: object, input_c: object, params: object, sequence_lengths: object,
+               **attrs: Any) -> _bridge.Signature:
+    """Check a call (``attrs``: the op's keywords, ``is_training`` among them) from its tensors' types, devices,
+    shapes and dtypes: the op's TypeError/ValueError, and this bridge's for a value neither a tensor nor None,
+    or tensors not all on one CPU or one GPU."""
     named = {"input": input, "input_h": input_h, "params": params,
-             "input_c": input_c if attrs.rnn_mode == "lstm" else None, "sequence_lengths": sequence_lengths}
+             "input_c": input_c if attrs["rnn_mode"] == "lstm" else None, "sequence_lengths": sequence_lengths}
     for name, value in named.items():
         if value is not None and not isinstance(value, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor" + (" or None" if name == "sequence_lengths" else "")
@@ -104,10 +105,10 @@ def check_call(attrs: _bridge.Attrs, input: object, input_h: object, input_c: ob
             raise TypeError(f"all tensors of one call must be on one device (all CPU or all CUDA); got {detail}")
         raise ValueError(f"all arrays of one call must be on one GPU; got {detail}")
     x, shapes = tensors.get("input"), {name: tuple(tensor.shape) for name, tensor in tensors.items()}
-    sig = _bridge.signature(attrs, shapes.get("input"), shapes.get("input_h"), shapes.get("input_c"),
+    sig = _bridge.signature(shapes.get("input"), shapes.get("input_h"), shapes.get("input_c"),
                             shapes.get("params"), None if x is None else numpy_dtype_of(x.dtype),
                             None if lengths is None else tuple(lengths.shape),
-                            None if lengths is None else numpy_dtype_of(lengths.dtype), is_training=is_training,
+                            None if lengths is None else numpy_dtype_of(lengths.dtype), **attrs,
                             dtypes={name: numpy_dtype_of(t.dtype) for name, t in tensors.items() if name != "input"})
     if lengths is not None and x is not None and lengths.device not in (x.device, torch.device("cpu")):
         raise ValueError(f"sequence_lengths must be on the CPU or on the device of input ({x.device}); "
@@ -123,17 +124,26 @@ def check_step(step: object, name: str = "step") -> None:
         raise TypeError(f"{name} must be a 0-d integer tensor; got {got}")
 
 
-def _attrs(rnn_mode: str, input_mode: str, direction: str, dropout: float, seed: int, seed2: int, num_proj: int,
-           time_major: bool, algo: str, step: Optional[Tensor]) -> _bridge.Attrs:
-    """The call's attributes; ``seed2`` is ``step``'s value when a step tensor is given (read here, on the host):
-    a ValueError naming ``step`` unless it is in [0, 2**31 - 1] (a negative seed2 would hide ``seed``)."""
+#: the op's attributes in the custom operators' schema order (the forward's has ``is_training`` after ``num_proj``)
+_ATTRIBUTES = ("rnn_mode", "input_mode", "direction", "dropout", "seed", "seed2", "num_proj", "time_major", "algo")
+
+
+def _kernel_signature(tensors: tuple[Optional[Tensor], ...], step: Optional[Tensor], attributes: tuple[Any, ...]
+                      ) -> _bridge.Signature:
+    """A kernel's call, its attributes (the schema's, in :data:`_ATTRIBUTES` order) and the shapes of ``tensors``
+    (input, input_h, input_c, params, sequence_lengths) checked once into its config; ``seed2`` is ``step``'s value
+    when a step tensor is given (read here, on the host): a ValueError naming ``step`` unless it is in
+    [0, 2**31 - 1] (a negative seed2 would hide ``seed``)."""
+    attrs = dict(zip(_ATTRIBUTES, attributes))
     if step is not None:
         check_step(step)
-        seed2 = int(step.item())
-        if not 0 <= seed2 < 2**31:
+        attrs["seed2"] = int(step.item())
+        if not 0 <= attrs["seed2"] < 2**31:
             raise ValueError(f"step must be in [0, 2**31 - 1], a non-negative C int as seed2 (a negative seed2 "
-                             f"would hide seed); got {seed2}")
-    return _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
+                             f"would hide seed); got {attrs['seed2']}")
+    x, h, c, p, lengths = (None if t is None else tuple(t.shape) for t in tensors)
+    return _signature.signature(x, h, c, p, numpy_dtype_of(tensors[0].dtype) if tensors[0] is not None else None,
+                                lengths, None if tensors[4] is None else numpy_dtype_of(tensors[4].dtype), **attrs)
 
 
 # ---- a module's dropout RNG, reachable from the kernel ---------------------------------------------
@@ -168,11 +178,13 @@ def rnn_forward(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], param
                 direction: str, dropout: float, seed: int, seed2: int, num_proj: int, is_training: bool,
                 time_major: bool, algo: str, dropout_state: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`cudnn_rnn.cudnn_rnn_v3` on tensors: (output, output_h, output_c or (0,), reserve_space)."""
-    attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo, step)
+    tensors = (input, input_h, input_c, params, sequence_lengths)
+    sig = _kernel_signature(tensors, step, (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                                            time_major, algo))
     rng = _dropout_rngs.get(dropout_state) if dropout_state else None
     with _on_device(input.device):
-        arrays = [None if t is None else to_array(t) for t in (input, input_h, input_c, params, sequence_lengths)]
-        out = _bridge.forward(attrs, *arrays, is_training=is_training, dropout_rng=rng)
+        arrays = [None if t is None else to_array(t) for t in tensors]
+        out = _bridge.forward(sig.config, *arrays, time_major=time_major, is_training=is_training, dropout_rng=rng)
         return to_tensor(out.output), to_tensor(out.output_h), to_tensor(out.output_c), to_tensor(out.reserve_space)
 
 
@@ -187,11 +199,13 @@ def rnn_backward(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], para
     if reserve_space.numel() == 0:
         raise RuntimeError("cudnn_rnn: backward needs a forward run with is_training=True (an inference "
                            "forward keeps no reserve_space)")
-    attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo, step)
+    tensors = (input, input_h, input_c, params, sequence_lengths)
+    sig = _kernel_signature(tensors, step, (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                                            time_major, algo))
     with _on_device(input.device):
-        grads = _bridge.backward(attrs, *(None if t is None else to_array(t) for t in (
-            input, input_h, input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
-            output_h_backprop, output_c_backprop, reserve_space)))
+        grads = _bridge.backward(sig.config, *(None if t is None else to_array(t) for t in (
+            *tensors, output, output_h, output_c, output_backprop, output_h_backprop, output_c_backprop,
+            reserve_space)), time_major=time_major)
         return tuple(to_tensor(g) for g in grads)  # type: ignore[return-value]
 
 
@@ -219,7 +233,8 @@ def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor],
     guard); on CUDA cuDNN sizes it, for concrete T and B only, so a symbolic T or B gives it an unbacked size."""
     from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
+    attrs: dict[str, Any] = dict(zip(_ATTRIBUTES, (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj,
+                                                  time_major, algo)))
     batch_axis = 1 if time_major else 0
 
     def sizes(tensor: Optional[Tensor], *keep: int) -> tuple[int, ...] | None:
@@ -227,10 +242,10 @@ def _rnn_forward_fake(input: Tensor, input_h: Tensor, input_c: Optional[Tensor],
                                                  int(n.node.hint) if n.node.has_hint() else 1
                                                  for axis, n in enumerate(list[Any](tensor.shape)))
 
-    sig = _bridge.signature(attrs, sizes(input, 0, 1), sizes(input_h, batch_axis), sizes(input_c, batch_axis),
+    sig = _bridge.signature(sizes(input, 0, 1), sizes(input_h, batch_axis), sizes(input_c, batch_axis),
                             sizes(params), numpy_dtype_of(input.dtype), sizes(sequence_lengths, 0),
                             None if sequence_lengths is None else numpy_dtype_of(sequence_lengths.dtype),
-                            is_training=is_training)
+                            is_training=is_training, **attrs)
     reserve: Any = 0
     if is_training and input.device.type == "cpu":
         reserve = sig.cpu_reserve_elements(input.shape[0], input.shape[1])
@@ -348,9 +363,10 @@ def cudnn_rnn(input: Tensor, input_h: Tensor, input_c: Optional[Tensor], params:
     ``is_training=True``); ``sequence_lengths`` has none. Forward mode (``torch.func.jvp``, ``jacfwd``,
     ``hessian``) and second order raise ``NotImplementedError``. ``torch.compile`` traces it whole.
     """
-    attrs = _bridge.Attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major, algo)
     if not torch.compiler.is_compiling():  # compiled code is checked by the fake kernel, once, as it is traced
-        check_call(attrs, input, input_h, input_c, params, sequence_lengths, is_training)
+        check_call(input, input_h, input_c, params, sequence_lengths, rnn_mode=rnn_mode, input_mode=input_mode,
+                   direction=direction, dropout=dropout, seed=seed, seed2=seed2, num_proj=num_proj,
+                   is_training=is_training, time_major=time_major, algo=algo)
         dropout, seed, seed2, num_proj = float(dropout), int(seed), int(seed2), int(num_proj)
         is_training, time_major = bool(is_training), bool(time_major)
     has_cell = rnn_mode == "lstm"
