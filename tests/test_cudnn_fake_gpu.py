@@ -12,6 +12,7 @@ Every call goes through the public ops (so ops.py's copies and transposes count 
   host_reserved or not (the reserve's own checks are in tests/test_reserve.py, those of ops.py
   in tests/test_ops.py);
 * padding: NaN and inf in padded x and dy never reach cuDNN;
+* a layer's backward: cuDNN adds the weight gradient straight into the layer's grad;
 * CUDA graphs: the steady-state training step records without a host transfer, and the graph
   keeps the cached arrays it reads.
 """
@@ -315,3 +316,28 @@ def test_capture_ends_the_recording_when_the_step_fails(fake_cudnn: FakeCudnn) -
     assert not stream.is_capturing()
     with pytest.raises(ValueError, match="warmup must be an int >= 1"):
         cuda_graph.capture(step, warmup=0)
+
+
+def test_a_layers_backward_adds_the_weight_gradient_straight_into_its_grad(
+        fake_cudnn: FakeCudnn, fake_cupy: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cudnnRNNBackwardWeights_v8 (WGRAD_MODE_ADD) gets the layer's own grad buffer: nothing params-sized is
+    allocated or zeroed for it, and what was in it stays (the fake adds 1 to every element)."""
+    import fake_gpu
+    from cudnn_rnn import LSTM
+
+    layer = LSTM(3, 5, num_layers=2, xp=fake_cupy)
+    layer.grad[...] = 0.5
+    grad, size = layer.grad, layer.params.size
+    layer.forward(to_device(np.ones((2, 4, 3), np.float32)))
+    allocate, shapes = fake_gpu._allocate, []
+
+    def recorded(shape: Any, *args: Any, **kwargs: Any) -> Any:
+        shapes.append(shape)
+        return allocate(shape, *args, **kwargs)
+
+    monkeypatch.setattr(fake_gpu, "_allocate", recorded)
+    layer.backward(to_device(np.ones((2, 4, 5), np.float32)))
+    assert fake_cudnn.seen["dweights"] == grad.data.ptr and layer.grad is grad
+    assert shapes and all(int(np.prod(shape)) != size for shape in shapes), shapes
+    np.testing.assert_array_equal(grad.view(np.ndarray), np.full(size, 1.5, np.float32))
+

@@ -133,6 +133,23 @@ def test_equals_the_library_op_and_its_backprop(case: Case, transform: Callable[
     _assert_library_equal(case, np.float32, transform)
 
 
+@pytest.mark.parametrize("case, copies", [
+    (Case("lstm", "bidirectional", num_layers=2), 0),  # time-major float32: the backend writes XLA's buffers
+    (Case("gru", time_major=False), 4),  # batch-major: the reference backend's output and each state are copied
+], ids=["time-major", "batch-major"])
+def test_the_op_writes_its_results_into_xlas_buffers(monkeypatch: pytest.MonkeyPatch, case: Case,
+                                                     copies: int) -> None:
+    """Each callback hands XLA's buffers down (``out``): a result is copied only where the op cannot write it as
+    it runs (another layout), and the results are the library's, bit for bit."""
+    from cudnn_rnn import ops
+
+    copy, copied = ops._copy_into, []
+    monkeypatch.setattr(ops, "_copy_into", lambda destination, source: copied.append(source.shape) or copy(
+        destination, source))
+    _assert_library_equal(case, np.float32, jax.jit)
+    assert len(copied) == copies, copied
+
+
 def test_a_cpu_backward_reads_the_front_of_a_reserve_sized_for_a_longer_cuda_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With a CUDA backend beside the CPU, the traced reserve is as long as the longer of the two platforms'."""

@@ -136,8 +136,27 @@ def test_backward_accumulates_until_zero_grad(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=0)  # no dropout: same gradient twice
     assert np.abs(grads[0]).max() > 0
     np.testing.assert_allclose(layer.grad, 2 * grads[0], rtol=1e-15)
+    buffer = layer.grad
     layer.zero_grad()
-    assert not layer.grad.any()
+    assert not layer.grad.any() and layer.grad is buffer
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_backward_adds_the_ops_params_gradient_into_grad_in_place(dtype: str, rng: np.random.Generator) -> None:
+    """The backend adds into the layer's own buffer what the public op returns, rounded to the dtype first."""
+    layer = GRU(2, 3, 2, dropout=0.5, seed=4, dtype=dtype)
+    a = _inputs(layer, rng)
+    buffer, expected = layer.grad, np.zeros_like(layer.grad)
+    for step in range(2):
+        layer.forward(a["x"], None, a["h0"])
+        layer.backward(a["wy"], a["wh"])
+        attrs = dict(rnn_mode="gru", dropout=0.5, seed=4, seed2=step, time_major=False)
+        out = cudnn_rnn.cudnn_rnn_v3(a["x"], a["h0"], None, layer.params, **attrs)
+        expected += cudnn_rnn.cudnn_rnn_backprop_v3(a["x"], a["h0"], None, layer.params, None, out.output,
+                                                    out.output_h, None, a["wy"], a["wh"], None, out.reserve_space,
+                                                    **attrs).params_backprop
+    assert layer.grad is buffer
+    np.testing.assert_array_equal(layer.grad, expected)
 
 
 def test_missing_states_are_zeros_and_outputs_masked(rng: np.random.Generator) -> None:

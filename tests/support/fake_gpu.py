@@ -594,7 +594,7 @@ class FakeCudnn:
                              dweights, work_size, work, reserve_size, reserve) -> None:
         self._on_device("cudnnRNNBackwardWeights_v8", handle, lengths, x, hx, y, dweights, work, reserve)
         assert mode == _lib.WgradMode.ADD and reserve == self.seen["backward_reserve"]
-        self.seen.update(weights_x=self._sequence(x_desc, x).copy())
+        self.seen.update(weights_x=self._sequence(x_desc, x).copy(), dweights=dweights)
         dtype = _dtype(self.rnns[rnn].data_type)
         memory(dweights, dtype, (weight_size // np.dtype(dtype).itemsize,))[...] += 1.0
 
