@@ -138,3 +138,19 @@ def test_cupy_sequence_lengths_are_read_once_per_call(fake_cudnn: FakeCudnn) -> 
     with fake_cudnn.gpu.counting() as made:
         train_step(DROPPY, a.with_(lengths=to_device(a.lengths)))
     assert made == {"d2h": 2}, "forward and backprop each read the lengths back (cuDNN needs them on the host)"
+
+
+def test_the_internal_op_path_holds_every_calls_shapes_to_its_config() -> None:
+    """A config checked once still meets every call's arrays: one of another width is refused, naming it."""
+    case = Case("gru", num_layers=1, num_units=4, input_size=3, max_time=2, batch=2, dtype="float32")
+    a = random_arrays(case, np.random.default_rng(0))
+    config, wrong = case.config(), r" for this configuration; got "
+    with pytest.raises(ValueError, match=r"^input must have shape \(2, 2, 3\)" + wrong + r"\(2, 2, 5\)$"):
+        ops.forward_with_rng(config, np.zeros((2, 2, 5), np.float32), a.h0, None, a.params, time_major=True,
+                             is_training=False)
+    with pytest.raises(ValueError, match=r"^input_h must have shape \(1, 2, 4\)" + wrong + r"\(2, 2, 4\)$"):
+        ops.forward_with_rng(config, a.x, np.zeros((2, 2, 4), np.float32), None, a.params, time_major=True,
+                             is_training=False)
+    with pytest.raises(TypeError, match=r"^input must have the configuration's dtype \(float32\); got float64$"):
+        ops.forward_with_rng(config, a.x.astype(np.float64), a.h0.astype(np.float64), None,
+                             a.params.astype(np.float64), time_major=True, is_training=False)
