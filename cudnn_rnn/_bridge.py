@@ -16,10 +16,12 @@ buffers, with the one validated config the trace made::
 A call's shapes are held to its config every time it runs (``_signature.check``). A training forward's
 reserve_space is sized before any data exists (:meth:`Signature.reserve_elements` per platform) and travels
 through the framework's graph as the backward's residual, which is checked as an array, its header unread
-(``ops.backprop_from_residual``: on CuPy that would wait for the device).
+(``ops.backprop``'s ``from_residual``: on CuPy that would wait for the device).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -29,7 +31,10 @@ from .layers import keras_init_params
 
 # each ``as`` marks a name the bridges take from here
 from ._signature import signature as signature
-from .ops import backprop_from_residual as backward, forward_with_rng as forward
+from .ops import backprop, forward_with_rng as forward
+
+#: ``ops.backprop`` of a reserve_space that is the bridge's own forward's residual (its header unread)
+backward = functools.partial(backprop, from_residual=True)
 
 __all__ = ["Signature", "Shape", "signature", "forward", "backward", "init_params", "PLATFORMS"]
 

@@ -193,7 +193,7 @@ def check_array(reserve: Array, key: ForwardKey) -> None:
     """Raise unless ``reserve`` could be a training reserve of ``key``'s call: a 1-D array of its dtype, a header long.
 
     Reads nothing from the array. :func:`check` starts with it; a framework bridge whose reserve is
-    its own forward's residual in the same graph relies on it alone (``ops.backprop_from_residual``).
+    its own forward's residual in the same graph relies on it alone (``ops.backprop(..., from_residual=True)``).
     """
     if reserve is None:
         raise TypeError("reserve_space must be the forward's reserve_space array; got None")

@@ -424,40 +424,26 @@ def backprop(config: RNNConfig, input: Array, input_h: Array, input_c: Array | N
              sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
              output_backprop: Array | None, output_h_backprop: Array | None, output_c_backprop: Array | None,
              reserve_space: Array, host_reserved: Array | None = None, *, time_major: bool,
-             params_grad: Array | None = None) -> RNNGradients:
-    """:func:`cudnn_rnn_backprop_v3` of a validated ``config`` (the layers' backward), its arrays held to it.
+             params_grad: Array | None = None, out: Mapping[str, Array] | None = None,
+             from_residual: bool = False) -> RNNGradients:
+    """:func:`cudnn_rnn_backprop_v3` of a validated ``config`` (the layers' and the bridges' backward).
 
     ``params_grad``: a buffer shaped and typed like ``params`` that the params gradient is ADDED
     into (cuDNN accumulates into it directly, nothing else is allocated for it), returned as
-    ``params_backprop``; None returns a fresh gradient. Results and errors as
+    ``params_backprop``; None returns a fresh gradient. ``out``: buffers for input_backprop,
+    input_h_backprop and input_c_backprop, as :func:`forward_with_rng`'s. ``from_residual``: the
+    reserve_space is a framework bridge's own forward's residual, in a buffer of the framework's (so
+    no record of it exists): it is checked as an array (rank, dtype, length) but its header is not
+    read, which on CuPy would wait for the device. Results and errors as
     :func:`cudnn_rnn_backprop_v3`'s (the shapes' as ``_signature.check`` says).
     """
     call = _prepare_backprop(functools.partial(_prepare, config, time_major), config.has_cell, input, input_h,
                              input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
                              output_h_backprop, output_c_backprop, reserve_space)
-    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
-                     functools.partial(_reserve.check, reserve_space, host_reserved), params_grad, None)
-
-
-def backprop_from_residual(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
-                           sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
-                           output_backprop: Array | None, output_h_backprop: Array | None,
-                           output_c_backprop: Array | None, reserve_space: Array, *, time_major: bool,
-                           params_grad: Array | None = None, out: Mapping[str, Array] | None = None
-                           ) -> RNNGradients:
-    """:func:`backprop` for a framework bridge whose reserve_space is its own forward's residual.
-
-    A framework's graph hands the backward the very buffer its forward filled, with the forward's
-    attributes and shapes, in a buffer of the framework's (so no record of it exists): the reserve
-    is checked as an array (rank, dtype, length) but its header is not read, which on CuPy would
-    wait for the device. ``out``: buffers for input_backprop, input_h_backprop and input_c_backprop,
-    as :func:`forward_with_rng`'s. Arguments, results and other errors as :func:`backprop`'s.
-    """
-    call = _prepare_backprop(functools.partial(_prepare, config, time_major), config.has_cell, input, input_h,
-                             input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
-                             output_h_backprop, output_c_backprop, reserve_space)
-    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
-                     functools.partial(_reserve.check_array, reserve_space), params_grad, out)
+    check = functools.partial(_reserve.check_array, reserve_space) if from_residual else functools.partial(
+        _reserve.check, reserve_space, host_reserved)
+    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space, check,
+                     params_grad, out)
 
 
 def _prepare_backprop(prepare: Callable[..., _ValidatedCall], has_cell: bool, input: Array, input_h: Array,
