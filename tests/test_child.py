@@ -193,6 +193,17 @@ def test_a_warm_child_survives_refusals_from_its_work(started: list[subprocess.P
     assert pid_of_child() == first and len(started) == 1
 
 
+def test_a_work_the_new_child_cannot_import_is_a_value_error_and_the_child_serves_on(
+        started: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "vanishing_module.py").write_text("import os\n\ndef pid() -> int:\n    return os.getpid()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    work = importlib.import_module("vanishing_module").pid
+    (tmp_path / "vanishing_module.py").unlink()  # gone before the child unpickles the work
+    with pytest.raises(ValueError, match="No module named 'vanishing_module'"):
+        _child.run_isolated(__file__, work, reader=WARM)
+    assert pid_of_child() == started[0].pid and len(started) == 1
+
+
 def test_a_warm_child_that_crashes_is_a_refusal_and_the_next_read_starts_another(
         started: list[subprocess.Popen[bytes]]) -> None:
     first = pid_of_child()

@@ -117,10 +117,6 @@ _STARTED = ("started", None, True)
 _CHILD = ("import sys; from multiprocessing.connection import Connection; requests = Connection(0, writable=False); "
           f"sys.path[:] = requests.recv(); from {__name__} import _serve; _serve(requests, int(sys.argv[1]))")
 
-#: the outcomes after which a child is as healthy as before its read
-_HEALTHY = ("value", "ValueError", "TypeError", "FileReadError")
-
-
 def _data_bytes() -> int:
     """This process's data segment as RLIMIT_DATA counts it (Linux's VmData), or 0 where it cannot be read."""
     try:
@@ -160,7 +156,7 @@ def _in_child(request: tuple[bytes, int, float], sender: Connection, reader: Rea
     except BaseException as error:  # noqa: BLE001 - everything goes back to the parent as a message
         outcome, healthy = ("FileReadError", f"not a readable {reader.kind} ({type(error).__name__}: "
                                              f"{one_line(error, 200)})"), False
-    keep = healthy and _data_bytes() - baseline[0] <= memory_bytes  # the result (to be freed) counted too
+    keep = healthy and _data_bytes() - (baseline or [0])[0] <= memory_bytes  # the result (to be freed) counted too
     try:
         sender.send((*outcome, keep))
     except Exception as error:  # noqa: BLE001 - e.g. a result that does not pickle
@@ -260,7 +256,7 @@ def run_isolated(path: str, work: Callable[[], Result], reader: Reader = HDF5) -
     kept = False
     try:
         kind, value, keep = child.read(path, pickled, reader)
-        if reader.warm and keep and kind in _HEALTHY:
+        if reader.warm and keep:
             with _warm_lock:
                 kept = _warm.setdefault(reader, child) is child
     finally:
