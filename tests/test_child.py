@@ -182,6 +182,18 @@ def test_reads_through_a_warm_reader_share_one_child(started: list[subprocess.Po
     assert pid_of_child(_child.HDF5) != started[0].pid  # a reader that is not warm: a child of its own
 
 
+def test_a_warm_child_reads_in_the_callers_working_directory(started: list[subprocess.Popen[bytes]], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path names what it names for the caller, wherever the caller was when the child started."""
+    for folder in (tmp_path / "a", tmp_path / "b"):
+        folder.mkdir()
+        (folder / "model.h5").write_text(folder.name)
+        monkeypatch.chdir(folder)
+        assert _child.run_isolated("model.h5", functools.partial(Path.read_text, Path("model.h5")), reader=WARM) \
+            == folder.name
+    assert len(started) == 1
+
+
 def test_a_warm_child_survives_refusals_from_its_work(started: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
     (tmp_path / "noise.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
     first = pid_of_child()

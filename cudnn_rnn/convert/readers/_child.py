@@ -127,15 +127,18 @@ def _data_bytes() -> int:
     return int(found.group(1)) * 1024 if found else 0
 
 
-def _in_child(request: tuple[bytes, int, float], sender: Connection, reader: Reader, baseline: list[int]) -> None:
-    """Run one pickled ``work`` under its bounds and send :data:`_STARTED`, then (kind, value, keep) as plain data.
+def _in_child(request: tuple[bytes, int, float, str], sender: Connection, reader: Reader, baseline: list[int]
+              ) -> None:
+    """Run one pickled ``work`` under its bounds, in the caller's working directory (a relative path reads what the
+    caller's would), and send :data:`_STARTED`, then (kind, value, keep) as plain data.
 
     ``baseline`` holds, from the first read on, the child's data segment once its imports were done.
     """
-    pickled, memory_bytes, seconds = request
+    pickled, memory_bytes, seconds, folder = request
     limits = resource.getrlimit(resource.RLIMIT_DATA)
     hard, healthy = limits[1], True
     try:
+        os.chdir(folder)
         work = pickle.loads(pickled)
         for module in reader.imports:
             importlib.import_module(module)
@@ -207,7 +210,7 @@ class _Child:
         seconds = max(READ_SECONDS, READ_SECONDS_PER_GB * size / 2 ** 30)
         try:
             with contextlib.suppress(BrokenPipeError):
-                self.sender.send((work, MEMORY_BYTES + MEMORY_PER_FILE_BYTE * size, seconds))
+                self.sender.send((work, MEMORY_BYTES + MEMORY_PER_FILE_BYTE * size, seconds, os.getcwd()))
             if not self.receiver.poll(START_SECONDS):
                 raise FileReadError(path, f"the process reading it did not start in {START_SECONDS:.0f} s")
             answer: tuple[str, Any, bool] = self.receiver.recv()
