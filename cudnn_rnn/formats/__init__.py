@@ -58,9 +58,9 @@ from ._table import convert_between, expected_shapes, from_format, to_format
 from .mygrad import gru_block_cell_to_mygrad, mygrad_to_gru_block_cell
 
 # what the layers, convert and the cli build on besides __all__ (each ``as`` marks a name exported from here)
-from ._core import (MODE_BY_GATES as MODE_BY_GATES, FormatSpec as FormatSpec, TensorShapes as TensorShapes,
-                    check_params as check_params, check_tensors as check_tensors, describe as describe,
-                    reorder_gates as reorder_gates)
+from ._core import (FormatSpec as FormatSpec, check_params as check_params, check_tensors as check_tensors,
+                    describe as describe, reorder_gates as reorder_gates)
+from ._reading import MODE_BY_GATES as MODE_BY_GATES, TensorShapes as TensorShapes
 from ._table import PREFIXED_TORCH_NAME as PREFIXED_TORCH_NAME, guess_format as guess_format
 
 #: The format names, in the order of the table above (``"canonical"``, ``"torch"``, ...).

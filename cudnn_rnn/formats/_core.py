@@ -25,35 +25,7 @@ from .._arrays import Array, array_module
 from .._checks import flag
 from ..config import RNNConfig, dtype_name
 from ..layout import params_layout, params_size
-from ._reading import MODE_BY_GATES, ConfigRead, ShapeReading, TensorNames, TensorShapes, name_pattern
-
-__all__ = [
-    "Converted",
-    "InexactConversionError",
-    "Notes",
-    "CellWeights",
-    "TensorNames",
-    "OmittedBiases",
-    "MODE_BY_GATES",
-    "TensorShapes",
-    "ConfigRead",
-    "ShapeReading",
-    "FormatFacts",
-    "FormatModule",
-    "FormatSpec",
-    "name_pattern",
-    "no_refusal",
-    "projection_refusal",
-    "gate_order",
-    "reorder_gates",
-    "to_gate_order",
-    "from_gate_order",
-    "cells_from_params",
-    "params_from_cells",
-    "with_explicit_skip_input",
-    "without_explicit_skip_input",
-    "pseudo_layers",
-]
+from ._reading import ConfigRead, TensorNames, TensorShapes
 
 
 class InexactConversionError(ValueError):

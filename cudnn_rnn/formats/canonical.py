@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from ..layout import ParamEntry, params_layout
-from ._core import CellWeights, FormatFacts, Notes, TensorNames, cells_from_params, no_refusal, params_from_cells
+from ._core import CellWeights, FormatFacts, Notes, cells_from_params, no_refusal, params_from_cells
+from ._reading import TensorNames
 
 TENSOR_NAMES = TensorNames({"weights": "weights/{index}", "biases": "biases/{index}"})
 

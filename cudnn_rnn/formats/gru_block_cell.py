@@ -31,11 +31,10 @@ from ._core import (
     CellWeights,
     FormatFacts,
     Notes,
-    ShapeReading,
-    TensorNames,
     reorder_gates,
     with_explicit_skip_input,
 )
+from ._reading import ShapeReading, TensorNames
 from .keras import GATE_ORDERS as KERAS_GATE_ORDERS
 
 #: gru_block_cell tensor -> its column blocks, in order

@@ -26,14 +26,12 @@ from ._core import (
     FormatFacts,
     Notes,
     OmittedBiases,
-    ShapeReading,
-    TensorNames,
-    TensorShapes,
     from_gate_order,
     projection_refusal,
     pseudo_layers,
     to_gate_order,
 )
+from ._reading import ShapeReading, TensorNames, TensorShapes
 
 #: rnn_mode -> Keras's gate order, in cuDNN gate names
 GATE_ORDERS: dict[str, tuple[str, ...]] = {"lstm": ("i", "f", "g", "o"), "gru": ("u", "r", "n")}

@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from . import gru_block_cell as block
-from ._core import CellWeights, FormatFacts, Notes, ShapeReading, TensorNames, check_tensors, reorder_gates
+from ._core import CellWeights, FormatFacts, Notes, check_tensors, reorder_gates
+from ._reading import ShapeReading, TensorNames
 
 #: mygrad tensor -> (gru_block_cell tensor, its rows ("x", "h" or None for a bias), its column gate)
 MYGRAD_FROM_BLOCK: dict[str, tuple[str, str | None, str]] = {

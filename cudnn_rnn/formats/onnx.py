@@ -18,13 +18,11 @@ from ._core import (
     FormatFacts,
     Notes,
     OmittedBiases,
-    ShapeReading,
-    TensorNames,
-    TensorShapes,
     from_gate_order,
     projection_refusal,
     to_gate_order,
 )
+from ._reading import ShapeReading, TensorNames, TensorShapes
 
 #: rnn_mode -> ONNX's gate order, in cuDNN gate names
 GATE_ORDERS: dict[str, tuple[str, ...]] = {"lstm": ("i", "o", "f", "g"), "gru": ("u", "r", "n")}

@@ -26,18 +26,16 @@ from .._arrays import Array
 from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
-    ConfigRead,
     FormatFacts,
     FormatSpec,
     Notes,
-    TensorShapes,
     gate_order,
-    name_pattern,
     no_refusal,
     pseudo_layers,
     reorder_gates,
     with_explicit_skip_input,
 )
+from ._reading import ConfigRead, TensorShapes, name_pattern
 
 #: rnn_mode -> TF's gate order, in cuDNN gate names (LSTM: TF's i, c(=j), f, o)
 GATE_ORDERS: dict[str, tuple[str, ...]] = {"lstm": ("i", "g", "f", "o"), "gru": ("r", "u", "n")}

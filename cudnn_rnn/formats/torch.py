@@ -17,12 +17,11 @@ from ._core import (
     FormatFacts,
     Notes,
     OmittedBiases,
-    ShapeReading,
-    TensorNames,
     no_refusal,
     pseudo_layers,
     with_explicit_skip_input,
 )
+from ._reading import ShapeReading, TensorNames
 
 #: CellWeights field -> state_dict key pattern
 NAMES: dict[str, str] = {
