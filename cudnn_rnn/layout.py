@@ -58,8 +58,7 @@ class LayoutAssumptions:
 
     Everything the public sources leave open is in this one record. tests/gpu/test_layout_cudnn.py asks
     cudnnGetRNNWeightParams on a GPU and fails, naming the field, where cuDNN disagrees: settle it by
-    changing the values of :data:`UNCONFIRMED`, never the code that walks the table. Each argument is
-    kept as the attribute of the same name.
+    changing the values of :data:`UNCONFIRMED`, never the code that walks the table.
 
     Args:
         projection_position: where the LSTM projection matrix of pseudo-layer k sits:
@@ -79,11 +78,18 @@ class LayoutAssumptions:
 UNCONFIRMED = LayoutAssumptions()
 
 
-@dataclass(frozen=True)
-class ParamEntry:
-    """One matrix or bias of the params buffer.
+class _Sized:
+    shape: tuple[int, ...]
 
-    Each argument is kept as the attribute of the same name.
+    @property
+    def size(self) -> int:
+        """The number of elements, the product of ``shape``."""
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ParamEntry(_Sized):
+    """One matrix or bias of the params buffer.
 
     Args:
         kind: ``"matrix"`` or ``"bias"``.
@@ -104,22 +110,12 @@ class ParamEntry:
     offset: int
 
     @property
-    def size(self) -> int:
-        """The number of elements, the product of ``shape``."""
-        return math.prod(self.shape)
-
-    @property
     def stop(self) -> int:
         """The element offset just past the entry, ``offset + size``."""
         return self.offset + self.size
 
     def describe(self) -> str:
-        """The entry in words, for messages.
-
-        Returns:
-            Its pseudo-layer, side, kind, gate and linLayerID, e.g.
-            ``"pseudo-layer 1 input matrix of gate 'f' (linLayerID 1)"``.
-        """
+        """The entry in words, for messages: ``"pseudo-layer 1 input matrix of gate 'f' (linLayerID 1)"``."""
         where = f"pseudo-layer {self.pseudo_layer}"
         if self.side == "projection":
             return f"{where} projection matrix (linLayerID {PROJECTION_ID})"
@@ -127,7 +123,7 @@ class ParamEntry:
 
 
 @dataclass(frozen=True)
-class _Slot:
+class _Slot(_Sized):
     """Where one entry of a pseudo-layer sits in that pseudo-layer's part of a :class:`_Region`.
 
     Args:
@@ -139,11 +135,6 @@ class _Slot:
     lin_layer_id: int
     shape: tuple[int, ...]
     offset: int
-
-    @property
-    def size(self) -> int:
-        """The number of elements, the product of ``shape``."""
-        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -180,7 +171,7 @@ _Where = dict[tuple[str, int], tuple[_Region, _Slot]]
 class ParamsLayout:
     """Every entry of one configuration's params buffer, from a table of two patterns per region.
 
-    Each argument is kept as the attribute of the same name. The table walks cuDNN's buffer order
+    The table walks cuDNN's buffer order
     for one pseudo-layer of layer 0 and one of a layer above, per region of the buffer (the matrices,
     the projections where they come after all matrices, the biases); where pseudo-layer k's entries
     sit follows by arithmetic, so looking one up costs the same however many layers there are. Only
@@ -247,15 +238,8 @@ class ParamsLayout:
         return self._where[pseudo_layer >= self.config.num_directions].get((kind, lin_layer_id))
 
     def entry(self, pseudo_layer: int, lin_layer_id: int, kind: str = "matrix") -> ParamEntry | None:
-        """Look an entry up by its cuDNN coordinates.
-
-        Args:
-            pseudo_layer, lin_layer_id, kind: as :class:`ParamEntry`'s.
-
-        Returns:
-            The entry, or None when the buffer has none there (layer 0's input matrices under
-            skip_input, a projection's bias, an ID or pseudo-layer out of range).
-        """
+        """The entry at these cuDNN coordinates (as :class:`ParamEntry`'s), or None when the buffer has none there
+        (layer 0's input matrices under skip_input, a projection's bias, an ID or pseudo-layer out of range)."""
         found = self._find(pseudo_layer, lin_layer_id, kind)
         return None if found is None else self._entry(pseudo_layer, *found)
 
@@ -266,15 +250,7 @@ class ParamsLayout:
         return (range(0, d),) + ((range(d, k),) if k > d else ())
 
     def view(self, params: Array, entry: ParamEntry) -> Array:
-        """A view of one entry inside a params buffer.
-
-        Args:
-            params: the buffer.
-            entry: one of this layout's ``weights`` or ``biases``.
-
-        Returns:
-            The view, shaped ``entry.shape``.
-        """
+        """A view, shaped ``entry.shape``, of one of this layout's ``weights`` or ``biases`` inside ``params``."""
         return params[entry.offset:entry.stop].reshape(entry.shape)
 
     def stack(self, params: Array, pseudo_layers: range, lin_layer_id: int, kind: str = "matrix",
@@ -313,30 +289,13 @@ class ParamsLayout:
         return block.reshape(len(pseudo_layers), count * head.shape[0], *head.shape[1:])
 
     def gate_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
-        """The G stacked input or recurrent matrices of one pseudo-layer as one view.
-
-        Gates of one side are contiguous in the buffer, so this is a view, not a copy.
-
-        Args:
-            params, pseudo_layer: the buffer and k.
-            side: ``"input"`` or ``"recurrent"``.
-
-        Returns:
-            The [G*N, width] view (width = the layer's input width, or P for the recurrent
-            side); None for layer 0's input side under skip_input.
-        """
+        """The G stacked matrices of one ``side`` (``"input"`` or ``"recurrent"``) of a pseudo-layer, as one view:
+        [G*N, width] (the layer's input width, or P for the recurrent side); None for layer 0's input side under
+        skip_input."""
         return self._block(params, pseudo_layer, side, "matrix")
 
     def bias_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
-        """The G stacked input or recurrent biases of one pseudo-layer as one view.
-
-        Args:
-            params, pseudo_layer: the buffer and k.
-            side: ``"input"`` or ``"recurrent"``.
-
-        Returns:
-            The [G*N] view, or None where the layout has no such biases.
-        """
+        """The G stacked biases of one ``side`` of a pseudo-layer as one [G*N] view; None where the layout has none."""
         return self._block(params, pseudo_layer, side, "bias")
 
     def _block(self, params: Array, pseudo_layer: int, side: str, kind: str) -> Array:
@@ -349,14 +308,7 @@ class ParamsLayout:
         return params[offset:offset + g * head.size].reshape(g * head.shape[0], *head.shape[1:])
 
     def projection(self, params: Array, pseudo_layer: int) -> Array:
-        """The projection matrix of one pseudo-layer as a view.
-
-        Args:
-            params, pseudo_layer: the buffer and k.
-
-        Returns:
-            The [P, N] view, or None without projection.
-        """
+        """The [P, N] projection matrix of one pseudo-layer as a view; None without projection."""
         entry = self.entry(pseudo_layer, PROJECTION_ID, "matrix")
         return None if entry is None else self.view(params, entry)
 
@@ -417,33 +369,16 @@ def _cached_layout(key: LayoutKey, facts: LayoutAssumptions) -> ParamsLayout:
 def params_size(config: RNNConfig, facts: LayoutAssumptions | None = None) -> int:
     """The number of elements of ``config``'s params buffer, without walking it (``params_layout(config).size``).
 
-    The closed form of :func:`cudnn_rnn.config.params_element_count` with ``facts``' biases: checking a
-    size against this costs nothing however many layers a configuration (from a file, say) claims.
-
-    Args:
-        config: the configuration.
-        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
-
-    Returns:
-        The element count, a Python int.
+    The closed form of :func:`cudnn_rnn.config.params_element_count` with ``facts``' biases (:data:`UNCONFIRMED`
+    by default): checking a size against this costs nothing however many layers a configuration claims.
     """
     facts = facts or UNCONFIRMED
     return params_element_count(config, skip_input_keeps_input_biases=facts.skip_input_keeps_input_biases)
 
 
 def entry_counts(config: RNNConfig, facts: LayoutAssumptions | None = None) -> tuple[int, int]:
-    """The numbers of canonical weights and biases, without walking the layout.
-
-    ``(len(params_layout(config).weights), len(params_layout(config).biases))``: the entries of the
-    module docstring's layout, counted in closed form.
-
-    Args:
-        config: the configuration.
-        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
-
-    Returns:
-        ``(weights, biases)``, Python ints.
-    """
+    """``(len(params_layout(config).weights), len(params_layout(config).biases))`` in closed form, without walking
+    the layout (``facts``: :data:`UNCONFIRMED` by default)."""
     facts = facts or UNCONFIRMED
     g, d, k = config.num_gates, config.num_directions, config.num_pseudo_layers
     skipped = d * g if config.skip_input else 0
@@ -453,12 +388,8 @@ def entry_counts(config: RNNConfig, facts: LayoutAssumptions | None = None) -> t
 
 
 def params_layout(config: RNNConfig, facts: LayoutAssumptions | None = None) -> ParamsLayout:
-    """The layout of ``config``'s params buffer (cached: equal layout keys give the same object).
-
-    Args:
-        config: the configuration (only its ``layout_key`` fields matter).
-        facts: the layout facts to assume; :data:`UNCONFIRMED` by default.
-    """
+    """The layout of ``config``'s params buffer under ``facts`` (:data:`UNCONFIRMED` by default), cached: equal
+    layout keys give the same object."""
     return _cached_layout(config.layout_key, facts or UNCONFIRMED)
 
 
