@@ -22,7 +22,8 @@ A typical step (``layer(x, ...)`` is ``layer.forward(x, ...)``)::
 
 The package: the three classes here, each constructor building the layer through that of their base,
 :class:`RecurrentLayer`, in ``_recurrent_layer`` (the arguments' checks: ``_args``); Keras' initialisation
-in ``_initializers``. This module exports the base and the initialisers with the classes.
+in ``_initializers``. This module exports the base and the initialisers with the classes. Each class's
+docstring lists its own constructor's arguments (the base writes them from one table).
 """
 
 from __future__ import annotations
@@ -50,32 +51,7 @@ class LSTM(RecurrentLayer):
         i, f, o = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*);  g = tanh(W_g x_t + bW_g + R_g h_{t-1} + bR_g)
         c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t);   with num_proj: h_t <- P h_t  ([P, N])
 
-    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`; ``unit_forget_bias`` below).
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of each cell's state.
-        num_layers: L, the number of stacked layers.
-        bidirectional: D = 2 if True.
-        num_proj: P < N to project an LSTM's emitted state (0: none).
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
-            ``xp`` that is not numpy or cupy.
-        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
-            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
-        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
-            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
-            too big is refused at once, before any layer is initialised).
+    Initialisation is Keras' (:func:`cudnn_rnn.layers.keras_init_params`), with ``unit_forget_bias`` on by default.
     """
 
     modes = ("lstm",)
@@ -96,29 +72,6 @@ class GRU(RecurrentLayer):
 
         r, u = sigmoid(W_* x_t + bW_* + R_* h_{t-1} + bR_*)
         n = tanh(W_n x_t + bW_n + r * (R_n h_{t-1} + bR_n));   h_t = (1 - u) * n + u * h_{t-1}
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of each cell's state.
-        num_layers: L, the number of stacked layers.
-        bidirectional: D = 2 if True.
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
-            ``xp`` that is not numpy or cupy.
-        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
-            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
-        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
-            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
-            too big is refused at once, before any layer is initialised).
     """
 
     modes = ("gru",)
@@ -135,33 +88,7 @@ _ACTIVATIONS: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 
 
 class RNN(RecurrentLayer):
-    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu.
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of each cell's state.
-        num_layers: L, the number of stacked layers.
-        activation: ``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).
-        bidirectional: D = 2 if True.
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
-            ``xp`` that is not numpy or cupy.
-        ValueError: an unknown ``activation``, an unknown mode string, a size that is not positive or
-            above a C int, a params buffer no array can hold, or an impossible combination (see
-            :class:`cudnn_rnn.RNNConfig`).
-        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
-            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
-            too big is refused at once, before any layer is initialised).
-    """
+    """Plain (Elman) RNN: ``h_t = act(W x_t + bW + R h_{t-1} + bR)`` with act = tanh or relu."""
 
     modes = tuple(_ACTIVATIONS.values())
 

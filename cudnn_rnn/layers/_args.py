@@ -6,6 +6,7 @@ here refuses a mistake with a ``TypeError`` or ``ValueError`` that names the arg
 layer expects and what it got, and says how to mend it where there is one way::
 
     ArgumentCheck(config, xp).input(x, time_major)     -> (B, T)
+    ArgumentCheck(config, xp).inputs(x, h0, c0, ...)   -> (B, T), after input and state of h0 and c0
     ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
     ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS (after input: a state
                                                        that fits x read in the other layout says so)
@@ -136,6 +137,16 @@ class ArgumentCheck:
             raise ValueError(f"x has {max_time} steps (T = x.shape[{0 if time_major else 1}]); a sequence has at "
                              f"most {MAX_SIZE}")
         return int(batch), int(max_time)
+
+    def inputs(self, x: object, h0: object, c0: object, time_major: bool) -> tuple[int, int]:
+        """Check a forward's ``x`` (:meth:`input`) and its initial states (:meth:`state`; ``c0`` for an LSTM only)
+        and return x's ``(B, T)``."""
+        batch, max_time = self.input(x, time_major)
+        if not self.config.has_cell and c0 is not None:
+            raise ValueError(f"c0 is only for LSTM; this layer is {self.config.rnn_mode!r}, so c0 must be None")
+        self.state("h0", h0, batch, time_major)
+        self.state("c0", c0, batch, time_major)
+        return batch, max_time
 
     def lengths(self, lengths: object, batch: int, max_time: int) -> Any:
         """Check ``lengths``, as ``forward`` takes them, against a batch of ``batch`` sequences of up to

@@ -98,6 +98,48 @@ def constructor_arguments(config: RNNConfig) -> list[str]:
                                 if value != defaults[name].default]
 
 
+#: a constructor argument -> what it is, for the Args of each layer class's docstring (:func:`_constructor_doc`)
+_ARGUMENTS: dict[str, str] = {
+    "input_size": "I, the width of each input step.",
+    "num_units": "N, the width of each cell's state.",
+    "num_layers": "L, the number of stacked layers.",
+    "rnn_mode": '``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.',
+    "activation": '``"tanh"`` (rnn_mode ``"rnn_tanh"``) or ``"relu"`` (``"rnn_relu"``).',
+    "bidirectional": "D = 2 if True.",
+    "num_proj": "P < N to project an LSTM's emitted state (0: none).",
+    "dropout": "in [0, 1), on the outputs of every layer but the last, while training.",
+    "input_mode": '``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.',
+    "dtype": '``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;\n'
+             "bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).",
+    "xp": "numpy (the default; reference backend) or cupy (cuDNN).",
+    "seed": "initialisation and dropout seed (a C int).",
+    "unit_forget_bias": "put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).",
+    "algo": "cuDNN's algorithm (``\"standard\"``, the persistent ones or ``\"auto\"``; see\n"
+            ":data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.",
+}
+
+#: the Raises of every layer class's docstring
+_RAISES = """
+    Raises:
+        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
+            ``xp`` that is not numpy or cupy.
+        ValueError: an unknown mode string (or ``activation``), a size that is not positive or above a C
+            int, a params buffer no array can hold, or an impossible combination (see
+            :class:`cudnn_rnn.RNNConfig`).
+        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
+            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
+            too big is refused at once, before any layer is initialised).
+    """
+
+
+def _constructor_doc(cls: type) -> str:
+    """``cls``'s docstring followed by the Args of its own constructor (from :data:`_ARGUMENTS`) and the Raises
+    that every layer constructor shares."""
+    names = list(inspect.signature(cls).parameters)
+    args = [f"        {name}: " + _ARGUMENTS[name].replace("\n", "\n            ") for name in names]
+    return (cls.__doc__ or "").rstrip() + "\n\n    Args:\n" + "\n".join(args) + "\n" + _RAISES
+
+
 class RecurrentLayer:
     """A multi-layer cuDNN RNN with its own params buffer; the base of LSTM, GRU and RNN.
 
@@ -114,32 +156,6 @@ class RecurrentLayer:
             On cuDNN the masks come from the layer's own RNG state, set up from (``seed``,
             ``step``) at the first training forward on the GPU and advancing from step to step
             (saved by :meth:`state_dict`).
-
-    Args:
-        input_size: I, the width of each input step.
-        num_units: N, the width of each cell's state.
-        num_layers: L, the number of stacked layers.
-        rnn_mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
-        bidirectional: D = 2 if True.
-        num_proj: P < N to project an LSTM's emitted state (0: none).
-        dropout: in [0, 1), on the outputs of every layer but the last, while training.
-        input_mode: ``"linear_input"``, ``"skip_input"`` (needs I == N) or ``"auto_select"``.
-        dtype: ``"float16"``, ``"float32"``, ``"float64"`` or ``"bfloat16"`` (or that NumPy dtype;
-            bfloat16 is ``ml_dtypes.bfloat16`` and computes in float32).
-        xp: numpy (the default; reference backend) or cupy (cuDNN).
-        seed: initialisation and dropout seed (a C int).
-        unit_forget_bias: put 1.0 in an LSTM's forget-gate recurrent bias bR_f (bW_f stays 0).
-        algo: cuDNN's algorithm (``"standard"``, the persistent ones or ``"auto"``; see
-            :data:`cudnn_rnn.config.ALGOS`); the same math whichever runs.
-
-    Raises:
-        TypeError: a flag that is not a bool, a size that is not an integer, an unsupported dtype, or an
-            ``xp`` that is not numpy or cupy.
-        ValueError: an unknown mode string, a size that is not positive or above a C int, a params
-            buffer no array can hold, or an impossible combination (see :class:`cudnn_rnn.RNNConfig`).
-        MemoryError: a params buffer (or its gradient) that an array can hold but this machine cannot
-            allocate; the message names the sizes (``num_layers``, ...) and the bytes needed (a buffer
-            too big is refused at once, before any layer is initialised).
     """
 
     #: the modes this class can hold (``load`` and ``from_params`` check them)
@@ -151,6 +167,8 @@ class RecurrentLayer:
         super().__init_subclass__(**kwargs)
         for mode in cls.__dict__.get("modes", ()):
             RecurrentLayer._classes.setdefault(mode, cls)
+        if "__init__" in cls.__dict__:
+            cls.__doc__ = _constructor_doc(cls)
 
     def __init__(self, input_size: int, num_units: int, num_layers: int = 1, *, rnn_mode: str,
                  bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
@@ -249,11 +267,7 @@ class RecurrentLayer:
                              f"{self.step} is refused (set step to a smaller count, e.g. step % 2**31, "
                              f"the dropout seed2 it stands for)")
         check = ArgumentCheck(config, self.xp)
-        batch, max_time = check.input(x, time_major)
-        if not config.has_cell and c0 is not None:
-            raise ValueError(f"c0 is only for LSTM; this layer is {config.rnn_mode!r}, so c0 must be None")
-        check.state("h0", h0, batch, time_major)
-        check.state("c0", c0, batch, time_major)
+        batch, max_time = check.inputs(x, h0, c0, time_major)
         caller_lengths = lengths
         lengths = check.lengths(lengths, batch, max_time)
         with beside(self.params):  # default states on the params' GPU, whichever is current
@@ -511,3 +525,6 @@ class RecurrentLayer:
         details = ", ".join(self._extra_repr())
         return (f"{type(self).__name__}({details}) <{self.params.size} params on {self.xp.__name__}, "
                 f"step {self.step}>")
+
+
+RecurrentLayer.__doc__ = _constructor_doc(RecurrentLayer)

@@ -30,7 +30,6 @@ __all__ = ["LSTM", "GRU", "RNN"]
 _Module = TypeVar("_Module", bound="_RecurrentModule")
 
 
-
 @dataclass(frozen=True)
 class _TensorCheck(ArgumentCheck):
     """A layer's argument checks (messages in the layer's terms) on tensors beside a module's params."""
@@ -118,11 +117,7 @@ class _RecurrentModule(nn.Module):
         if not torch.compiler.is_compiling():  # compiled code is checked by the op as it is traced
             check = _TensorCheck(self.config, np, self.params.device)
             time_major = flag("time_major", time_major)
-            batch, max_time = check.input(x, time_major)
-            if not config.has_cell and c0 is not None:
-                raise ValueError(f"c0 is only for LSTM; this layer is {config.rnn_mode!r}, so c0 must be None")
-            check.state("h0", h0, batch, time_major)
-            check.state("c0", c0, batch, time_major)
+            batch, max_time = check.inputs(x, h0, c0, time_major)
             if not isinstance(lengths, Tensor):  # a list: checked, a CPU tensor
                 lengths = None if (host := check.lengths(lengths, batch, max_time)) is None else torch.from_numpy(host)
             elif lengths.dtype not in (torch.int32, torch.int64):
