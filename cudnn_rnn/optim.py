@@ -84,10 +84,15 @@ class _Optimizer:
     #: the per-parameter state lists (one array per parameter array, the state dtype)
     state_lists: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, params_list: Sequence[Array]) -> None:
+    def __init__(self, params_list: Sequence[Array], **hyperparameters: Any) -> None:
+        """Check ``params_list`` then ``hyperparameters`` (by :attr:`hyperparameters`, in its order) and keep them."""
         self.params_list: list[Array] = _array_list("params_list", params_list, updated=True)
         if not self.params_list:
             raise ValueError("params_list must hold at least one array; got an empty list")
+        values = {name: check(name, hyperparameters[name]) for name, check in self.hyperparameters.items()}
+        self._check_together(values, "")
+        for name, value in values.items():
+            setattr(self, name, value)
         self.steps: int = 0
 
     def _zeros_like_params(self) -> list[Array]:
@@ -130,6 +135,10 @@ class _Optimizer:
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        values = "".join(f", {name}={getattr(self, name)}" for name in self.hyperparameters)
+        return f"{type(self).__name__}({len(self.params_list)} arrays{values})"
 
     # -- state dict ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -292,14 +301,13 @@ class SGD(_Optimizer):
 
     hyperparameters = {"lr": _positive_float, "momentum": _unit_interval, "nesterov": flag}
     state_lists = ("velocity",)
+    lr: float
+    momentum: float
+    nesterov: bool
 
     def __init__(self, params_list: Sequence[Array], lr: float, momentum: float = 0.0,
                  nesterov: bool = False) -> None:
-        super().__init__(params_list)
-        self.lr = _positive_float("lr", lr)
-        self.momentum = _unit_interval("momentum", momentum)
-        self.nesterov = flag("nesterov", nesterov)
-        self._check_together({"momentum": self.momentum, "nesterov": self.nesterov}, "")
+        super().__init__(params_list, lr=lr, momentum=momentum, nesterov=nesterov)
         self.velocity: list[Array] = self._zeros_like_params() if self.momentum else []
 
     @classmethod
@@ -321,9 +329,6 @@ class SGD(_Optimizer):
         direction = g + self.momentum * v if self.nesterov else v
         return p - self.lr * direction
 
-    def __repr__(self) -> str:
-        return f"SGD({len(self.params_list)} arrays, lr={self.lr}, momentum={self.momentum}, nesterov={self.nesterov})"
-
 
 class Adam(_Optimizer):
     """Adam (Kingma & Ba), in PyTorch's formulation.
@@ -344,13 +349,13 @@ class Adam(_Optimizer):
 
     hyperparameters = {"lr": _positive_float, "betas": _betas, "eps": _positive_float}
     state_lists = ("first_moment", "second_moment")
+    lr: float
+    betas: tuple[float, float]
+    eps: float
 
     def __init__(self, params_list: Sequence[Array], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        super().__init__(params_list)
-        self.lr = _positive_float("lr", lr)
-        self.betas = _betas("betas", betas)
-        self.eps = _positive_float("eps", eps)
+        super().__init__(params_list, lr=lr, betas=betas, eps=eps)
         self.first_moment: list[Array] = self._zeros_like_params()
         self.second_moment: list[Array] = self._zeros_like_params()
 
@@ -363,9 +368,6 @@ class Adam(_Optimizer):
         m_hat = m / (1.0 - b1 ** self.steps)
         s_hat = s / (1.0 - b2 ** self.steps)
         return p - self.lr * m_hat / (xp.sqrt(s_hat) + self.eps)
-
-    def __repr__(self) -> str:
-        return f"Adam({len(self.params_list)} arrays, lr={self.lr}, betas={self.betas}, eps={self.eps})"
 
 
 def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
