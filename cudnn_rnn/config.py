@@ -50,8 +50,6 @@ __all__ = [
 class ModeSpec:
     """Facts about one cell type.
 
-    Each argument is kept as the attribute of the same name.
-
     Args:
         name: TF's ``rnn_mode`` string.
         gates: gate names in cuDNN's linLayerID order (input matrices 0..G-1,
@@ -162,14 +160,10 @@ def dtype_name(dtype: object, argument: str = "dtype") -> str:
 
 
 def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
-    """The NumPy dtype of a supported dtype (a name, a NumPy dtype or a scalar type).
+    """The NumPy dtype of what :func:`dtype_name` takes (``argument`` names it in messages).
 
     ``"bfloat16"`` is ``ml_dtypes.bfloat16``: ml_dtypes is imported here, when that dtype is first
     asked for, and never otherwise.
-
-    Args:
-        dtype: what :func:`dtype_name` takes.
-        argument: names ``dtype`` in error messages.
 
     Raises:
         TypeError: an unsupported dtype.
@@ -179,20 +173,8 @@ def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:
 
 
 def resolve_input_mode(input_mode: str, input_size: int, num_units: int) -> str:
-    """Resolve ``auto_select`` as TF's params ops do: skip_input iff input_size == num_units.
-
-    Args:
-        input_mode: one of :data:`INPUT_MODES`.
-        input_size: I.
-        num_units: N.
-
-    Returns:
-        ``"linear_input"`` or ``"skip_input"``.
-
-    Raises:
-        TypeError: ``input_mode`` is not a string.
-        ValueError: ``input_mode`` is not one of the three.
-    """
+    """``input_mode`` (one of :data:`INPUT_MODES`, else TypeError or ValueError) with ``auto_select`` resolved as
+    TF's params ops do: ``"skip_input"`` iff input_size == num_units, else ``"linear_input"``."""
     choice("input_mode", input_mode, INPUT_MODES)
     if input_mode == "auto_select":
         return "skip_input" if input_size == num_units else "linear_input"
@@ -203,32 +185,22 @@ def tf_seed64(seed: int, seed2: int) -> int:
     """TF's 64-bit dropout seed, ``(uint64(seed) << 32) | uint64(seed2)``.
 
     Both attrs are C ``int`` and are sign-extended on promotion, so a negative seed2
-    sets the whole upper half and hides ``seed`` (seed=7, seed2=-3 equals seed=8, seed2=-3).
-
-    Args:
-        seed: TF's op-level seed (a C ``int``).
-        seed2: TF's second seed (a C ``int``).
-
-    Returns:
-        The seed as an unsigned 64-bit value, a Python int in [0, 2**64).
+    sets the whole upper half and hides ``seed`` (seed=7, seed2=-3 equals seed=8, seed2=-3). Returns a Python
+    int in [0, 2**64).
     """
     mask64 = (1 << 64) - 1
     return (((seed & mask64) << 32) | (seed2 & mask64)) & mask64
 
 
 def params_element_count(config: "RNNConfig", *, skip_input_keeps_input_biases: bool) -> int:
-    """The number of elements of ``config``'s params buffer, in closed form.
+    """The number of elements of ``config``'s params buffer, in closed form, exact at any size.
 
     The one formula of the params size (:func:`cudnn_rnn.layout.params_size` passes its layout
-    facts), exact Python int arithmetic at any size::
+    facts: whether layer 0 keeps its input biases under skip_input)::
 
         L*D pseudo-layers, each G*N*width input (none for layer 0 under skip_input),
         G*N*P recurrent, P*N projection (num_proj > 0) and 2*G*N bias elements,
         less layer 0's D*G*N input biases under skip_input unless they are kept.
-
-    Args:
-        config: the configuration.
-        skip_input_keeps_input_biases: whether layer 0 keeps its input biases under skip_input.
     """
     g, n, p, d = config.num_gates, config.num_units, config.state_size, config.num_directions
     first_width = 0 if config.skip_input else config.input_size
@@ -299,8 +271,8 @@ class RNNConfig:
         set_(self, "direction", choice("direction", self.direction, DIRECTIONS))
         for name, smallest in (("num_layers", 1), ("num_units", 1), ("input_size", 1), ("num_proj", 0)):
             set_(self, name, _int(name, getattr(self, name), minimum=smallest, maximum=MAX_SIZE))
-        set_(self, "seed", _int("seed", self.seed, minimum=_INT32_MIN, maximum=_INT32_MAX))
-        set_(self, "seed2", _int("seed2", self.seed2, minimum=_INT32_MIN, maximum=_INT32_MAX))
+        for name in ("seed", "seed2"):
+            set_(self, name, _int(name, getattr(self, name), minimum=_INT32_MIN, maximum=_INT32_MAX))
         set_(self, "dtype", dtype_name(self.dtype))
         set_(self, "algo", choice("algo", self.algo, ALGOS))
         set_(self, "mode", MODES[self.rnn_mode])
@@ -393,14 +365,7 @@ class RNNConfig:
         return tf_seed64(self.seed, self.seed2)
 
     def layer_input_size(self, layer: int) -> int:
-        """The width of the input of one physical layer.
-
-        Args:
-            layer: the layer index, 0 .. L-1.
-
-        Returns:
-            I for layer 0, D * P for the layers above.
-        """
+        """The width of the input of physical layer ``layer``: I for layer 0, D * P for the layers above."""
         return self.input_size if layer == 0 else self.output_size
 
     @property
@@ -413,15 +378,8 @@ class RNNConfig:
                 self.input_size, self.num_proj)
 
     def replace(self, **changes: object) -> "RNNConfig":
-        """A copy with some fields changed, validated again.
-
-        Args:
-            **changes: new values of constructor fields, by name.
-
-        Raises:
-            TypeError: an unknown field name, or a value of the wrong type.
-            ValueError: a value the constructor refuses.
-        """
+        """A copy with some constructor fields changed, validated again (the constructor's errors; TypeError for an
+        unknown field name)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         fields.update(changes)
         return RNNConfig(**fields)
