@@ -39,6 +39,7 @@ from ...config import DIRECTIONS
 from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
+from ._found import checked_path as checked_path
 from ._found import same_field as _same_field
 
 # what convert.into and the Keras writer share with the readers of the files they write (each ``as`` marks a name
@@ -145,15 +146,13 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
         ValueError: ``fmt`` is not a format name.
         TypeError: bad arguments, or tensors of mixed dtypes (naming the odd tensor).
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}")
+    path = checked_path(path)
     for name, value in (("key", key), ("prefix", prefix)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None; got {type(value).__name__} {value!r}")
     flag("trust_pickle", trust_pickle)
     if fmt is not None and fmt != PARAMS_FORMAT and fmt not in FORMATS:
         raise ValueError(f"fmt must be None, {PARAMS_FORMAT!r} or one of {FORMATS}; got {fmt!r}")
-    path = os.fspath(path)
     kind = file_kind(path)
     if fmt is not None and kind.formats is not None and fmt not in kind.formats:
         raise FileReadError(path, f"this is {kind.description}, which holds the {' or '.join(kind.formats)} "

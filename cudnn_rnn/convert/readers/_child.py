@@ -80,14 +80,9 @@ Result = TypeVar("Result")
 
 @dataclass(frozen=True)
 class Reader:
-    """The library a child runs, as its refusals name it.
-
-    Attributes:
-        library: what crashes or loops ("libhdf5").
-        kind: what a file it cannot read is not ("Keras file").
-        imports: modules the child imports before the read's time and memory bounds start ("tensorflow").
-        warm: whether the child stays for later reads (worth it where ``imports`` are slow).
-    """
+    """The library a child runs, as its refusals name it: ``library`` crashes or loops ("libhdf5") on a file that is
+    not a readable ``kind`` ("Keras file"); the child imports ``imports`` ("tensorflow") before the read's time and
+    memory bounds start, and stays for later reads when ``warm`` (worth it where ``imports`` are slow)."""
 
     library: str
     kind: str
@@ -242,11 +237,7 @@ _warm_lock = threading.Lock()
 
 
 def run_isolated(path: str, work: Callable[[], Result], reader: Reader = HDF5) -> Result:
-    """``work()`` (which reads the file with ``reader``'s library) in a child process (see the module docstring).
-
-    Readers written in C may crash, loop or allocate without bound on a damaged file; in a child,
-    that ends in a FileReadError instead of taking the caller's process down or hanging it.
-    """
+    """``work()`` (which reads the file with ``reader``'s library) in a child process (see the module docstring)."""
     if os.name != "posix" or not sys.executable:
         return work()
     pickled = pickle.dumps(work)

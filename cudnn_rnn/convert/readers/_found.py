@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ __all__ = [
     "PARAMS_FORMAT",
     "MAX_COMPRESSION_RATIO",
     "FileReadError",
+    "checked_path",
     "Question",
     "ReadOptions",
     "FoundRNN",
@@ -60,17 +62,11 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 class FileReadError(ValueError):
-    """A file that cannot be read as asked: the message is one line, naming the file and what to do.
-
-    The message is ``cannot read 'PATH': REASON``.
-
-    Args:
-        path: the file (or checkpoint prefix, or folder) that was read.
-        reason: what is wrong and what to do (made one line, control characters removed).
+    """A file that cannot be read as asked: ``cannot read 'PATH': REASON``, one line.
 
     Attributes:
-        path: the file, as given.
-        reason: the one-line reason.
+        path: the file (or checkpoint prefix, or folder), as given.
+        reason: what is wrong and what to do, made one line by :func:`one_line`.
     """
 
     def __init__(self, path: str, reason: str) -> None:
@@ -79,17 +75,16 @@ class FileReadError(ValueError):
         super().__init__(f"cannot read {path!r}: {self.reason}")
 
 
+def checked_path(path: object, argument: str = "path") -> str:
+    """``os.fspath(path)``; TypeError naming ``argument`` unless ``path`` is a str or os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
+    return os.fspath(path)
+
+
 def one_line(text: object, limit: int = 400) -> str:
-    """``text`` as one printable line, for messages that quote what a file holds.
-
-    Args:
-        text: anything; its ``str()`` is taken.
-        limit: the most characters returned (a longer text is cut and ends in ``...``).
-
-    Returns:
-        The text with terminal escape codes and control characters removed and whitespace
-        collapsed, at most ``limit`` characters.
-    """
+    """``str(text)`` as one printable line, for messages that quote what a file holds: terminal escape codes and
+    control characters removed, whitespace collapsed, at most ``limit`` characters (a longer text ends in ``...``)."""
     flat = _CONTROLS.sub(" ", _ESCAPES.sub("", str(text)))
     flat = " ".join(flat.split())
     return flat if len(flat) <= limit else flat[:limit - 3].rstrip() + "..."
@@ -112,15 +107,8 @@ class Question:
     default: Any = None
 
     def options(self, field_name: str) -> str:
-        """What to pass to answer the question, as a call spells it.
-
-        Args:
-            field_name: the configuration field this question is about.
-
-        Returns:
-            ``"rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"`` (the choices), or
-            ``"num_units=NUM_UNITS"`` when any value may do.
-        """
+        """What to pass to answer the question about ``field_name``, as a call spells it:
+        ``"rnn_mode='rnn_tanh' or rnn_mode='rnn_relu'"`` (the choices), or ``"num_units=NUM_UNITS"``."""
         if self.choices:
             return " or ".join(_argument(field_name, choice) for choice in self.choices)
         return f"{field_name}={field_name.upper()}"
@@ -142,15 +130,7 @@ def ask_all(questions: Mapping[str, Question]) -> str:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How to read a file, beyond what its content says.
-
-    Attributes:
-        key: the entry of a PyTorch checkpoint dict that holds the state_dict.
-        prefix: the key prefix of the RNN inside a parent module's state_dict.
-        trust_pickle: allow unpickling arbitrary objects (runs code from the file: only for
-            files you trust).
-        fmt: the format of the named tensors in an ``.npz`` file, when given.
-    """
+    """How to read a file, beyond what its content says: :func:`~cudnn_rnn.convert.read_file`'s options."""
 
     key: str | None = None
     prefix: str | None = None
@@ -211,27 +191,13 @@ class FoundRNN:
         object.__setattr__(self, "parts", tuple(self.parts))
 
     def replace(self, **changes: Any) -> "FoundRNN":
-        """A copy with some attributes changed.
-
-        Args:
-            **changes: new values of attributes (``name=``, ``notes=``, ...).
-
-        Returns:
-            The new :class:`~cudnn_rnn.convert.FoundRNN`, checked as a new one is.
-
-        Raises:
-            ValueError: ``fmt``, ``fields`` or ``questions`` are not valid.
-            TypeError: a keyword is not an attribute.
-        """
+        """A copy with some attributes changed (``name=``, ``notes=``, ...), checked as a new one is."""
         return dataclasses.replace(self, **changes)
 
     # -- configuration ---------------------------------------------------------------------------
     def with_hints(self, **hints: Any) -> "FoundRNN":
-        """Answer questions with ``hints`` (config fields; None means not given) and check the rest.
-
-        Args:
-            **hints: configuration fields (``rnn_mode="rnn_relu"``, ``num_units=64``, ...); a
-                hint of None is not given.
+        """Answer questions with ``hints`` (config fields: ``rnn_mode="rnn_relu"``, ``num_units=64``, ...; None
+        means not given) and check the rest.
 
         Returns:
             A copy in which the questions the hints answer have become fields; ``self`` when
@@ -292,11 +258,8 @@ class FoundRNN:
 
     # -- conversion ------------------------------------------------------------------------------
     def to_params(self, *, allow_approximation: bool = False) -> Converted:
-        """The cuDNN params buffer of these weights.
-
-        Args:
-            allow_approximation: accept a conversion that changes the function (the result
-                says what changed).
+        """The cuDNN params buffer of these weights; ``allow_approximation`` accepts a conversion that changes the
+        function (the result says what changed).
 
         Returns:
             ``Converted(value=params, approximations)``: ``params`` a fresh ``[params_size]``
@@ -318,33 +281,15 @@ class FoundRNN:
         return from_format(self.fmt, self.tensors, config, allow_approximation=allow_approximation)
 
     def to_layer(self, *, xp: types.ModuleType | None = None, allow_approximation: bool = False) -> RecurrentLayer:
-        """A trainable layer holding these weights.
-
-        The layer is ``RecurrentLayer.from_params(self.to_params().value, self.config)``.
-
-        Args:
-            xp: the layer's array module (numpy, the default, or cupy).
-            allow_approximation: accept a conversion that changes the function (see
-                :meth:`to_params`; :meth:`conversion` says what would change).
-
-        Returns:
-            A :class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU` or :class:`cudnn_rnn.RNN`, as the
-            mode says, whose ``params`` are a fresh ``[params_size]`` buffer on ``xp``.
-
-        Raises:
-            ValueError: as :meth:`to_params`.
-            InexactConversionError: as :meth:`to_params`.
-        """
+        """A trainable layer holding these weights: ``RecurrentLayer.from_params(self.to_params().value,
+        self.config, xp=xp)``, a :class:`cudnn_rnn.LSTM`, :class:`cudnn_rnn.GRU` or :class:`cudnn_rnn.RNN` as the
+        mode says, on the array module ``xp`` (numpy, the default, or cupy); raises as :meth:`to_params`."""
         params = self.to_params(allow_approximation=allow_approximation).value
         return RecurrentLayer.from_params(params, self.config, xp=xp)
 
     def conversion(self) -> str:
-        """How these weights become cuDNN params, in a word and a reason.
-
-        Returns:
-            ``"exact"``, ``"approximate: ..."`` (what would change), ``"refused: ..."`` (why
-            not) or ``"needs: ..."`` (the arguments to pass).
-        """
+        """How these weights become cuDNN params: ``"exact"``, ``"approximate: ..."`` (what would change),
+        ``"refused: ..."`` (why not) or ``"needs: ..."`` (the arguments to pass)."""
         if self.refusal:
             return f"refused: {self.refusal}"
         if not self.complete:
@@ -361,17 +306,13 @@ class FoundRNN:
         return "exact"
 
     def describe(self) -> str:
-        """The configuration as far as the file tells it, in one line.
-
-        Returns:
-            ``"rnn_mode=lstm, num_layers=1, ..."``: every configuration field, ``?`` marking what
-            the file does not tell (after a default: assumed, as ``direction=unidirectional?``).
-        """
+        """The configuration as far as the file tells it, in one line: ``"rnn_mode=lstm, num_layers=1, ..."``,
+        ``?`` marking what the file does not tell (after a default: assumed, as ``direction=unidirectional?``)."""
         parts = []
         for name in CONFIG_FIELDS:
             if name in self.fields:
                 parts.append(f"{name}={self.fields[name]}")
-            elif name in self.questions:  # "?" marks what the file does not tell (after a default, assumed)
+            elif name in self.questions:
                 default = self.questions[name].default
                 parts.append(f"{name}=?" if default is None else f"{name}={default}?")
         return ", ".join(parts)
@@ -406,16 +347,9 @@ BFLOAT16_NOTE = "the tensors are bfloat16: read as float32, exactly"
 
 def check_declared_size(path: str, name: str, shape: tuple[int, ...], itemsize: int, stored_bytes: int,
                         compressed: bool) -> int:
-    """Refuse a tensor whose declared size the file cannot hold; returns its size in bytes.
-
-    Args:
-        path: the file, for the message.
-        name: the tensor, for the message.
-        shape: its declared shape (each dimension checked to be a non-negative int).
-        itemsize: bytes per element.
-        stored_bytes: bytes the file really stores for it (compressed size when ``compressed``).
-        compressed: whether the stored bytes are deflated (then at most
-            :data:`MAX_COMPRESSION_RATIO` times smaller than the data).
+    """Refuse tensor ``name`` of ``path`` if its declared ``shape`` (non-negative ints) of ``itemsize``-byte
+    elements needs more than the ``stored_bytes`` the file stores for it (when ``compressed``, deflated: at
+    most :data:`MAX_COMPRESSION_RATIO` times smaller than the data); returns its size in bytes.
 
     Raises:
         FileReadError: a negative or non-integer dimension, or more data declared than stored.

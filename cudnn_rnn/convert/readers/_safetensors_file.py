@@ -15,8 +15,8 @@ import numpy as np
 
 from ...files import CHECKPOINT_FORMAT, Entry, Layout, SafetensorsError, read_array, read_layout
 from ..._dtypes import widen_bfloat16
-from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions
-from ._state_dict import READ_DTYPES, check_one_dtype, rnns_in_state_dict, select_rnns
+from ._found import FileReadError, FoundRNN, ReadOptions
+from ._state_dict import READ_DTYPES, rnns_in_state_dict
 
 __all__ = ["read", "checked_layout"]
 
@@ -47,16 +47,10 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     if layout.metadata.get("format") == CHECKPOINT_FORMAT:
         raise FileReadError(path, "a cudnn_rnn checkpoint, not a model file: read it with "
                                   "cudnn_rnn.checkpoint.load(path)")
-    groups = select_rnns(path, list(layout.entries), options.prefix)
-    for names in groups.values():
-        check_one_dtype(path, {key: layout.entries[key].dtype_name for key in names.values()}, READ_DTYPES)
-    try:
-        with open(path, "rb") as handle:
-            arrays = {key: _tensor(handle, layout.entries[key]) for names in groups.values() for key in names.values()}
-    except SafetensorsError as error:
-        raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None
-    found = rnns_in_state_dict(path, arrays, options, SOURCE)
-    bfloat16 = {prefix for prefix, names in groups.items()
-                if layout.entries[names["weight_ih_l0"]].dtype_name == "bfloat16"}
-    return [item.replace(notes=item.notes + (BFLOAT16_NOTE,))
-            if prefix in bfloat16 else item for item, prefix in zip(found, groups)]
+    with open(path, "rb") as handle:
+        try:
+            return rnns_in_state_dict(path, layout.entries, options, SOURCE, dtype_of=lambda entry: entry.dtype_name,
+                                      read=lambda keys: {key: _tensor(handle, layout.entries[key]) for key in keys},
+                                      readable=READ_DTYPES)
+        except SafetensorsError as error:
+            raise FileReadError(path, f"a damaged safetensors file: {error.reason}") from None

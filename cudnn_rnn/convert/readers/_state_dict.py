@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
 from ..._dtypes import BUILTIN_PARAMS, COMPUTE, PACKAGES, PARAMS
-from ._found import FileReadError, FoundRNN, ReadOptions, one_line, shared_dtype
+from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, one_line, shared_dtype
 from ._infer import infer
 
-__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "check_one_dtype", "READ_DTYPES"]
+__all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "READ_DTYPES"]
 
 
 #: gates per cell -> the torch class whose state_dict it is
@@ -85,16 +85,21 @@ def _listing(keys: list[Any], limit: int = 6) -> str:
     return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
 
 
-def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options: ReadOptions,
-                       source: str) -> list[FoundRNN]:
-    """Every RNN in a (parent module's) state_dict of NumPy arrays, one per key prefix.
+def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOptions, source: str, *,
+                       dtype_of: Callable[[Any], str] = lambda array: str(array.dtype),
+                       read: Callable[[list[str]], Mapping[str, np.ndarray]] | None = None,
+                       readable: Collection[str] = ARRAY_DTYPES) -> list[FoundRNN]:
+    """Every RNN in a (parent module's) state_dict, one per key prefix.
 
     Args:
         path: the file, for names and messages.
-        state_dict: ``{key: array}``; keys such as ``"rnn.weight_ih_l0"``; other keys are ignored.
+        state_dict: ``{key: tensor}`` (NumPy arrays, or what ``dtype_of`` and ``read`` take); keys such as
+            ``"rnn.weight_ih_l0"``; other keys are ignored.
         options: ``options.prefix`` picks the RNN under one prefix (``"rnn."`` or ``"rnn"``).
         source: what holds the state_dict, e.g. ``"state_dict in an .npz archive"``; each RNN's
             source is ``"PyTorch nn.LSTM " + source``.
+        dtype_of: a tensor's dtype name; an RNN's must be one, among ``readable``, before anything is read.
+        read: the chosen RNNs' keys -> their NumPy arrays (bfloat16 as float32, noted); None: the tensors as they are.
 
     Returns:
         ``[FoundRNN, ...]`` in the ``torch`` format, named by prefix (the file's base name for a
@@ -102,23 +107,26 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, np.ndarray], options:
         question), bias=False layers with zero biases (noted).
 
     Raises:
-        FileReadError: no RNN (under the prefix), or tensors that do not form one (naming it).
-        TypeError: an RNN's tensors of mixed or non-float dtypes (naming the tensor).
+        FileReadError: no RNN (under the prefix).
+        ValueError: tensors that do not form an RNN (naming it).
+        TypeError: an RNN's tensors of mixed or unreadable dtypes (naming the tensor).
     """
+    groups = select_rnns(path, list(state_dict), options.prefix)
+    for names in groups.values():
+        check_one_dtype(path, {key: dtype_of(state_dict[key]) for key in names.values()}, readable)
+    keys = [key for names in groups.values() for key in names.values()]
+    arrays = read(keys) if read is not None else {key: state_dict[key] for key in keys}
     found = []
-    for prefix, names in select_rnns(path, list(state_dict), options.prefix).items():
-        keys = list(names.values())
-        check_one_dtype(path, {key: str(np.asarray(state_dict[key]).dtype) for key in keys}, ARRAY_DTYPES)
-        tensors = {name: np.asarray(state_dict[key]) for name, key in names.items()}
-        where = f"the RNN under {prefix!r}" if prefix else "the state_dict"
-        try:
-            inferred = infer("torch", tensors)
-        except ValueError as error:
-            raise FileReadError(path, f"{where}: {error}") from None
+    for prefix, names in groups.items():
+        tensors = {name: arrays[key] for name, key in names.items()}
+        inferred = infer("torch", tensors, f"the RNN under {prefix!r}" if prefix else "the state_dict")
         units = int(inferred.fields["num_units"])
         rnn_class = RNN_CLASSES[tensors["weight_ih_l0"].shape[0] // units]
+        notes = tuple(inferred.notes)
+        if dtype_of(state_dict[names["weight_ih_l0"]]) == "bfloat16":
+            notes += (BFLOAT16_NOTE,)
         found.append(FoundRNN(_rnn_name(path, prefix), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
-                              inferred.fields, inferred.questions, tuple(inferred.notes)))
+                              inferred.fields, inferred.questions, notes))
     return found
 
 

@@ -28,6 +28,7 @@ float16/32/64 as they are, bfloat16 as float32 (exact), anything else refused by
 
 from __future__ import annotations
 
+import functools
 import io
 import mmap
 import os
@@ -42,9 +43,9 @@ import numpy as np
 
 from ..._dtypes import BY_NAME, names as dtype_names
 from ...formats.torch import module_fields
-from ._found import BFLOAT16_NOTE, FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
+from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, one_line
 from ._pickle_inspector import Pickled, inspect_pickle
-from ._state_dict import READ_DTYPES, check_one_dtype, rnn_groups, rnns_in_state_dict, select_rnns
+from ._state_dict import READ_DTYPES, rnn_groups, rnns_in_state_dict, select_rnns
 from ._zip import DAMAGED_ZIP, LOCAL_HEADER_SIGNATURE, checked_members, read_member
 
 __all__ = ["read", "inspect_zip", "Layout", "STORAGE_ITEMSIZES", "SEARCH_DEPTH"]
@@ -378,22 +379,15 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     return np.array(tensor.numpy(), copy=True, order="C")
 
 
-def _arrays(path: str, state: Mapping[str, Any], groups: dict[str, dict[str, str]], file_size: int
-            ) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
-    """The groups' tensors as NumPy arrays, and notes per prefix (checked before anything is copied)."""
-    keys = [key for names in groups.values() for key in names.values()]
-    total = 0
-    for names in groups.values():
-        check_one_dtype(path, {key: _torch_dtype(state[key]) for key in names.values()}, READ_DTYPES)
-        total += sum(_checked_nbytes(path, key, state[key]) for key in names.values())
+def _arrays(path: str, state: Mapping[str, Any], file_size: int, keys: list[str]) -> dict[str, np.ndarray]:
+    """The tensors of ``keys`` as NumPy arrays, each checked and their total bounded before anything is copied."""
+    total = sum(_checked_nbytes(path, key, state[key]) for key in keys)
     budget = MAX_COPY_FACTOR * file_size + 4096
     if total > budget:
         raise FileReadError(path, f"the RNNs' tensors would take {total} bytes, more than {MAX_COPY_FACTOR} times the "
                                   f"{file_size}-byte file (they share storage): read one RNN at a time with "
                                   "prefix=PREFIX")
-    notes = {prefix: [BFLOAT16_NOTE]
-             for prefix, names in groups.items() if _torch_dtype(state[names["weight_ih_l0"]]) == "bfloat16"}
-    return {key: _to_numpy(state[key]) for key in keys}, notes
+    return {key: _to_numpy(state[key]) for key in keys}
 
 
 def _module_hints(module: Any) -> tuple[dict[str, Any], list[str]]:
@@ -443,12 +437,10 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     target, entry = _pick(path, loaded, options)
     module = target if isinstance(target, torch.nn.Module) else None
     state = module.state_dict() if module is not None else target
-    groups = select_rnns(path, list(state), options.prefix)
-    arrays, notes = _arrays(path, state, groups, size)
     source = "state_dict" + (f" in checkpoint entry {entry!r}" if entry is not None else "")
-    found = rnns_in_state_dict(path, arrays, options, source)
-    found = [item.replace(notes=item.notes + tuple(notes.get(prefix, ())))
-             for item, prefix in zip(found, groups)]
+    found = rnns_in_state_dict(path, state, options, source, dtype_of=_torch_dtype,
+                               read=functools.partial(_arrays, path, state, size), readable=READ_DTYPES)
     if module is not None:
-        found = _from_module(path, module, found, list(groups), "TorchScript" if layout.torchscript else "pickled")
+        found = _from_module(path, module, found, list(select_rnns(path, list(state), options.prefix)),
+                             "TorchScript" if layout.torchscript else "pickled")
     return found
