@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -261,11 +262,13 @@ def check(status: int, function: str) -> None:
 # ==== prototypes ==============================================================================
 @dataclass(frozen=True)
 class Prototype:
-    """One C function: name, ctypes restype and argtypes (read off its declaration in :data:`DECLARATIONS`)."""
+    """One C function: name, ctypes restype, argtypes and parameter names (read off its declaration in
+    :data:`DECLARATIONS`)."""
 
     name: str
     restype: Any
     argtypes: tuple[Any, ...]
+    parameters: tuple[str, ...] = ()
 
 
 #: Every C function bound, declared as cudnn_graph.h, cudnn_ops.h and cudnn_adv.h declare it (in that order);
@@ -382,10 +385,14 @@ def _ctype(declaration: str) -> Any:
     return kind
 
 
+def _prototype(returns: str, name: str, parameters: str) -> Prototype:
+    declared = [parameter for parameter in parameters.split(",") if parameter.strip() not in ("", "void")]
+    return Prototype(name, _ctype(returns + " result"), tuple(map(_ctype, declared)),
+                     tuple(parameter.replace("[]", "").split()[-1].strip("*") for parameter in declared))
+
+
 PROTOTYPES: tuple[Prototype, ...] = tuple(
-    Prototype(name, _ctype(returns + " result"),
-              tuple(_ctype(parameter) for parameter in parameters.split(",") if parameter.strip() not in ("", "void")))
-    for returns, name, parameters in re.findall(r"([\w\s*]+?)\s*\b(cudnn\w+)\(([^)]*)\);", DECLARATIONS))
+    _prototype(*found) for found in re.findall(r"([\w\s*]+?)\s*\b(cudnn\w+)\(([^)]*)\);", DECLARATIONS))
 
 _PROTOTYPE: dict[str, Prototype] = {p.name: p for p in PROTOTYPES}
 
@@ -584,14 +591,43 @@ def destroy(kind: str, pointer: int) -> None:
     _call("cudnnDestroy" + kind, pointer)
 
 
-def set_stream(handle: int, stream: int) -> None:
-    """See ``cudnnSetStream`` (``stream`` is a ``cudaStream_t`` address; 0 is the legacy default stream)."""
-    _call("cudnnSetStream", handle, stream)
+def _wrapper(name: str, ins: int | None = None) -> Callable[..., Any]:
+    """``name`` as a function of its first ``ins`` parameters (all by default), named as in the header in
+    snake_case, passed on as given (ctypes passes addresses of 0 as NULL); it returns the values of the
+    out-parameters after them (:func:`_outs`): one alone, several as a tuple, none as None."""
+    parameters = _PROTOTYPE[name].parameters[:ins]
+
+    def call(*args: Any) -> Any:
+        values = _outs(name, *args)
+        return tuple(values) if len(values) > 1 else values[0] if values else None
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"See ``{name}``."
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(re.sub(r"(?<!^)(?=[A-Z])", "_", parameter).lower(), inspect.Parameter.POSITIONAL_ONLY)
+         for parameter in parameters])
+    return call
 
 
-def get_stream(handle: int) -> int:
-    """See ``cudnnGetStream``."""
-    return int(_outs("cudnnGetStream", handle)[0])
+#: ``stream`` is a ``cudaStream_t`` address; 0 is the legacy default stream
+set_stream: Callable[[int, int], None] = _wrapper("cudnnSetStream")
+get_stream: Callable[[int], int] = _wrapper("cudnnGetStream", 1)
+#: bytes of RNG state for this handle's GPU
+dropout_states_size: Callable[[int], int] = _wrapper("cudnnDropoutGetStatesSize", 1)
+dropout_reserve_size: Callable[[int], int] = _wrapper("cudnnDropoutGetReserveSpaceSize", 1)
+#: initialises ``states`` on the handle's stream when non-NULL
+set_dropout: Callable[[int, int, float, int, int, int], None] = _wrapper("cudnnSetDropoutDescriptor")
+#: bytes
+rnn_weight_space_size: Callable[[int, int], int] = _wrapper("cudnnGetRNNWeightSpaceSize", 2)
+#: compiles a CUDNN_RNN_ALGO_PERSIST_DYNAMIC network for exactly ``mini_batch`` at run time with NVRTC, so
+#: ``libnvrtc`` must be loadable
+build_rnn_dynamic: Callable[[int, int, int], None] = _wrapper("cudnnBuildRNNDynamic")
+#: (workspace bytes, reserve bytes; 0 for inference)
+rnn_temp_space_sizes: Callable[[int, int, ForwardMode, int], tuple[int, int]] = _wrapper(
+    "cudnnGetRNNTempSpaceSizes", 4)
+rnn_forward: Callable[..., None] = _wrapper("cudnnRNNForward")
+rnn_backward_data: Callable[..., None] = _wrapper("cudnnRNNBackwardData_v8")
+rnn_backward_weights: Callable[..., None] = _wrapper("cudnnRNNBackwardWeights_v8")
 
 
 def _int_array(values: Sequence[int]) -> Any:
@@ -610,22 +646,6 @@ def get_tensor_nd(desc: int, max_dims: int = 8) -> tuple[DataType, tuple[int, ..
     _call("cudnnGetTensorNdDescriptor", desc, max_dims, ctypes.byref(data_type), ctypes.byref(nb_dims), dims, strides)
     n = nb_dims.value
     return DataType(data_type.value), tuple(dims[:n]), tuple(strides[:n])
-
-
-def dropout_states_size(handle: int) -> int:
-    """See ``cudnnDropoutGetStatesSize`` (bytes of RNG state for this handle's GPU)."""
-    return int(_outs("cudnnDropoutGetStatesSize", handle)[0])
-
-
-def dropout_reserve_size(x_desc: int) -> int:
-    """See ``cudnnDropoutGetReserveSpaceSize``."""
-    return int(_outs("cudnnDropoutGetReserveSpaceSize", x_desc)[0])
-
-
-def set_dropout(desc: int, handle: int, probability: float, states: int, states_size: int, seed: int) -> None:
-    """See ``cudnnSetDropoutDescriptor`` (initialises ``states`` on the handle's stream when non-NULL)."""
-    _call("cudnnSetDropoutDescriptor", desc, handle, c_float(probability), states or None, states_size,
-          c_ulonglong(seed))
 
 
 def get_dropout(desc: int, handle: int) -> tuple[float, int, int]:
@@ -723,11 +743,6 @@ def get_rnn_data_descriptor(desc: int, capacity: int) -> RNNDataFields:
                          tuple(lengths[:count]), padding)
 
 
-def rnn_weight_space_size(handle: int, rnn: int) -> int:
-    """See ``cudnnGetRNNWeightSpaceSize`` (bytes)."""
-    return int(_outs("cudnnGetRNNWeightSpaceSize", handle, rnn)[0])
-
-
 def rnn_weight_params(handle: int, rnn: int, pseudo_layer: int, weight_space_size: int, weight_space: int,
                       lin_layer_id: int, matrix_desc: int, bias_desc: int) -> tuple[int | None, int | None]:
     """See ``cudnnGetRNNWeightParams``: the (matrix, bias) addresses, None where absent or not asked.
@@ -739,48 +754,6 @@ def rnn_weight_params(handle: int, rnn: int, pseudo_layer: int, weight_space_siz
           matrix_desc or None, ctypes.byref(m_addr) if matrix_desc else None,
           bias_desc or None, ctypes.byref(b_addr) if bias_desc else None)
     return m_addr.value, b_addr.value
-
-
-def build_rnn_dynamic(handle: int, rnn: int, mini_batch: int) -> None:
-    """See ``cudnnBuildRNNDynamic``: compile a CUDNN_RNN_ALGO_PERSIST_DYNAMIC network for exactly ``mini_batch``.
-
-    cuDNN compiles the kernels at run time with NVRTC, so ``libnvrtc`` must be loadable.
-    """
-    _call("cudnnBuildRNNDynamic", handle, rnn, mini_batch)
-
-
-def rnn_temp_space_sizes(handle: int, rnn: int, mode: ForwardMode, x_desc: int) -> tuple[int, int]:
-    """See ``cudnnGetRNNTempSpaceSizes``: (workspace bytes, reserve bytes; 0 for inference)."""
-    work, reserve = _outs("cudnnGetRNNTempSpaceSizes", handle, rnn, mode, x_desc)
-    return int(work), int(reserve)
-
-
-def rnn_forward(handle: int, rnn_desc: int, fwd_mode: ForwardMode, dev_seq_lengths: int, x_desc: int, x: int,
-                y_desc: int, y: int, h_desc: int, hx: int, hy: int, c_desc: int, cx: int, cy: int,
-                weight_space_size: int, weight_space: int, work_space_size: int, work_space: int,
-                reserve_space_size: int, reserve_space: int) -> None:
-    """See ``cudnnRNNForward`` (parameters named as in the header). Addresses of 0 are NULL (ctypes passes them so)."""
-    _call("cudnnRNNForward", handle, rnn_desc, fwd_mode, dev_seq_lengths, x_desc, x, y_desc, y, h_desc, hx, hy, c_desc,
-          cx, cy, weight_space_size, weight_space, work_space_size, work_space, reserve_space_size, reserve_space)
-
-
-def rnn_backward_data(handle: int, rnn_desc: int, dev_seq_lengths: int, y_desc: int, y: int, dy: int, x_desc: int,
-                      dx: int, h_desc: int, hx: int, dhy: int, dhx: int, c_desc: int, cx: int, dcy: int, dcx: int,
-                      weight_space_size: int, weight_space: int, work_space_size: int, work_space: int,
-                      reserve_space_size: int, reserve_space: int) -> None:
-    """See ``cudnnRNNBackwardData_v8`` (parameters named as in the header). Addresses of 0 are NULL."""
-    _call("cudnnRNNBackwardData_v8", handle, rnn_desc, dev_seq_lengths, y_desc, y, dy, x_desc, dx, h_desc, hx, dhy,
-          dhx, c_desc, cx, dcy, dcx, weight_space_size, weight_space, work_space_size, work_space, reserve_space_size,
-          reserve_space)
-
-
-def rnn_backward_weights(handle: int, rnn_desc: int, add_grad: WgradMode, dev_seq_lengths: int, x_desc: int, x: int,
-                         h_desc: int, hx: int, y_desc: int, y: int, weight_space_size: int, dweight_space: int,
-                         work_space_size: int, work_space: int, reserve_space_size: int,
-                         reserve_space: int) -> None:
-    """See ``cudnnRNNBackwardWeights_v8`` (order: weight space pair, workspace pair, reserve pair)."""
-    _call("cudnnRNNBackwardWeights_v8", handle, rnn_desc, add_grad, dev_seq_lengths, x_desc, x, h_desc, hx, y_desc,
-          y, weight_space_size, dweight_space, work_space_size, work_space, reserve_space_size, reserve_space)
 
 
 # ==== the CUDA driver, for reporting only ======================================================
