@@ -187,25 +187,24 @@ _ShapeCheck = Callable[..., Signature]
 
 
 def _prepare(config: RNNConfig, time_major: bool, input: Array, input_h: Array, input_c: Array | None,
-             params: Array, sequence_lengths: object, extra: dict[str, Array | None] | None = None
-             ) -> _ValidatedCall:
+             params: Array, sequence_lengths: object) -> _ValidatedCall:
     """The call record of the internal op path: the shapes held to ``config`` (``_signature.check``), every call."""
     return _validated(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c, params,
-                      sequence_lengths, extra)
+                      sequence_lengths)
 
 
-def _prepare_op(attrs: dict[str, Any], input: Array, input_h: Array, input_c: Array | None, params: Array,
-                sequence_lengths: object, extra: dict[str, Array | None] | None = None) -> _ValidatedCall:
-    """The call record of a public op: its keywords ``attrs`` and the shapes checked once into the call's config."""
-    has_cell = check_head(attrs["rnn_mode"], attrs["direction"], attrs["time_major"], {
-        "input": input is None, "input_h": input_h is None, "params": params is None, "input_c": input_c is None}
-                          )[0] == "lstm"
-    return _validated(functools.partial(signature, **attrs), has_cell, input, input_h, input_c, params,
-                      sequence_lengths, extra)
+def _op_check(attrs: dict[str, Any], input: Array, input_h: Array, input_c: Array | None,
+              params: Array) -> tuple[_ShapeCheck, bool]:
+    """A public op's shape check (its keywords ``attrs``, checked once into the call's config) and whether the call
+    has a cell, after the op's first checks (``_signature.check_head``)."""
+    rnn_mode = check_head(attrs["rnn_mode"], attrs["direction"], attrs["time_major"], {
+        "input": input is None, "input_h": input_h is None, "params": params is None, "input_c": input_c is None})[0]
+    return functools.partial(signature, **attrs), rnn_mode == "lstm"
 
 
 def _validated(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: Array, input_c: Array | None,
-               params: Array, sequence_lengths: object, extra: dict[str, Array | None] | None) -> _ValidatedCall:
+               params: Array, sequence_lengths: object, extra: dict[str, Array | None] | None = None
+               ) -> _ValidatedCall:
     """Validate what every op shares (array kinds, devices, then the shapes by ``shapes_check``, then the lengths)."""
     cell = input_c if has_cell else None  # the c state of the call: LSTM only
     arrays = {"input": input, "input_h": input_h, "params": params}
@@ -288,9 +287,10 @@ def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Ar
             are not all equal and at least 1).
         ~cudnn_rnn.CudnnError: cuDNN refused the persistent ``algo`` named for this call.
     """
-    return _forward(_prepare_op(dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout,
-                                     seed=seed, seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo),
-                                input, input_h, input_c, params, sequence_lengths), is_training, None, None)
+    attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
+                 seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo)
+    return _forward(_validated(*_op_check(attrs, input, input_h, input_c, params), input, input_h, input_c, params,
+                               sequence_lengths), is_training, None, None)
 
 
 def forward_with_rng(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
@@ -413,7 +413,7 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     """
     attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
                  seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo)
-    call = _prepare_backprop(functools.partial(_prepare_op, attrs), rnn_mode == "lstm", input, input_h, input_c,
+    call = _prepare_backprop(*_op_check(attrs, input, input_h, input_c, params), input, input_h, input_c,
                              params, sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
                              output_c_backprop, reserve_space)
     return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
@@ -437,26 +437,26 @@ def backprop(config: RNNConfig, input: Array, input_h: Array, input_c: Array | N
     read, which on CuPy would wait for the device. Results and errors as
     :func:`cudnn_rnn_backprop_v3`'s (the shapes' as ``_signature.check`` says).
     """
-    call = _prepare_backprop(functools.partial(_prepare, config, time_major), config.has_cell, input, input_h,
-                             input_c, params, sequence_lengths, output, output_h, output_c, output_backprop,
-                             output_h_backprop, output_c_backprop, reserve_space)
-    check = functools.partial(_reserve.check_array, reserve_space) if from_residual else functools.partial(
+    call = _prepare_backprop(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c,
+                             params, sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
+                             output_c_backprop, reserve_space)
+    check_reserve = functools.partial(_reserve.check_array, reserve_space) if from_residual else functools.partial(
         _reserve.check, reserve_space, host_reserved)
-    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space, check,
+    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space, check_reserve,
                      params_grad, out)
 
 
-def _prepare_backprop(prepare: Callable[..., _ValidatedCall], has_cell: bool, input: Array, input_h: Array,
+def _prepare_backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: Array,
                       input_c: Array | None, params: Array, sequence_lengths: Array | None, output: Array,
                       output_h: Array, output_c: Array | None, output_backprop: Array | None,
                       output_h_backprop: Array | None, output_c_backprop: Array | None, reserve_space: Array
                       ) -> _ValidatedCall:
-    """Validate a backprop's arguments (the forward's by ``prepare``, then the outputs and their gradients)."""
+    """Validate a backprop's arguments (the forward's as :func:`_validated`, then the outputs and their gradients)."""
     extra: dict[str, Array | None] = {"output": output, "output_h": output_h, "output_backprop": output_backprop,
                                       "output_h_backprop": output_h_backprop, "reserve_space": reserve_space}
     if has_cell:
         extra.update(output_c=output_c, output_c_backprop=output_c_backprop)
-    call = prepare(input, input_h, input_c, params, sequence_lengths, extra)
+    call = _validated(shapes_check, has_cell, input, input_h, input_c, params, sequence_lengths, extra)
     config, dtype = call.config, call.x.dtype
     y_shape, h_shape = call.seq_shape(config.output_size), tuple(input_h.shape)
     expected = {"output": y_shape, "output_h": h_shape, "output_backprop": y_shape, "output_h_backprop": h_shape}
