@@ -52,7 +52,7 @@ from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
 from ..convert.saving import (CONTAINERS, Container, Written, container_of, layer_class_name, suffixes_for,
                                write_file)
 from ..formats import describe
-from ._flags import error_line
+from ._flags import error_line, run_alone
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "run", "main", "EXAMPLES"]
@@ -179,11 +179,8 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
 
 # ---- the command ----------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``.
-
-    Args:
-        parser: the ``convert`` subparser, or a parser of its own (see :func:`main`).
-    """
+    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``, the ``convert`` subparser or
+    a parser of its own (see :func:`main`)."""
     parser.epilog = _epilog()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--to", dest="target_format", default=None, choices=CLI_FORMATS, metavar="FORMAT",
@@ -218,14 +215,8 @@ def _defaults() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``cudnn-rnn convert``: read, convert, write, and print what was done.
-
-    Args:
-        args: the command line parsed by a parser that :func:`add_arguments` set up.
-
-    Returns:
-        The exit status: 0 once OUT is written, else 2 (the module docstring says when).
-    """
+    """Run ``cudnn-rnn convert`` on ``args`` (as :func:`add_arguments` sets them up): read, convert, write, and
+    print what was done. The exit status: 0 once OUT is written, else 2 (the module docstring says when)."""
     try:
         _run(args)
     except CommandError as error:
@@ -284,15 +275,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT``.
-
-    Args:
-        argv: the arguments after ``convert``; ``sys.argv[1:]`` when None.
-
-    Returns:
-        The exit status, as :func:`run`.
-    """
-    parser = argparse.ArgumentParser(prog="cudnn-rnn convert", description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT`` (``run_alone``'s
+    ``argv`` and result)."""
+    return run_alone("convert", __doc__, add_arguments, run, argv)
 

@@ -14,16 +14,14 @@ from typing import Any, Sequence
 
 from .._cudnn import _settings
 from ..info import GPU_EXTRA_HINT, collect
+from ._flags import run_alone
 
 __all__ = ["add_arguments", "run", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``cudnn-rnn info`` (``--json``) to ``parser``.
-
-    Args:
-        parser: the ``info`` subparser, or a parser of its own (see :func:`main`).
-    """
+    """Add the options of ``cudnn-rnn info`` (``--json``) to ``parser``, the ``info`` subparser or a parser of its
+    own (see :func:`main`)."""
     parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
 
 
@@ -66,28 +64,14 @@ def _text(facts: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the facts :func:`cudnn_rnn.info.collect` gathers (text, or JSON with ``--json``).
-
-    Args:
-        args: the parsed command line (``json``: print one JSON object).
-
-    Returns:
-        0, always: a missing piece is a fact to report, not an error.
-    """
+    """Print the facts :func:`cudnn_rnn.info.collect` gathers (text, or one JSON object with ``args.json``); 0,
+    always: a missing piece is a fact to report, not an error."""
     facts = collect()
     print(json.dumps(facts, indent=2) if getattr(args, "json", False) else _text(facts))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json``.
-
-    Args:
-        argv: the arguments after ``info``; ``sys.argv[1:]`` when None.
-
-    Returns:
-        The exit status, 0.
-    """
-    parser = argparse.ArgumentParser(prog="cudnn-rnn info", description=(__doc__ or "").splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json`` (``run_alone``'s ``argv``
+    and result)."""
+    return run_alone("info", __doc__, add_arguments, run, argv)

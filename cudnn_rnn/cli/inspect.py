@@ -32,11 +32,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``inspect``'s arguments to ``parser``.
-
-    Args:
-        parser: the ``inspect`` subparser.
-    """
+    """Add ``inspect``'s arguments to ``parser``, the ``inspect`` subparser."""
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     add_reading_arguments(parser)
     parser.add_argument("input", metavar="FILE", help="the model file to read")
@@ -92,14 +88,9 @@ def _text(index: int, report: dict[str, Any], found: FoundRNN) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``cudnn-rnn inspect``: print every RNN of the file (text, or a JSON list with ``--json``).
-
-    Args:
-        args: the command line parsed by a parser that :func:`add_arguments` set up.
-
-    Returns:
-        The exit status: 0, or 2 when the file cannot be read (the one-line message on stderr).
-    """
+    """Run ``cudnn-rnn inspect`` on ``args`` (as :func:`add_arguments` sets them up): print every RNN of the file
+    (text, or a JSON list with ``--json``). The exit status: 0, or 2 when the file cannot be read (the one-line
+    message on stderr)."""
     try:
         found = [item.with_hints(**hints_from(args)) for item in read_found(args)]
     except (CommandError, ValueError, TypeError) as error:
