@@ -96,14 +96,10 @@ EXPORTERS: dict[str, str] = {"pytorch": "torch.onnx.export", "tf2onnx": "tf2onnx
 ATTRIBUTE_TYPES: dict[str, int] = {"hidden_size": 2, "direction": 3, "activations": 8, "clip": 1, "input_forget": 2,
                                    "linear_before_reset": 2, "layout": 2}
 
-#: the dtypes read -> the TensorProto field holding their values when not raw_data
-_VALUE_FIELDS: dict[str, str] = {"float32": "float_data", "float64": "double_data", "float16": "int32_data",
-                                 "int32": "int32_data", "int64": "int64_data", "bool": "int32_data"}
-#: TensorProto element type -> (dtype, the typed field holding its values when not raw_data)
-ELEMENT_TYPES: dict[int, tuple[str, str]] = {code: (name, _VALUE_FIELDS[name])
-                                             for code, name in dtype_names("onnx").items() if name in _VALUE_FIELDS}
-_ELEMENT_TYPE_NAMES = {**{code: name.upper() for code, name in dtype_names("onnx").items()},
-                       8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128"}
+#: TensorProto element type -> the dtype of the tensors read (RNN weights, and the integers and booleans of shape
+#: arithmetic)
+ELEMENT_TYPES: dict[int, str] = {code: name for code, name in dtype_names("onnx").items()
+                                 if name in ("float16", "float32", "float64", "int32", "int64", "bool")}
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 #: attribute -> (whether its value is one cuDNN cannot run, why and what to do)
@@ -160,10 +156,6 @@ def _read_model_proto(path: str) -> Any:
     return model
 
 
-def _element_type_name(data_type: int) -> str:
-    return _ELEMENT_TYPE_NAMES.get(data_type, f"#{data_type}")
-
-
 def _count(text: str, what: str, path: str) -> int:
     if not re.fullmatch(r"\d{1,19}", text.strip()):
         raise FileReadError(path, f"{what} must be a non-negative integer; got {text[:40]!r}")
@@ -206,25 +198,24 @@ class _TensorData:
 
     def decode(self, tensor: Any, what: str) -> np.ndarray:
         """The array of a TensorProto (float16/32/64, int32/64 or bool)."""
+        from onnx import TensorProto, helper, numpy_helper
+
         if tensor.data_type not in ELEMENT_TYPES:
-            raise FileReadError(self.path, f"{what} has element type {_element_type_name(tensor.data_type)}, which is "
-                                           "not read: RNN weights must be float16, float32 or float64")
-        dtype_name, field = ELEMENT_TYPES[tensor.data_type]
-        dtype = np.dtype(dtype_name)
+            types = TensorProto.DataType
+            name = types.Name(tensor.data_type) if tensor.data_type in types.values() else f"#{tensor.data_type}"
+            raise FileReadError(self.path, f"{what} has element type {name}, which is not read: RNN weights must be "
+                                           "float16, float32 or float64")
+        dtype = np.dtype(ELEMENT_TYPES[tensor.data_type])
         shape = tuple(int(d) for d in tensor.dims)
         if tensor.HasField("segment"):
             raise FileReadError(self.path, f"{what} is stored in segments, which are not read")
         if tensor.data_location == _EXTERNAL:
             return self._read_external(tensor, what, shape, dtype)
-        if tensor.raw_data:
-            stored = len(tensor.raw_data)
-            self._check_size(what, shape, dtype.itemsize, stored)
-            return np.frombuffer(tensor.raw_data, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
-        values = getattr(tensor, field)
-        self._check_size(what, shape, dtype.itemsize, len(values) * dtype.itemsize)
-        if dtype == np.float16:  # float16 values are kept as their bit patterns in int32_data
-            return np.array(values, np.uint16).view(np.float16).reshape(shape)
-        return np.array(values, dtype).reshape(shape)
+        # typed values are one per element (float16's bit patterns too, in int32_data)
+        stored = len(tensor.raw_data) or len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))) * \
+            dtype.itemsize
+        self._check_size(what, shape, dtype.itemsize, stored)
+        return numpy_helper.to_array(tensor)
 
     def _check_size(self, what: str, shape: tuple[int, ...], itemsize: int, stored: int) -> None:
         declared = check_declared_size(self.path, what, shape, itemsize, stored, compressed=False)
@@ -254,18 +245,20 @@ def _tensor_attributes(nodes: Any) -> Iterator[tuple[Any, str]]:
                 yield attribute.t, f"the value of node {node.name!r}"
 
 
+def _subgraphs(nodes: Any) -> list[Any]:
+    """The Loop/If/Scan bodies the nodes hold (GRAPH and GRAPHS attributes)."""
+    return [graph for node in nodes for attribute in node.attribute
+            for graph in ([attribute.g] if attribute.type == 5 else attribute.graphs)]
+
+
 def _subgraph_rnns(model: Any) -> int:
     """RNN nodes inside Loop/If/Scan bodies and model-local functions (which are not read)."""
-    pending = [attribute.g for node in model.graph.node for attribute in node.attribute if attribute.type == 5]
-    pending += [g for node in model.graph.node for attribute in node.attribute if attribute.type == 10
-                for g in attribute.graphs]
     nodes = [node for function in model.functions for node in function.node]
+    pending = _subgraphs(model.graph.node)
     while pending:
         graph = pending.pop()
         nodes.extend(graph.node)
-        for node in graph.node:
-            for attribute in node.attribute:
-                pending.extend([attribute.g] if attribute.type == 5 else list(attribute.graphs))
+        pending.extend(_subgraphs(graph.node))
     return sum(node.op_type in OPERATORS for node in nodes)
 
 

@@ -6,16 +6,12 @@
     graph.fold(["onnx::LSTM_375", "/Slice_output_0"])   -> {name: array, or the exception saying why not}
     graph.probe("/Reshape_output_0", {"/LSTM_output_0": y})   -> what that name computes from y, or None
 
-:meth:`Graph.trace` follows a name back to the nodes computing it from initializers and
-``Constant`` nodes (the leaves, decoded by the reader's checked ``decode``); a graph input, a name
-no node produces, a node of another domain, one holding a subgraph (Loop, If, Scan) or a random
-one raises :class:`NotFolded`; a cycle, a chain deeper than :data:`MAX_DEPTH` or more than
-:data:`MAX_NODES` nodes raises :class:`MalformedGraph`. :func:`evaluate` runs the traced nodes one
-by one, each output charged to a byte budget (views of an input cost nothing). Nodes of
-:data:`BOUNDED_OPS` say their output's size before they run, so a graph of those alone is
-evaluated here, refused before it allocates past the budget; any other operator (MatMul, Range,
-...) makes :meth:`Graph.fold` evaluate in a disposable child process (:func:`._child.run_isolated`:
-bounded time and memory, a crash a FileReadError), once per file.
+A name is traced back to initializers and ``Constant`` nodes (decoded by the reader's checked
+``decode``) and evaluated node by node, each output charged to a byte budget (views of an input
+cost nothing). A graph of :data:`BOUNDED_OPS` alone, which say their output's size before they
+run, is evaluated here; any other operator (MatMul, Range, ...) makes :meth:`Graph.fold` evaluate
+in a disposable child process (:func:`._child.run_isolated`: bounded time and memory, a crash a
+FileReadError), once per file.
 """
 
 from __future__ import annotations
@@ -244,7 +240,8 @@ class Graph:
         """The nodes computing ``name`` from constants (and the ``sources``, names given at evaluation).
 
         Raises:
-            NotFolded: it depends on a graph input, or on a node that is not folded (the message says which).
+            NotFolded: it depends on a graph input, a name no node produces, a sparse initializer, or a node
+                of another domain, holding a subgraph (Loop, If, Scan) or random (the message says which).
             MalformedGraph: a cycle, a chain deeper than MAX_DEPTH, or more than MAX_NODES nodes.
         """
         given, done, pending, seen = set(sources), set(), set(), set()
