@@ -300,12 +300,8 @@ class ParamsLayout:
 
     def _block(self, params: Array, pseudo_layer: int, side: str, kind: str) -> Array:
         g = self.config.num_gates
-        found = self._find(pseudo_layer, 0 if side == "input" else g, kind)
-        if found is None:
-            return None
-        region, head = found
-        offset = region.begin(pseudo_layer) + head.offset
-        return params[offset:offset + g * head.size].reshape(g * head.shape[0], *head.shape[1:])
+        block = self.stack(params, range(pseudo_layer, pseudo_layer + 1), 0 if side == "input" else g, kind, g)
+        return None if block is None else block[0]
 
     def projection(self, params: Array, pseudo_layer: int) -> Array:
         """The [P, N] projection matrix of one pseudo-layer as a view; None without projection."""
