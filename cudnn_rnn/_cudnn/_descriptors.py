@@ -84,6 +84,11 @@ class Resource:
             raise
         return pointer
 
+    def _own(self, setup: Callable[[int], None], device: DeviceScope | None) -> None:
+        """``cudnnCreate<class name>`` set up by ``setup(pointer)`` (:meth:`_adopt`), owned from then on."""
+        kind = type(self).__name__
+        Resource.__init__(self, self._adopt(kind, setup), _destroyer(kind), device)
+
     @property
     def pointer(self) -> int:
         """The C address (``cudnn*_t``); RuntimeError once closed."""
@@ -151,13 +156,12 @@ class TensorDescriptor(Resource):
         self.data_type = data_type
         self.dims = tuple(int(d) for d in dims)
         self.strides = tuple(strides) if strides is not None else packed_strides(self.dims)
-        kind = "TensorDescriptor"
 
         def setup(pointer: int) -> None:
             if data_type is not None:
                 _lib.set_tensor_nd(pointer, data_type, self.dims, self.strides)
 
-        super().__init__(self._adopt(kind, setup), _destroyer(kind), device)
+        self._own(setup, device)
 
     def read(self) -> tuple[_lib.DataType, tuple[int, ...], tuple[int, ...]]:
         """What cuDNN holds now: (data type, dims, strides)."""
@@ -179,9 +183,7 @@ class DropoutDescriptor(Resource):
     def __init__(self, handle: int, probability: float, states: int, states_size: int, seed: int, *,
                  device: DeviceScope | None = None) -> None:
         self.probability, self.seed, self.states, self.states_size = probability, seed, states, states_size
-        kind = "DropoutDescriptor"
-        pointer = self._adopt(kind, lambda p: _lib.set_dropout(p, handle, probability, states, states_size, seed))
-        super().__init__(pointer, _destroyer(kind), device)
+        self._own(lambda p: _lib.set_dropout(p, handle, probability, states, states_size, seed), device)
 
     def reseed(self, handle: int, seed: int) -> None:
         """Initialise the states from ``seed`` (cudnnSetDropoutDescriptor again, on the handle's stream)."""
@@ -196,8 +198,7 @@ class RNNDescriptor(Resource):
 
     def __init__(self, fields: _lib.RNNDescriptorFields, *, device: DeviceScope | None = None) -> None:
         self.fields = fields
-        kind = "RNNDescriptor"
-        super().__init__(self._adopt(kind, lambda p: _lib.set_rnn_descriptor(p, fields)), _destroyer(kind), device)
+        self._own(lambda p: _lib.set_rnn_descriptor(p, fields), device)
 
     def read(self) -> _lib.RNNDescriptorFields:
         """What cuDNN holds now (cudnnGetRNNDescriptor_v8)."""
@@ -211,9 +212,7 @@ class RNNDataDescriptor(Resource):
 
     def __init__(self, fields: _lib.RNNDataFields, *, device: DeviceScope | None = None) -> None:
         self.fields = fields
-        kind = "RNNDataDescriptor"
-        super().__init__(self._adopt(kind, lambda p: _lib.set_rnn_data_descriptor(p, fields)), _destroyer(kind),
-                         device)
+        self._own(lambda p: _lib.set_rnn_data_descriptor(p, fields), device)
 
     def read(self) -> _lib.RNNDataFields:
         """What cuDNN holds now (cudnnGetRNNDataDescriptor)."""

@@ -617,6 +617,8 @@ dropout_states_size: Callable[[int], int] = _wrapper("cudnnDropoutGetStatesSize"
 dropout_reserve_size: Callable[[int], int] = _wrapper("cudnnDropoutGetReserveSpaceSize", 1)
 #: initialises ``states`` on the handle's stream when non-NULL
 set_dropout: Callable[[int, int, float, int, int, int], None] = _wrapper("cudnnSetDropoutDescriptor")
+#: (probability, states address, seed)
+get_dropout: Callable[[int, int], tuple[float, int, int]] = _wrapper("cudnnGetDropoutDescriptor", 2)
 #: bytes
 rnn_weight_space_size: Callable[[int, int], int] = _wrapper("cudnnGetRNNWeightSpaceSize", 2)
 #: compiles a CUDNN_RNN_ALGO_PERSIST_DYNAMIC network for exactly ``mini_batch`` at run time with NVRTC, so
@@ -648,10 +650,6 @@ def get_tensor_nd(desc: int, max_dims: int = 8) -> tuple[DataType, tuple[int, ..
     return DataType(data_type.value), tuple(dims[:n]), tuple(strides[:n])
 
 
-def get_dropout(desc: int, handle: int) -> tuple[float, int, int]:
-    """See ``cudnnGetDropoutDescriptor``: (probability, states address, seed)."""
-    probability, states, seed = _outs("cudnnGetDropoutDescriptor", desc, handle)
-    return float(probability), int(states), int(seed)
 
 
 @dataclass(frozen=True)
