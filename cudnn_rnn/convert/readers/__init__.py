@@ -40,7 +40,7 @@ from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
 from ._found import checked_path as checked_path
-from ._found import same_field as _same_field
+from ._found import known_fields as _known_fields, same_field as _same_field
 
 # what convert.into and the Keras writer share with the readers of the files they write (each ``as`` marks a name
 # exported from here): where a file's parts sit, as the readers find them
@@ -242,12 +242,6 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
 _SHARED_FIELDS: tuple[str, ...] = ("rnn_mode", "num_units", "num_proj", "direction", "dtype")
 
 
-def _known(item: FoundRNN) -> dict[str, Any]:
-    """The fields ``item`` tells, with the defaults of its questions where they have one."""
-    defaults = {name: question.default for name, question in item.questions.items() if question.default is not None}
-    return {**defaults, **item.fields}
-
-
 def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = None, *,
                   conversions: bool = True) -> str | None:
     """Why ``above`` cannot be stacked on ``below`` by :func:`stack` (None: it can), as far as the file tells.
@@ -261,7 +255,7 @@ def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = Non
     Returns:
         The reason in a few words ("rnn_mode is 'gru', the first layer's is 'lstm'"), or None.
     """
-    base, lower, upper = _known(first or below), _known(below), _known(above)
+    base, lower, upper = _known_fields(first or below), _known_fields(below), _known_fields(above)
     for name in _SHARED_FIELDS:
         if name in upper and name in base and not _same_field(name, upper[name], base[name]):
             whose = "the first layer's" if first is not None else f"{below.name}'s"

@@ -240,7 +240,7 @@ class FoundRNN:
         open_questions = {name: question for name, question in self.questions.items() if question.default is None}
         if open_questions:
             raise ValueError(f"{self.name} ({self.source}): {ask_all(open_questions)}")
-        fields = {**{name: question.default for name, question in self.questions.items()}, **self.fields}
+        fields = known_fields(self)
         missing = [name for name in CONFIG_FIELDS if name not in fields]
         if missing:
             raise ValueError(f"{self.name} ({self.source}): the file does not tell {missing}; pass "
@@ -253,8 +253,7 @@ class FoundRNN:
     @property
     def complete(self) -> bool:
         """Whether every config field is known (so :attr:`config` can be built)."""
-        return all(name in self.fields or (name in self.questions and self.questions[name].default is not None)
-                   for name in CONFIG_FIELDS)
+        return set(CONFIG_FIELDS) <= set(known_fields(self))
 
     # -- conversion ------------------------------------------------------------------------------
     def to_params(self, *, allow_approximation: bool = False) -> Converted:
@@ -316,6 +315,12 @@ class FoundRNN:
                 default = self.questions[name].default
                 parts.append(f"{name}=?" if default is None else f"{name}={default}?")
         return ", ".join(parts)
+
+
+def known_fields(found: FoundRNN) -> dict[str, Any]:
+    """The fields ``found`` tells, with the defaults of its questions where they have one."""
+    defaults = {name: question.default for name, question in found.questions.items() if question.default is not None}
+    return {**defaults, **found.fields}
 
 
 def same_field(name: str, a: Any, b: Any) -> bool:

@@ -56,16 +56,15 @@ def read_npz_safely(path: str) -> dict[str, np.ndarray]:
     try:
         with zipfile.ZipFile(path) as archive:
             for info in checked_members(path, archive).values():
-                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 if not info.filename.endswith(".npy"):
                     raise FileReadError(path, f"member {info.filename!r} is not an .npy array")
+                name = info.filename[:-4]
                 compressed = info.compress_type != zipfile.ZIP_STORED
                 with archive.open(info) as member:
                     shape, dtype = _header(member, path, name)
-                    header_size = member.tell()
-                    stored = info.compress_size if compressed else info.file_size - header_size
+                    stored = info.compress_size if compressed else info.file_size - member.tell()
                     check_declared_size(path, name, shape, dtype.itemsize, stored, compressed)
-                with archive.open(info) as member:
+                    member.seek(0)
                     arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except FileReadError:
         raise

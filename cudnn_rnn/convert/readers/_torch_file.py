@@ -37,7 +37,7 @@ import re
 import warnings
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Mapping, NoReturn
+from typing import Any, BinaryIO, Mapping
 
 import numpy as np
 
@@ -244,7 +244,7 @@ def _describe(value: Any) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return f"tensor {str(value.dtype).replace('torch.', '')} {list(value.shape)}"
+        return f"tensor {_torch_dtype(value)} {list(value.shape)}"
     if isinstance(value, torch.nn.Module):
         return f"{_class_name(value)} module"
     if _is_state_dict(value):
@@ -328,14 +328,10 @@ def _pick(path: str, loaded: Any, options: ReadOptions) -> tuple[Any, str | None
         listed = ", ".join(repr(where) for where, _ in candidates)
         raise FileReadError(path, f"the checkpoint holds {len(candidates)} state_dicts with RNN weights ({listed}): "
                                   "pick one with key=KEY")
-    _not_a_state_dict(path, loaded)
-
-
-def _not_a_state_dict(path: str, mapping: Mapping[Any, Any]) -> NoReturn:
-    if any(_is_state_dict(value) for value in mapping.values()):
+    if any(_is_state_dict(value) for value in loaded.values()):
         raise FileReadError(path, f"a checkpoint dict whose state_dicts hold no LSTM, GRU or RNN weights (no key ends "
-                                  f"in 'weight_ih_l0'); it holds {_entries(mapping)}")
-    raise FileReadError(path, f"the file holds a dict that is not a state_dict and holds none: {_entries(mapping)}; "
+                                  f"in 'weight_ih_l0'); it holds {_entries(loaded)}")
+    raise FileReadError(path, f"the file holds a dict that is not a state_dict and holds none: {_entries(loaded)}; "
                               "save the weights with torch.save(model.state_dict(), path)")
 
 
@@ -366,7 +362,7 @@ def _checked_nbytes(path: str, key: str, tensor: Any) -> int:
     if tensor.numel() > stored:
         raise FileReadError(path, f"tensor {key!r} declares shape {list(tensor.shape)} ({tensor.numel()} elements) "
                                   f"over a storage of {stored} elements: the file is corrupt")
-    return tensor.numel() * BY_NAME[READ_DTYPES.get(_torch_dtype(tensor), "float64")].itemsize
+    return tensor.numel() * BY_NAME[READ_DTYPES[_torch_dtype(tensor)]].itemsize
 
 
 def _to_numpy(tensor: Any) -> np.ndarray:
