@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError
-from ..files import CHECKPOINT_FORMAT as FORMAT, HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES, SafetensorsError
+from ..files import (CHECKPOINT_FORMAT as FORMAT, HDF5_SIGNATURE, HEADER_LENGTH as _LENGTH, MAX_HEADER_BYTES,
+                     PICKLE_PROTOCOL_OPCODE, ZIP_LOCAL_HEADER, SafetensorsError)
 from ..files import decode as _decode, encode as _encode
 
 __all__ = ["encode", "decode"]
@@ -34,15 +35,12 @@ _ZERO_DIGEST = "0" * 64
 
 #: the first bytes of files that are often mistaken for a checkpoint -> what they are
 _MAGICS: dict[bytes, str] = {
-    b"PK\x03\x04": "a zip archive (an .npz, .keras or PyTorch file?)",
+    ZIP_LOCAL_HEADER: "a zip archive (an .npz, .keras or PyTorch file?)",
     b"PK\x05\x06": "an empty zip archive",
-    b"\x89HDF\r\n\x1a\n": "an HDF5 file (a Keras .h5?)",
-    b"\x80\x02": "a Python pickle",
-    b"\x80\x03": "a Python pickle",
-    b"\x80\x04": "a Python pickle",
-    b"\x80\x05": "a Python pickle",
+    HDF5_SIGNATURE: "an HDF5 file (a Keras .h5?)",
+    **{bytes([PICKLE_PROTOCOL_OPCODE, protocol]): "a Python pickle" for protocol in range(2, 6)},
     b"\x89PNG": "a PNG image",
-    b"\x93NUMPY": "a .npy array",
+    np.lib.format.MAGIC_PREFIX: "a .npy array",
 }
 
 

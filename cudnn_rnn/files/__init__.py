@@ -69,11 +69,14 @@ import numpy as np
 from ._containers import COMPOUND_ENDINGS
 
 # what the readers and writers of other packages build on besides __all__ (each ``as`` marks a name exported from here)
-from ._containers import (CHECKPOINT_FORMAT as CHECKPOINT_FORMAT, ENDINGS as ENDINGS, KERAS as KERAS,
+from ._containers import (CHECKPOINT_FORMAT as CHECKPOINT_FORMAT, ENDINGS as ENDINGS,
+                          HDF5_SIGNATURE as HDF5_SIGNATURE, KERAS as KERAS,
                           KERAS_DTYPE_ATTRIBUTE as KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES as KERAS_MARKED_DTYPES,
                           KERAS_VERSION as KERAS_VERSION, KERAS_WEIGHTS as KERAS_WEIGHTS,
-                          MODEL_FILE_KINDS as MODEL_FILE_KINDS, NPZ as NPZ, ONNX as ONNX, PT as PT, PTH as PTH,
-                          SAFETENSORS as SAFETENSORS, model_file_kind as model_file_kind)
+                          MODEL_FILE_KINDS as MODEL_FILE_KINDS, NPZ as NPZ, ONNX as ONNX,
+                          PICKLE_PROTOCOL_OPCODE as PICKLE_PROTOCOL_OPCODE, PT as PT, PTH as PTH,
+                          SAFETENSORS as SAFETENSORS, ZIP_LOCAL_HEADER as ZIP_LOCAL_HEADER,
+                          model_file_kind as model_file_kind)
 from ._safetensors import (HEADER_LENGTH as HEADER_LENGTH, MAX_HEADER_BYTES as MAX_HEADER_BYTES, Entry as Entry,
                            Layout as Layout, SafetensorsError as SafetensorsError, decode as decode, encode as encode,
                            read_array as read_array, read_layout as read_layout)

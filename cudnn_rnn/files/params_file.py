@@ -175,14 +175,7 @@ def parse_params_file(arrays: dict[str, np.ndarray], where: str) -> ParamsFile:
 
 
 def config_fields(config: RNNConfig) -> dict[str, Any]:
-    """The stored fields of a configuration.
-
-    Args:
-        config: the configuration.
-
-    Returns:
-        The :data:`CONFIG_FIELDS` by name, JSON-ready (strings and numbers).
-    """
+    """The :data:`CONFIG_FIELDS` of ``config`` by name, JSON-ready (strings and numbers)."""
     return {name: getattr(config, name) for name in CONFIG_FIELDS}
 
 
@@ -238,16 +231,8 @@ def parse_layer_state(state: Any, where: str) -> ParamsFile:
 
 
 def check_params_buffer(params: Array, config: RNNConfig, what: str) -> None:
-    """Refuse ``params`` unless it is the 1-D [params_size(config)] buffer of ``config.dtype``.
-
-    Args:
-        params: the array to check (NumPy or CuPy).
-        config: the configuration it should belong to.
-        what: names ``params`` in the error message.
-
-    Raises:
-        ValueError: another shape or dtype.
-    """
+    """Refuse ``params`` (NumPy or CuPy; ``what`` names it) with a ValueError unless it is the 1-D
+    [params_size(config)] buffer of ``config.dtype``."""
     size = params_size(config)  # in closed form: a file claiming 10**9 layers is refused at once
     if tuple(params.shape) != (size,) or params.dtype.name != config.dtype:
         raise ValueError(f"{what} must be [{size}] {config.dtype} for its configuration; "
