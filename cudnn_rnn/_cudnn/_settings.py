@@ -66,16 +66,8 @@ _dtype_refusals: dict[tuple[int, str], str] = {}
 
 
 def dtype_refusal(dtype: str, cudnn_version: int, compute_capability: tuple[int, int]) -> str | None:
-    """Why cuDNN ``cudnn_version`` cannot run RNNs of ``dtype`` on a GPU of ``compute_capability``.
-
-    Args:
-        dtype: a key of :data:`PRECISIONS`.
-        cudnn_version: ``cudnnGetVersion()``, e.g. 91300 for 9.13.0.
-        compute_capability: the GPU's (major, minor), e.g. (8, 0).
-
-    Returns:
-        None when they can; else what the dtype needs and what there is, in words.
-    """
+    """Why cuDNN ``cudnn_version`` (``cudnnGetVersion()``, e.g. 91300) cannot run RNNs of ``dtype`` on a GPU of
+    ``compute_capability`` ((major, minor)): what the dtype needs and what there is, in words; None when it can."""
     precision = PRECISIONS[dtype]
     if cudnn_version >= precision.min_cudnn and compute_capability >= precision.min_compute_capability:
         return None
@@ -92,19 +84,11 @@ def compute_capability(device_id: int) -> tuple[int, int]:
 
 
 def check_dtype_supported(dtype: str, device_id: int, what: str = "input.dtype") -> None:
-    """Refuse a dtype that this cuDNN or GPU ``device_id`` cannot run, before any cuDNN object is made.
+    """Refuse (TypeError, naming ``what``) a dtype that this cuDNN or GPU ``device_id`` cannot run, before any cuDNN
+    object is made.
 
     Asks the loaded cuDNN's version and the GPU's compute capability once per (GPU, dtype), and
     only for dtypes that need either (:data:`PRECISIONS`).
-
-    Args:
-        dtype: a key of :data:`PRECISIONS`.
-        device_id: the GPU the call runs on.
-        what: names the dtype's source in the message.
-
-    Raises:
-        TypeError: the dtype cannot run here; names the dtype, the cuDNN version and the GPU's
-            compute capability, and what would run.
     """
     key = (device_id, dtype)
     refusal = _dtype_refusals.get(key)
@@ -117,17 +101,12 @@ def check_dtype_supported(dtype: str, device_id: int, what: str = "input.dtype")
     if refusal:
         raise TypeError(f"{what} is {dtype}, which the cuDNN backend cannot run on GPU {device_id}: {refusal}. "
                         "Use float16 or float32 there, or NumPy arrays (the reference backend)")
-_DIRECTION_MODES = {"unidirectional": DirectionMode.UNIDIRECTIONAL, "bidirectional": DirectionMode.BIDIRECTIONAL}
-_INPUT_MODES = {"linear_input": RNNInputMode.LINEAR_INPUT, "skip_input": RNNInputMode.SKIP_INPUT}
+
+
 DATA_LAYOUTS = {True: RNNDataLayout.SEQ_MAJOR_UNPACKED, False: RNNDataLayout.BATCH_MAJOR_UNPACKED}
 
 #: algorithm name (config.ALGOS but "auto") -> cudnnRNNAlgo_t
-CUDNN_ALGOS: dict[str, RNNAlgo] = {
-    "standard": RNNAlgo.STANDARD,
-    "persist_static": RNNAlgo.PERSIST_STATIC,
-    "persist_dynamic": RNNAlgo.PERSIST_DYNAMIC,
-    "persist_static_small_h": RNNAlgo.PERSIST_STATIC_SMALL_H,
-}
+CUDNN_ALGOS: dict[str, RNNAlgo] = {algo.name.lower(): algo for algo in RNNAlgo}
 
 PersistentAlgo = Literal["persist_static", "persist_dynamic", "persist_static_small_h"]
 
@@ -209,12 +188,8 @@ def allow_tf32(enabled: bool = True) -> None:
 
 
 def tf32_allowed() -> bool:
-    """Whether float32 RNNs may use TF32 (see :func:`allow_tf32`).
-
-    Returns:
-        The current setting: from ``CUDNN_RNN_ALLOW_TF32`` at import, then from the last
-        :func:`allow_tf32` call.
-    """
+    """Whether float32 RNNs may use TF32: from ``CUDNN_RNN_ALLOW_TF32`` at import, then from the last
+    :func:`allow_tf32` call."""
     return _tf32
 
 
@@ -229,7 +204,7 @@ def rnn_fields(config: RNNConfig, algo: str, math_type: MathType, dropout_desc: 
     precision = PRECISIONS[config.dtype]
     return _lib.RNNDescriptorFields(
         algo=CUDNN_ALGOS[algo], cell_mode=RNNMode(config.mode.cudnn_mode), bias_mode=RNNBiasMode.DOUBLE_BIAS,
-        dir_mode=_DIRECTION_MODES[config.direction], input_mode=_INPUT_MODES[config.input_mode],
+        dir_mode=DirectionMode[config.direction.upper()], input_mode=RNNInputMode[config.input_mode.upper()],
         data_type=precision.data_type, math_prec=precision.math_prec, math_type=math_type,
         input_size=config.input_size, hidden_size=config.num_units, proj_size=config.state_size,
         num_layers=config.num_layers, dropout_desc=dropout_desc, aux_flags=AuxFlag.PADDED_IO_ENABLED)
