@@ -15,48 +15,25 @@ __all__ = ["glorot_uniform", "orthogonal", "keras_init_params"]
 
 
 def glorot_uniform(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
-    """Keras' ``GlorotUniform`` for a kernel ``[fan_in, fan_out]``: U(-a, a), a = sqrt(6 / (fan_in + fan_out)).
-
-    Args:
-        rng: the generator to draw from.
-        fan_in: the kernel's rows.
-        fan_out: the kernel's columns.
-
-    Returns:
-        A float64 [fan_in, fan_out] array.
-    """
+    """Keras' ``GlorotUniform`` for a kernel ``[fan_in, fan_out]``, drawn from ``rng`` in float64:
+    U(-a, a), a = sqrt(6 / (fan_in + fan_out))."""
     limit = np.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-limit, limit, size=(fan_in, fan_out))
 
 
 def orthogonal(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """Keras' ``Orthogonal`` initializer (gain 1) for a ``[rows, cols]`` kernel.
+    """Keras' ``Orthogonal`` initializer (gain 1) for a ``[rows, cols]`` kernel, drawn from ``rng`` in float64.
 
     QR of a standard normal ``[max, min]`` matrix, signs fixed by diag(R) so the result is
-    Haar-distributed; transposed when rows < cols.
-
-    Args:
-        rng: the generator to draw from.
-        rows: the kernel's rows.
-        cols: the kernel's columns.
-
-    Returns:
-        A float64 [rows, cols] array with orthonormal rows if rows <= cols, orthonormal columns
-        otherwise.
+    Haar-distributed; transposed when rows < cols: orthonormal rows if rows <= cols, orthonormal
+    columns otherwise.
     """
     return _orthonormal(rng.standard_normal((max(rows, cols), min(rows, cols))), rows, cols)
 
 
 def _orthonormal(normal: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """:func:`orthogonal` of its standard normal draws, for one kernel or a stack of them.
-
-    Args:
-        normal: [..., max(rows, cols), min(rows, cols)] float64 draws.
-        rows, cols: the kernels' shape.
-
-    Returns:
-        The [..., rows, cols] kernels, each as :func:`orthogonal` makes it from its own draws.
-    """
+    """:func:`orthogonal` of its standard normal draws ``normal`` [..., max(rows, cols), min(rows, cols)], for one
+    kernel or a stack of them: the [..., rows, cols] kernels."""
     q, r = np.linalg.qr(normal)
     q *= np.sign(np.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
     return np.swapaxes(q, -1, -2) if rows < cols else q

@@ -71,16 +71,8 @@ def _entry_name(entry: ParamEntry, num_directions: int) -> str:
 
 
 def _memory_refusal(cls: type, config: RNNConfig, error: MemoryError) -> str:
-    """What a constructor says when its buffers cannot be allocated.
-
-    Args:
-        cls: the layer's class.
-        config: the layer's configuration.
-        error: NumPy's (or CuPy's) refusal.
-
-    Returns:
-        The call (its sizes), the bytes its params buffer and gradient need, and ``error``'s words.
-    """
+    """What the constructor of ``cls`` says when its buffers cannot be allocated (``error``, NumPy's or CuPy's
+    refusal): the call (its sizes), the bytes its params buffer and gradient need, and ``error``'s words."""
     elements = params_size(config)
     size = elements * ITEMSIZES[config.dtype]
     name = f"{cls.__module__.partition('.')[0]}.{cls.__qualname__}"  # cudnn_rnn.LSTM for the library's classes
