@@ -54,20 +54,12 @@ def rnn_groups(keys: Any) -> dict[str, dict[str, str]]:
     return groups
 
 
-def _normal_prefix(prefix: str) -> str:
-    prefix = prefix.strip()
-    return prefix if not prefix or prefix.endswith(".") else prefix + "."
-
-
-def _rnn_name(path: str, prefix: str) -> str:
-    return prefix[:-1] if prefix else os.path.basename(path)
-
-
 def select_rnns(path: str, keys: list[str], prefix: str | None) -> dict[str, dict[str, str]]:
     """The RNN groups to read: all of them, or the one under ``prefix``; FileReadError if none."""
     groups = rnn_groups(keys)
     if prefix is not None:
-        wanted = _normal_prefix(prefix)
+        wanted = prefix.strip()
+        wanted += "." if wanted and not wanted.endswith(".") else ""
         if wanted not in groups:
             where = ("RNNs are under " + ", ".join(repr(p) for p in groups)) if groups else "it holds no RNN"
             raise FileReadError(path, f"no RNN under prefix {prefix!r} (no key {wanted + 'weight_ih_l0'!r}); {where}")
@@ -125,7 +117,7 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOp
         notes = tuple(inferred.notes)
         if dtype_of(state_dict[names["weight_ih_l0"]]) == "bfloat16":
             notes += (BFLOAT16_NOTE,)
-        found.append(FoundRNN(_rnn_name(path, prefix), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
+        found.append(FoundRNN(prefix[:-1] if prefix else os.path.basename(path), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
                               inferred.fields, inferred.questions, notes))
     return found
 

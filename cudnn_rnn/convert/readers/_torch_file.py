@@ -109,18 +109,15 @@ def inspect_zip(path: str, handle: BinaryIO) -> Layout:
     """Check a torch.save zip archive: every member (:mod:`._zip`), then every storage record of data.pkl."""
     try:
         archive = zipfile.ZipFile(handle)
-    except DAMAGED_ZIP as error:
-        raise FileReadError(path, f"a damaged zip archive ({one_line(error, 160)})") from None
-    members = checked_members(path, archive)
-    if not members:
-        raise FileReadError(path, "an empty zip archive")
-    top = next(iter(members)).split("/", 1)[0]
-    if f"{top}/constants.pkl" in members or any(name.startswith(f"{top}/code/") for name in members):
-        return Layout([], torchscript=True)
-    pickle_name = f"{top}/data.pkl"
-    if pickle_name not in members:
-        raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
-    try:
+        members = checked_members(path, archive)
+        if not members:
+            raise FileReadError(path, "an empty zip archive")
+        top = next(iter(members)).split("/", 1)[0]
+        if f"{top}/constants.pkl" in members or any(name.startswith(f"{top}/code/") for name in members):
+            return Layout([], torchscript=True)
+        pickle_name = f"{top}/data.pkl"
+        if pickle_name not in members:
+            raise FileReadError(path, f"a zip archive without {pickle_name!r}: not a torch.save file")
         data = read_member(path, archive, members[pickle_name])
     except FileReadError:
         raise
@@ -195,13 +192,17 @@ def _inspect_legacy(path: str, handle: BinaryIO, size: int) -> Layout:
 
 
 # ---- loading --------------------------------------------------------------------------------------------
+#: what to do with a file whose pickled objects would run code
+_SAVE_INSTEAD = ("save the weights with torch.save(model.state_dict(), path) instead, or pass trust_pickle=True if you "
+                 "trust this file")
+
+
 def _unsafe_message(error: BaseException, layout: Layout) -> str:
     named = list(dict.fromkeys(_GLOBAL_IN_MESSAGE.findall(str(error))))
     named += [name for name in layout.names if not _TENSOR_PICKLE_NAMES.match(name) and name not in named]
     what = f" ({', '.join(one_line(name, 60) for name in named[:4])})" if named else ""
     return (f"the file holds pickled Python objects{what} that would run code to load, so they are not loaded: "
-            "save the weights with torch.save(model.state_dict(), path) instead, or pass trust_pickle=True "
-            "if you trust this file")
+            + _SAVE_INSTEAD)
 
 
 def _torch_load(path: str, handle: BinaryIO, layout: Layout, trust_pickle: bool) -> Any:
@@ -209,9 +210,7 @@ def _torch_load(path: str, handle: BinaryIO, layout: Layout, trust_pickle: bool)
     import torch
 
     if layout.torchscript and not trust_pickle:
-        raise FileReadError(path, "a TorchScript archive (torch.jit.save) runs its code when loaded: save the weights "
-                                  "with torch.save(model.state_dict(), path) instead, or pass trust_pickle=True "
-                                  "if you trust this file")
+        raise FileReadError(path, "a TorchScript archive (torch.jit.save) runs its code when loaded: " + _SAVE_INSTEAD)
     handle.seek(0)
     try:
         with warnings.catch_warnings():
