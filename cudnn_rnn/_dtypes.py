@@ -1,14 +1,7 @@
 """Every element type the package meets, one record each: its size, what it computes in, and what each
 framework and file format calls it. Every other dtype table of the package is derived from :data:`TABLE`.
 
-::
-
-    name      bytes  params  computes in  package    safetensors  torch     torch storage     ONNX  TF  cuDNN
-    float16   2      yes     float32      -          F16          float16   HalfStorage       10    19  2
-    float32   4      yes     float32      -          F32          float32   FloatStorage      1     1   0
-    float64   8      yes     float64      -          F64          float64   DoubleStorage     11    2   1
-    bfloat16  2      yes     float32      ml_dtypes  BF16         bfloat16  BFloat16Storage   16    14  9
-    bool, uint8, int8, uint16, int16, uint32, int32, uint64, int64: the integer types files also hold
+Its uses::
 
     lookup("safetensors", "BF16").name == "bfloat16"
     names("torch_storage") == {"HalfStorage": "float16", ...}
