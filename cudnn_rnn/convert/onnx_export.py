@@ -16,20 +16,18 @@ One ``LSTM`` / ``GRU`` (``linear_before_reset=1``) / ``RNN`` node per layer, ``d
 ``layer_{l}/W``, ``layer_{l}/R``, ``layer_{l}/B`` of the ``onnx`` format. Between layers the
 node's Y [T, D, B, N] is transposed to [T, B, D, N] and reshaped to [T, B, D*N], the next
 layer's input. LSTM projection (num_proj) cannot be expressed by ONNX's LSTM node and is
-refused. Needs the ``onnx`` package (``pip install onnx``); the model is built with
-``onnx.helper``.
+refused.
 """
 
 from __future__ import annotations
 
 import os
-import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._arrays import Array
+from .._arrays import Array, to_host
 from ..config import RNNConfig, check_config
 from ..files import write_bytes
 from ..formats import describe, to_format
@@ -52,14 +50,6 @@ DTYPE_MIN_OPSET: dict[str, int] = {"bfloat16": 22}
 
 #: the dtypes ONNX Runtime's CPU LSTM, GRU and RNN kernels take (a model of another one is written, with a warning)
 ORT_CPU_DTYPES: tuple[str, ...] = ("float16", "float32")
-
-
-def _import_onnx() -> types.ModuleType:
-    try:
-        import onnx
-    except ImportError as error:  # pragma: no cover - exercised only where onnx is absent
-        raise ImportError("export_onnx needs the 'onnx' package: pip install onnx") from error
-    return onnx
 
 
 def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, time_major: bool = True,
@@ -92,8 +82,11 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
             :class:`~cudnn_rnn.RNNConfig`.
         ImportError: the onnx package is missing.
     """
-    onnx_module = _import_onnx()
-    from onnx import helper, numpy_helper
+    try:
+        import onnx as onnx_module
+        from onnx import helper, numpy_helper
+    except ImportError as error:  # pragma: no cover - exercised only where onnx is absent
+        raise ImportError("export_onnx needs the 'onnx' package: pip install onnx") from error
 
     config = check_config(config)
     refusal = onnx_format.refusal(config)
@@ -103,7 +96,7 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
             or not MIN_OPSET <= opset <= onnx_module.defs.onnx_opset_version()):
         raise ValueError(f"opset must be an int in [{MIN_OPSET}, {onnx_module.defs.onnx_opset_version()}]; "
                          f"got {opset!r}")
-    weights = {name: _to_host(value) for name, value in to_format("onnx", params, config).value.items()}
+    weights = {name: to_host(value) for name, value in to_format("onnx", params, config).value.items()}
     dtype = np.dtype(params.dtype).name
     if opset < DTYPE_MIN_OPSET.get(dtype, MIN_OPSET):
         raise ValueError(f"export_onnx: {dtype} params need opset >= {DTYPE_MIN_OPSET[dtype]} (the first whose LSTM, "
@@ -115,8 +108,8 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(params.dtype))
     builder = _GraphBuilder(config, time_major, with_initial_state, elem_type)
     graph = builder.build()
-    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in weights.items())
-    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in builder.constants.items())
+    initializers = {**weights, **builder.constants}
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in initializers.items())
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="cudnn_rnn",
                               ir_version=helper.find_min_ir_version_for(opsets),  # readable by older runtimes
@@ -124,10 +117,6 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     onnx_module.checker.check_model(model)
     write_bytes(path, model.SerializeToString())  # atomically: a kill leaves no torn model
     return model
-
-
-def _to_host(value: Any) -> np.ndarray:
-    return np.ascontiguousarray(value.get() if hasattr(value, "get") else value)
 
 
 class _GraphBuilder:

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..._dtypes import names as dtype_names
+from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, common_dtype, one_line
 from ._infer import infer
 from ._onnx_graph import Graph, MalformedGraph, NotFolded
@@ -118,12 +119,6 @@ RESET_BEFORE_REFUSAL = ("attribute linear_before_reset=0 makes a reset-before GR
 RESET_BEFORE_NOTE = ("attribute linear_before_reset=0 makes a reset-before GRU, held exactly in the 'gru_block_cell' "
                      "format (TF's GRUBlockCell; 'mygrad' too); cuDNN's GRU resets after the recurrent matmul, so "
                      "cuDNN params of it are only an approximation")
-
-#: ONNX's GRU gates (z update, r reset, h candidate) and where gru_block_cell keeps them
-GRU_GATES: tuple[str, ...] = ("z", "r", "h")
-RESET_BEFORE_BLOCKS: dict[str, tuple[str, ...]] = {"w_ru": ("r", "z"), "w_c": ("h",)}
-RESET_BEFORE_BIASES: dict[str, tuple[str, ...]] = {"b_ru": ("r", "z"), "b_c": ("h",)}
-
 
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every LSTM, GRU and RNN node of the ONNX model ``path`` (see the module docstring)."""
@@ -524,11 +519,10 @@ def _activations(op_type: str, op: Operator, attributes: dict[str, Any],
 
 
 def _reset_before(weights: dict[str, np.ndarray], units: int) -> dict[str, np.ndarray]:
-    """An ONNX GRU with linear_before_reset=0 (one direction) as gru_block_cell tensors: the same function."""
-    w, r = weights["W"][0], weights["R"][0]
+    """An ONNX GRU with linear_before_reset=0 (one direction) as gru_block_cell tensors: the same function.
+
+    ONNX's W [3N, I] and R [3N, N] hold their gates in Keras's order z, r, h, so transposed they are a
+    Keras GRU(reset_after=False)'s kernels; the two biases add up (R's bias is outside the reset)."""
     bias = weights["B"][0]
-    summed = dict(zip(GRU_GATES, np.split(bias[:3 * units] + bias[3 * units:], 3)))
-    stacked = {gate: np.concatenate([x.T, h.T]) for gate, x, h in zip(GRU_GATES, np.split(w, 3), np.split(r, 3))}
-    tensors = {name: np.concatenate([stacked[g] for g in gates], axis=1) for name, gates in RESET_BEFORE_BLOCKS.items()}
-    tensors.update({name: np.concatenate([summed[g] for g in gates]) for name, gates in RESET_BEFORE_BIASES.items()})
-    return tensors
+    return keras_reset_before_to_gru_block_cell(weights["W"][0].T, weights["R"][0].T,
+                                                bias[:3 * units] + bias[3 * units:], np)
