@@ -37,10 +37,10 @@ class Extent:
     """The bytes of a file that one tensor's elements take, whatever their type.
 
     Attributes:
-        member: the zip member holding them, or None (a file that is no archive).
+        member: the zip member holding them (its checksum must be renewed once they change), or None.
         offset: the byte offset of the first element in the file.
         shape: the tensor's shape.
-        strides: bytes between neighbours along each axis.
+        strides: bytes between neighbours along each axis (C order for most files).
         itemsize: bytes per element.
     """
 
@@ -75,24 +75,12 @@ def overlapping(buffer: mmap.mmap, first: Extent, second: Extent) -> bool:
 
 
 @dataclass(frozen=True)
-class StoredTensor:
-    """Where a file keeps one tensor.
+class StoredTensor(Extent):
+    """Where a file keeps one tensor: its extent, and its element type's name ("float32", "bfloat16", ...)
+    stored in byte order ``byteorder`` ("<" or ">")."""
 
-    Attributes:
-        offset: the byte offset of its first element in the file.
-        shape: its shape.
-        strides: bytes between neighbours along each axis (C order for most files).
-        dtype: its element type's name ("float32", "bfloat16", ...).
-        byteorder: "<" or ">".
-        member: the zip member holding it (its checksum must be renewed), or None.
-    """
-
-    offset: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
     dtype: str
     byteorder: str = "<"
-    member: str | None = None
 
     @classmethod
     def contiguous(cls, offset: int, shape: Sequence[int], dtype: str, byteorder: str = "<",
@@ -100,22 +88,14 @@ class StoredTensor:
         """A tensor stored in C order from ``offset`` on (``itemsize``: bytes per element, for a dtype that is
         not an RNN's)."""
         itemsize = numpy_dtype(dtype).itemsize if itemsize is None else itemsize
-        return cls(offset, tuple(int(size) for size in shape), c_strides(shape, itemsize), dtype, byteorder, member)
+        shape = tuple(int(size) for size in shape)
+        return cls(member, offset, shape, c_strides(shape, itemsize), itemsize, dtype, byteorder)
 
     @property
     def numpy_dtype(self) -> np.dtype:
         """The dtype of its bytes in the file."""
         stored: np.dtype = numpy_dtype(self.dtype).newbyteorder(">" if self.byteorder == ">" else "<")
         return stored
-
-    @property
-    def extent(self) -> Extent:
-        """The bytes of the file its elements take."""
-        return Extent(self.member, self.offset, self.shape, self.strides, self.numpy_dtype.itemsize)
-
-    def span(self) -> tuple[int, int]:
-        """The first byte and one past the last byte it touches."""
-        return self.extent.span()
 
     def view(self, buffer: mmap.mmap) -> np.ndarray:
         """Its elements in the mapped file (an array that looks into ``buffer``, which cannot close while it lives)."""
@@ -152,7 +132,7 @@ def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray
     keys = list(writes)
     for index, key in enumerate(keys):
         for other in keys[index + 1:]:
-            if overlapping(mapped, writes[key][0].extent, writes[other][0].extent) and not (
+            if overlapping(mapped, writes[key][0], writes[other][0]) and not (
                     reads_back(mapped, *writes[key]) and reads_back(mapped, *writes[other])):
                 raise ValueError(f"tensors {key!r} and {other!r} share storage in the model (tied) and their new "
                                  "values differ there: one storage cannot hold both; give them the same values, "

@@ -76,16 +76,45 @@ def _unwrapped(value: Any) -> Any:
     return value
 
 
-def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str | None:
-    """The stored place of a pickled tensor, a reason it has none, or None for something that is no tensor."""
-    value = _unwrapped(value)
-    if not (isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and len(value.args) >= 4):
+def _rebuild_args(value: Pickled) -> tuple[Any, int, tuple[int, ...], tuple[int, ...]] | None:
+    """The storage record, element offset, shape and element strides a pickled tensor is rebuilt from; None where
+    they are not a plain tensor's."""
+    if len(value.args) < 4:
         return None
     record, offset, size, stride = value.args[:4]
     shape, strides = _sequence(size), _sequence(stride)
     if not _is_record(record) or shape is None or strides is None or not isinstance(offset, int) \
             or len(shape) != len(strides):
+        return None
+    return record, offset, shape, strides
+
+
+def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
+    """The bytes a pickled tensor of any type takes, all its storage's for a storage record met alone (or a
+    tensor of an unknown kind, whose record is met inside it); None for anything else."""
+    tensor = isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and bool(value.args)
+    record = value.args[0] if tensor else value
+    if not _is_record(record):
+        return None
+    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
+    start, itemsize = member_data_offset(mapped, info), STORAGE_ITEMSIZES.get(getattr(record[1], "name", ""), 1)
+    parts = _rebuild_args(value) if tensor else None
+    if parts is None:
+        return Extent(info.filename, start, (info.compress_size,), (1,), 1)
+    _, offset, shape, strides = parts
+    return Extent(info.filename, start + offset * itemsize, shape, tuple(stride * itemsize for stride in strides),
+                  itemsize)
+
+
+def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str | None:
+    """The stored place of a pickled tensor, a reason it has none, or None for something that is no tensor."""
+    value = _unwrapped(value)
+    if not (isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and len(value.args) >= 4):
+        return None
+    parts = _rebuild_args(value)
+    if parts is None:
         return "its pickled record is not a plain tensor's"
+    record, offset, shape, strides = parts
     storage = getattr(record[1], "name", "")
     dtype = STORAGE_DTYPES.get(storage)
     if dtype is None:
@@ -95,8 +124,8 @@ def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str
         return "its storage is compressed in the archive"
     itemsize = STORAGE_ITEMSIZES[storage]
     start = member_data_offset(mapped, info)
-    stored = StoredTensor(start + offset * itemsize, shape, tuple(s * itemsize for s in strides), dtype,
-                          member=info.filename)
+    stored = StoredTensor(info.filename, start + offset * itemsize, shape, tuple(s * itemsize for s in strides),
+                          itemsize, dtype)
     low, high = stored.span()
     if low < start or high > start + info.file_size:
         return "it reaches outside its storage"
@@ -153,23 +182,6 @@ def state_dicts(path: str) -> list[StateDict]:
 
 
 # ---- tensors that share storage ----------------------------------------------------------------------------
-def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
-    """The bytes a pickled tensor of any type takes, all its storage's for a storage record met alone (or a
-    tensor of an unknown kind, whose record is met inside it); None for anything else."""
-    value = _unwrapped(value)
-    record = value.args[0] if isinstance(value, Pickled) and value.name in _REBUILD_TENSOR and value.args else value
-    if not _is_record(record):
-        return None
-    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
-    start, itemsize = member_data_offset(mapped, info), STORAGE_ITEMSIZES.get(getattr(record[1], "name", ""), 1)
-    if record is not value and len(value.args) >= 4:
-        offset, shape, strides = value.args[1], _sequence(value.args[2]), _sequence(value.args[3])
-        if isinstance(offset, int) and shape is not None and strides is not None and len(shape) == len(strides):
-            return Extent(info.filename, start + offset * itemsize, shape,
-                          tuple(stride * itemsize for stride in strides), itemsize)
-    return Extent(info.filename, start, (info.compress_size,), (1,), 1)
-
-
 def _children(value: Any) -> list[tuple[Any, Any]]:
     """What a pickled object holds, each with its key (None: a part that no key of the user's names)."""
     if isinstance(value, dict):
