@@ -101,25 +101,18 @@ class MpiTransport:
         self._host: np.ndarray | None = None
 
     def allreduce_sum(self, flat: Array) -> None:
-        if isinstance(flat, np.ndarray):
-            self._comm.Allreduce(self._mpi.IN_PLACE, flat, op=self._mpi.SUM)
-            return
-        host = self._staging(flat.nbytes).view(flat.dtype)
-        flat.get(out=host)
-        self._comm.Allreduce(self._mpi.IN_PLACE, host, op=self._mpi.SUM)
-        flat.set(host)
+        self._on_host(flat, lambda buffer: self._comm.Allreduce(self._mpi.IN_PLACE, buffer, op=self._mpi.SUM))
 
     def broadcast(self, flat_bytes: Array, root: int) -> None:
-        if isinstance(flat_bytes, np.ndarray):
-            self._comm.Bcast(flat_bytes, root=root)
-            return
-        host = self._staging(flat_bytes.nbytes)
-        flat_bytes.get(out=host)
-        self._comm.Bcast(host, root=root)
-        flat_bytes.set(host)
+        self._on_host(flat_bytes, lambda buffer: self._comm.Bcast(buffer, root=root))
 
-    def _staging(self, nbytes: int) -> np.ndarray:
-        """The first ``nbytes`` of the host staging buffer (grown to the largest message so far)."""
+    def _on_host(self, flat: Array, collective: Callable[[np.ndarray], None]) -> None:
+        """``collective`` on ``flat`` itself (NumPy), or on a copy in the first bytes of the host staging buffer
+        (grown to the largest message so far), copied back (CuPy)."""
+        if isinstance(flat, np.ndarray):
+            collective(flat)
+            return
+        nbytes = flat.nbytes
         if self._host is None or self._host.nbytes < nbytes:
             try:
                 import cupyx
@@ -127,7 +120,10 @@ class MpiTransport:
                 self._host = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
             except Exception:  # CuPy without pinned memory: pageable memory works too
                 self._host = np.empty(nbytes, dtype=np.uint8)
-        return self._host[:nbytes]
+        host = self._host[:nbytes].view(flat.dtype)
+        flat.get(out=host)
+        collective(host)
+        flat.set(host)
 
     def close(self) -> None:
         """Drop the host staging buffer."""

@@ -123,10 +123,7 @@ class PackLayout:
 
     @classmethod
     def of(cls, signature: Signature) -> "PackLayout":
-        dtypes: list[np.dtype] = []
-        for _, _, dtype in signature:
-            if np.dtype(dtype) not in dtypes:
-                dtypes.append(np.dtype(dtype))
+        dtypes = list(dict.fromkeys(np.dtype(dtype) for _, _, dtype in signature))
         sizes = [0] * len(dtypes)
         slots = []
         for index, (_, shape, dtype) in enumerate(signature):

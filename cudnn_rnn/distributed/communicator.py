@@ -11,6 +11,7 @@ Data flow of one collective over a list of arrays (all ranks pass the same shape
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -100,11 +101,8 @@ class _PackPlan:
     def packed(self, device: int | None) -> tuple[Array, list[Array], list[Array]]:
         """(buffer, per-array views, per-group views), allocated at first use on ``device``."""
         if self.buffer is None:
-            if device is None:
+            with contextlib.nullcontext() if device is None else self.xp.cuda.Device(device):
                 self.buffer = self.layout.allocate(self.xp)
-            else:
-                with self.xp.cuda.Device(device):
-                    self.buffer = self.layout.allocate(self.xp)
             self.views = self.layout.slot_views(self.buffer)
             self.groups = self.layout.group_views(self.buffer)
         return self.buffer, self.views, self.groups
