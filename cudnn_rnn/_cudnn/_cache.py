@@ -174,12 +174,9 @@ class BatchPlan:
         layout = DATA_LAYOUTS[time_major]
         self._descriptors: list[Resource] = []  # every descriptor made so far: close() closes them
         try:
-            self.x_desc = self._own(RNNDataDescriptor(_lib.RNNDataFields(
-                data_type, layout, max_time, batch, config.input_size, seq_lengths, 0.0),
-                device=device))
-            self.y_desc = self._own(RNNDataDescriptor(_lib.RNNDataFields(
-                data_type, layout, max_time, batch, config.output_size, seq_lengths, 0.0),
-                device=device))
+            self.x_desc, self.y_desc = (self._own(RNNDataDescriptor(_lib.RNNDataFields(
+                data_type, layout, max_time, batch, size, seq_lengths, 0.0), device=device))
+                for size in (config.input_size, config.output_size))
             self.h_desc = self._own(TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.state_size),
                                                      device=device))
             self.c_desc = self._own(TensorDescriptor(data_type, (config.num_pseudo_layers, batch, config.num_units),
@@ -243,16 +240,12 @@ class Network:
         try:
             self.rnn = RNNDescriptor(rnn_fields(config, key.algo, key.math_type, self.dropout.descriptor.pointer),
                                      device=device_scope(device_id))
-        except BaseException:
-            self.dropout.close()
-            raise
-        if key.dynamic_batch:
-            try:
+            if key.dynamic_batch:
                 _lib.build_rnn_dynamic(handle, self.rnn.pointer, key.dynamic_batch)
-            except BaseException:
-                self.close()
-                raise
-        differences = layout_differences(handle, self.rnn, config)
+            differences = layout_differences(handle, self.rnn, config)
+        except BaseException:
+            self.close()
+            raise
         if differences:
             self.close()
             raise RuntimeError("the params layout table disagrees with cuDNN for "
@@ -268,7 +261,9 @@ class Network:
 
     def close(self) -> None:
         self.plans.clear()
-        self.rnn.close()
+        rnn: RNNDescriptor | None = getattr(self, "rnn", None)  # absent when the constructor failed to make it
+        if rnn is not None:
+            rnn.close()
         self.dropout.close()
 
 

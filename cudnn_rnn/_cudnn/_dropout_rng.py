@@ -40,34 +40,16 @@ __all__ = ["DropoutRNG", "checked_state", "device_identity"]
 
 
 def device_identity(device_id: int, states_size: int, cudnn_version: int) -> str:
-    """What a dropout RNG state depends on: the GPU model, the cuDNN version and the state's size.
-
-    Args:
-        device_id: the GPU.
-        states_size: cudnnDropoutGetStatesSize on it, bytes.
-        cudnn_version: cudnnGetVersion(), e.g. 92800.
-
-    Returns:
-        e.g. ``"NVIDIA H100 80GB HBM3, cuDNN 92800, 4194304 bytes"``.
-    """
+    """What a dropout RNG state depends on: GPU ``device_id``'s model, ``cudnnGetVersion()`` and the state's size
+    (cudnnDropoutGetStatesSize), e.g. ``"NVIDIA H100 80GB HBM3, cuDNN 92800, 4194304 bytes"``."""
     from ._streams import device_name  # (the GPU side, and cuDNN's library with it, loads at first use)
 
     return f"{device_name(device_id)}, cuDNN {cudnn_version}, {states_size} bytes"
 
 
 def checked_state(value: Any, where: str) -> dict[str, Any] | None:
-    """Check a saved :meth:`DropoutRNG.state` (None, or ``{"device": str, "states": uint8 1-D array}``).
-
-    Args:
-        value: what a layer's state dict holds under ``"dropout_rng"``.
-        where: names the source in the message.
-
-    Returns:
-        ``value`` itself.
-
-    Raises:
-        ValueError: anything else, naming ``where``.
-    """
+    """``value`` (a layer's state dict's ``"dropout_rng"``) if it is a saved :meth:`DropoutRNG.state` (None, or
+    ``{"device": str, "states": uint8 1-D array}``); else ValueError naming ``where``."""
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) != {"device", "states"}:

@@ -108,16 +108,11 @@ class GridResult:
 
 
 def check_layout_grid(configs: Sequence[RNNConfig] | None = None) -> list[GridResult]:
-    """:func:`check_layout_against_cudnn` for every configuration, each on its own, on the current GPU.
+    """:func:`check_layout_against_cudnn` for every configuration (:func:`layout_check_configs` by default), each
+    on its own, on the current GPU: one :class:`GridResult` each, in order.
 
     A configuration that fails (cuDNN refuses it, say) is reported with its error and the others
     are still checked; a dtype this cuDNN or GPU cannot run is skipped, with the reason.
-
-    Args:
-        configs: the configurations; :func:`layout_check_configs` by default.
-
-    Returns:
-        One :class:`GridResult` per configuration, in order.
     """
     device_id = import_cupy().cuda.Device().id
     results = []

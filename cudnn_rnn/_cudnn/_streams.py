@@ -95,8 +95,8 @@ class DeviceBuffers:
 
     * :meth:`use` (reads): the first use on another stream waits for home, where the contents
       may still be in flight;
-    * :meth:`use_exclusive` (cuDNN advances a dropout state in place): a use on a stream other
-      than the previous one waits for that one;
+    * ``use(stream, exclusive=True)`` (cuDNN advances a dropout state in place): a use on a stream
+      other than the previous one waits for that one;
     * release (:meth:`close`, or the garbage collector, from any thread): home waits for every
       other stream that used the arrays, then they go back to the pool.
 
@@ -113,17 +113,14 @@ class DeviceBuffers:
         self._finalizer = weakref.finalize(self, _release_buffers, device_id, stream, self._users, list(arrays))
         self._finalizer.atexit = False  # the CUDA context may be gone at exit
 
-    def use(self, stream: Any) -> None:
-        """Order a read on ``stream`` (the current stream of the arrays' device)."""
-        if stream.ptr != self._home.ptr and stream.ptr not in self._users:
-            _wait(stream, self._home)
-            self._users[stream.ptr] = stream
-
-    def use_exclusive(self, stream: Any) -> None:
-        """Order a read-write use on ``stream`` after the previous one (which waited for home)."""
-        if stream.ptr != self._last.ptr:
+    def use(self, stream: Any, exclusive: bool = False) -> None:
+        """Order a read on ``stream`` (the current stream of the arrays' device), or a read-write use after the
+        previous one (which waited for home)."""
+        if exclusive and stream.ptr != self._last.ptr:
             _wait(stream, self._last)
             self._last = stream
+        elif not exclusive and stream.ptr != self._home.ptr and stream.ptr not in self._users:
+            _wait(stream, self._home)
         if stream.ptr != self._home.ptr:
             self._users[stream.ptr] = stream
 
@@ -144,10 +141,7 @@ def _release_buffers(device_id: int, home: Any, users: dict[int, Any], arrays: l
 
 def use(buffers: DeviceBuffers, stream: Any, exclusive: bool = False) -> None:
     """Order a use of ``buffers`` on ``stream``, and keep them for a CUDA graph being recorded."""
-    if exclusive:
-        buffers.use_exclusive(stream)
-    else:
-        buffers.use(stream)
+    buffers.use(stream, exclusive)
     kept = getattr(_local, "kept", None)
     if kept is not None:
         kept.extend(buffers.arrays)
