@@ -24,10 +24,9 @@ and shapes. If not, it raises ValueError (``on_new_lengths="raise"``, the defaul
 if the lengths are new to the backend too), and records one more graph for the new lengths, which
 this replay does not launch; a later replay with any lengths recorded before launches that graph,
 and the ``max_graphs`` most recently used graphs are kept (one dropped goes with its memory pool).
-The watch sees changes made in place
-(``lengths[...] = ...``); a step that builds its lengths array anew on every call, or a name
-rebound to another array, is not seen: the graph replays what it recorded. CuPy
-``sequence_lengths`` are refused while recording (they are read back to the host).
+The watch sees changes made in place (``lengths[...] = ...``); a step that builds its lengths array
+anew on every call, or a name rebound to another array, is not seen: the graph replays what it
+recorded. CuPy ``sequence_lengths`` are refused while recording (they are read back to the host).
 
 What a step may do: enqueue device work on arrays that outlive it (inputs, params, gradients and
 optimiser state updated in place with ``a[...] = ...``), with host ``sequence_lengths`` (NumPy).
@@ -37,9 +36,8 @@ exactly (``optim.SGD`` is exact; ``optim.Adam`` would repeat the bias correction
 step). Dropout: an op call with fixed seeds draws the same masks on every replay, as it does on
 every call; a layer's training forward draws from the layer's own RNG state on the GPU, which
 every replay advances as every eager step does (the layer's ``step`` counter, a host value,
-stays where the recording left it). Anything the capture
-cannot record (a host transfer or wait) raises inside :func:`capture` (or inside the replay that
-records, with ``"recapture"``).
+stays where the recording left it). Anything the capture cannot record (a host transfer or wait)
+raises inside :func:`capture` (or inside the replay that records, with ``"recapture"``).
 
 How: the warm-up runs on the capture stream, so the cuDNN backend builds its handle, plans and
 dropout state there (a plan's upload is the one host-to-device copy, and it happens now). The
@@ -78,11 +76,7 @@ class _Recorded:
 
 
 class CapturedStep:
-    """A recorded step: :meth:`replay` launches its graph on :attr:`stream`.
-
-    Made by :func:`capture`, not directly. Holds each graph with what it reads (its private
-    memory pool and the backend's cached arrays) and the lengths and shapes it froze, which
-    every replay checks first.
+    """A recorded step: :meth:`replay` launches its graph on :attr:`stream`; made by :func:`capture`, not directly.
 
     Attributes:
         step: the recorded function (run again, eagerly, when ``"recapture"`` meets new lengths).
@@ -105,10 +99,8 @@ class CapturedStep:
         return self._graphs[-1].graph
 
     def replay(self) -> None:
-        """Enqueue the recorded step on :attr:`stream` (returns at once; the work runs on the GPU).
-
-        First checks the watched lengths and shapes, and acts on new ones, as the module
-        docstring's "Lengths and shapes" says.
+        """Enqueue the recorded step on :attr:`stream` (returns at once; the work runs on the GPU), after checking
+        the watched lengths and shapes as the module docstring's "Lengths and shapes" says.
 
         Raises:
             ValueError: (``"raise"``) ``sequence_lengths`` or an input shape differ from the

@@ -170,18 +170,11 @@ class _Optimizer:
         self.state_loader(state)()
 
     def state_loader(self, state: dict[str, Any], where: str = "state_dict") -> Callable[[], None]:
-        """Check ``state`` as ``load_state_dict`` does and return the function that loads it.
+        """Check ``state`` as ``load_state_dict`` does, with its errors (``where`` names the source in their
+        messages), and return the function that loads it.
 
         Nothing changes until the returned function runs, so several objects can be checked
         before any is changed.
-
-        Args:
-            state: a ``state_dict()`` of an optimiser of this kind.
-            where: names the source in error messages.
-
-        Raises:
-            ValueError: as ``load_state_dict``.
-            TypeError: as ``load_state_dict``.
         """
         values = self.checked_state(state, where)
         lists = {name: self._checked_list(state[name], where, name, self._list_in_use(name, values))
