@@ -150,20 +150,10 @@ def _writing(target: str, write: Callable[[], Written]) -> Written:
 
 # ---- reading -------------------------------------------------------------------------------------
 def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
-    """The one RNN of ``args.input`` the command works on, with the overrides applied, and its config.
-
-    Args:
-        args: the parsed command line (``input``, the reading options, ``name``, ``stack`` and
-            the configuration overrides; with ``into``, ``name``, ``prefix`` and ``key`` are
-            MODEL's and IN is read without them).
-
-    Returns:
-        ``(found, config)``: the chosen (or stacked) RNN and its complete configuration.
-
-    Raises:
-        CommandError: the file cannot be read, names no such RNN, holds several without a
-            choice, or does not tell a field that no flag gives (one message line).
-    """
+    """``(found, config)``: the one RNN of ``args.input`` the command works on (chosen by ``name`` or ``stack``,
+    with the overrides applied) and its complete configuration. With ``into``, ``name``, ``prefix`` and ``key``
+    are MODEL's and IN is read without them. A CommandError (one message line) when the file cannot be read,
+    names no such RNN, holds several without a choice, or does not tell a field that no flag gives."""
     into = getattr(args, "into", None) is not None
     found = read_found(argparse.Namespace(**{**vars(args), "key": None, "prefix": None}) if into else args)
     try:
