@@ -46,9 +46,37 @@ class Signature:
     max_time: int
     batch: int
     dtype: np.dtype
-    output_shape: Shape
-    output_h_shape: Shape
-    output_c_shape: Shape
+
+    def seq_shape(self, width: int) -> Shape:
+        """A sequence of ``width`` features in the call's layout: [T, B, width] or [B, T, width]."""
+        t, b = self.max_time, self.batch
+        return (t, b, width) if self.time_major else (b, t, width)
+
+    def state_shape(self, width: int) -> Shape:
+        """A state of ``width`` in the call's layout: [L*D, B, width] or [B, L*D, width]."""
+        ld, b = self.config.num_pseudo_layers, self.batch
+        return (ld, b, width) if self.time_major else (b, ld, width)
+
+    @property
+    def output_shape(self) -> Shape:
+        return self.seq_shape(self.config.output_size)
+
+    @property
+    def output_h_shape(self) -> Shape:
+        return self.state_shape(self.config.state_size)
+
+    @property
+    def output_c_shape(self) -> Shape:
+        return self.state_shape(self.config.num_units) if self.config.has_cell else (0,)
+
+    def runs_time_major(self, cudnn: bool) -> bool:
+        """The layout the backend runs: the caller's, but time-major for a persistent algorithm on cuDNN.
+
+        x and dy go in transposed, y and dx come back in the caller's layout (why:
+        :data:`~cudnn_rnn.config.PERSISTENT_ALGOS`); ``"auto"`` runs the standard algorithm on
+        batch-major input instead.
+        """
+        return self.time_major or (cudnn and self.config.algo in PERSISTENT_ALGOS)
 
     def reserve_elements(self, platform: str) -> int:
         """Length of a training forward's reserve_space (1-D, the input's dtype) when ``platform`` runs the call.
@@ -70,9 +98,8 @@ class Signature:
         from ._cudnn import _backend as cudnn_backend
         from ._cudnn._streams import import_cupy
 
-        run_time_major = self.time_major or config.algo in PERSISTENT_ALGOS  # as ops' run_time_major on cuDNN
-        return cudnn_backend.reserve_elements(config, self.max_time, self.batch, run_time_major,
-                                       import_cupy().cuda.Device().id)
+        return cudnn_backend.reserve_elements(config, self.max_time, self.batch, self.runs_time_major(True),
+                                              import_cupy().cuda.Device().id)
 
     def cpu_reserve_elements(self, max_time: Any, batch: Any) -> Any:
         """``reserve_elements("cpu")`` for any T and B, given as ints or as a framework's symbolic sizes (a
@@ -249,18 +276,10 @@ def check(config: RNNConfig, time_major: bool, input_shape: Shape, input_h_shape
 def _fit(config: RNNConfig, time_major: bool, given: _Shapes, lengths_shape: Shape | None,
          lengths_dtype: object) -> Signature:
     """The shapes held to ``config`` (the sizes a keyword call's shapes gave pass at once), then the lengths."""
-    max_time, batch = given.max_time, given.batch
-
-    def seq(width: int) -> Shape:
-        return (max_time, batch, width) if time_major else (batch, max_time, width)
-
-    def state(width: int) -> Shape:
-        layers = config.num_pseudo_layers
-        return (layers, batch, width) if time_major else (batch, layers, width)
-
-    expected = {"input": seq(config.input_size), "input_h": state(config.state_size)}
+    sig = Signature(config, time_major, given.max_time, given.batch, given.dtype)
+    expected = {"input": sig.seq_shape(config.input_size), "input_h": sig.output_h_shape}
     if config.has_cell:
-        expected["input_c"] = state(config.num_units)
+        expected["input_c"] = sig.output_c_shape
     for name, shape in zip(expected, (given.x, given.h, given.c)):
         if shape != expected[name]:
             raise ValueError(f"{name} must have shape {expected[name]} for this configuration; got {shape}")
@@ -273,8 +292,7 @@ def _fit(config: RNNConfig, time_major: bool, given: _Shapes, lengths_shape: Sha
         if lengths_type is None or lengths_type not in (np.int32, np.int64):
             raise TypeError("sequence_lengths must have dtype int32 or int64; "
                             f"got {lengths_dtype if lengths_type is None else lengths_type}")
-        if tuple(lengths_shape) != (batch,):
-            raise ValueError(f"sequence_lengths must have shape ({batch},) (the batch size); "
+        if tuple(lengths_shape) != (sig.batch,):
+            raise ValueError(f"sequence_lengths must have shape ({sig.batch},) (the batch size); "
                              f"got {tuple(lengths_shape)}")
-    return Signature(config, time_major, max_time, batch, given.dtype, seq(config.output_size),
-                     state(config.state_size), state(config.num_units) if config.has_cell else (0,))
+    return sig

@@ -67,15 +67,11 @@ class RNNGradients(NamedTuple):
 
 
 @dataclass(frozen=True)
-class _ValidatedCall:
-    """The arguments of one op, validated, in the backends' terms."""
+class _ValidatedCall(Signature):
+    """The arguments of one op, validated, in the backends' terms: its signature and its arrays."""
 
-    config: RNNConfig
     xp: types.ModuleType
     device: int | None  # the GPU of every CuPy array of the call; None for NumPy
-    time_major: bool
-    max_time: int
-    batch: int
     lengths: np.ndarray  # host int32 [B]
     x: Array  # caller layout; C-contiguous once placed()
     h0: Array  # caller layout; [L*D, B, P] C-contiguous once placed()
@@ -97,13 +93,8 @@ class _ValidatedCall:
 
     @property
     def run_time_major(self) -> bool:
-        """The layout the backend runs: the caller's, but time-major for a persistent algorithm on cuDNN.
-
-        x and dy go in transposed, y and dx come back in the caller's layout (why:
-        :data:`~cudnn_rnn.config.PERSISTENT_ALGOS`); ``"auto"`` runs the standard algorithm on
-        batch-major input instead.
-        """
-        return self.time_major or (self.xp is not np and self.config.algo in PERSISTENT_ALGOS)
+        """The layout the backend runs (``Signature.runs_time_major``)."""
+        return self.runs_time_major(self.xp is not np)
 
     @property
     def reserve_key(self) -> _reserve.ForwardKey:
@@ -133,14 +124,6 @@ class _ValidatedCall:
         if self.time_major == self.run_time_major:
             return values
         return self.xp.ascontiguousarray(values.transpose(1, 0, 2))
-
-    def seq_shape(self, width: int) -> tuple[int, int, int]:
-        t, b = self.max_time, self.batch
-        return (t, b, width) if self.time_major else (b, t, width)
-
-    def state_shape(self, width: int) -> tuple[int, int, int]:
-        ld, b = self.config.num_pseudo_layers, self.batch
-        return (ld, b, width) if self.time_major else (b, ld, width)
 
     def states_out(self, state: Array) -> Array:
         """[L*D, B, X] -> caller layout, contiguous (the swap is its own inverse: ``states_in`` is this too)."""
@@ -229,7 +212,8 @@ def _validated(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h:
                          "(cuDNN's persistent kernels take one sequence length for the whole batch); got "
                          f"sequence_lengths from {int(lengths.min())} to {int(lengths.max())}: use algo='standard' "
                          "or 'auto'")
-    return _ValidatedCall(config, xp, device, sig.time_major, max_time, batch, lengths, input, input_h, cell, params)
+    return _ValidatedCall(config, sig.time_major, max_time, batch, sig.dtype, xp, device, lengths, input, input_h, cell,
+                          params)
 
 
 def cudnn_rnn_v3(input: Array, input_h: Array, input_c: Array | None, params: Array,
