@@ -102,10 +102,6 @@ SIMPLE_RNN_MODES: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 TENSOR_NAMES = TensorNames({field: "layer_{layer}/{direction}/" + field for field in FIELDS}, DIRECTION_NAMES)
 
 
-def _key(layer: int, direction: int, field: str) -> str:
-    return TENSOR_NAMES.name(field, layer, direction)
-
-
 refusal = projection_refusal("keras", "Keras layers have none")
 
 
@@ -129,9 +125,9 @@ def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
     bias_shape = (2, gn) if config.rnn_mode in TWO_BIAS_MODES else (gn,)
     result: dict[str, tuple[int, ...]] = {}
     for _, layer, direction in pseudo_layers(config):
-        result[_key(layer, direction, "kernel")] = (config.layer_input_size(layer), gn)
-        result[_key(layer, direction, "recurrent_kernel")] = (n, gn)
-        result[_key(layer, direction, "bias")] = bias_shape
+        result[TENSOR_NAMES.name("kernel", layer, direction)] = (config.layer_input_size(layer), gn)
+        result[TENSOR_NAMES.name("recurrent_kernel", layer, direction)] = (n, gn)
+        result[TENSOR_NAMES.name("bias", layer, direction)] = bias_shape
     return result
 
 
@@ -141,7 +137,7 @@ def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: An
         bias = (xp.stack([cell.input_bias, cell.recurrent_bias]) if config.rnn_mode in TWO_BIAS_MODES
                 else cell.input_bias + cell.recurrent_bias)
         for field, value in zip(FIELDS, (xp.transpose(cell.input), xp.transpose(cell.recurrent), bias)):
-            result[_key(layer, direction, field)] = xp.ascontiguousarray(value)
+            result[TENSOR_NAMES.name(field, layer, direction)] = xp.ascontiguousarray(value)
     return result
 
 
@@ -152,7 +148,7 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
 
 def _cell(tensors: Mapping[str, Array], config: RNNConfig, layer: int, direction: int, xp: Any) -> CellWeights:
     """A direction's weights, in Keras's gate order."""
-    kernel, recurrent_kernel, bias = (tensors[_key(layer, direction, field)] for field in FIELDS)
+    kernel, recurrent_kernel, bias = (tensors[TENSOR_NAMES.name(field, layer, direction)] for field in FIELDS)
     if config.rnn_mode in TWO_BIAS_MODES:
         input_bias, recurrent_bias = bias[0], bias[1]
     else:  # the single bias goes to bR, zeros to bW (Keras's own cuDNN path does the same)

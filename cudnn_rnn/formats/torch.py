@@ -68,10 +68,6 @@ def _fields(config: RNNConfig) -> tuple[str, ...]:
     return fields + ("projection",) if config.num_proj else fields
 
 
-def _key(field: str, layer: int, direction: int) -> str:
-    return TENSOR_NAMES.name(field, layer, direction)
-
-
 def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
     gn, p, n = config.num_gates * config.num_units, config.state_size, config.num_units
     result = {}
@@ -79,19 +75,20 @@ def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
         field_shapes = {"input": (gn, config.layer_input_size(layer)), "recurrent": (gn, p),
                         "input_bias": (gn,), "recurrent_bias": (gn,), "projection": (p, n)}
         for field in _fields(config):
-            result[_key(field, layer, direction)] = field_shapes[field]
+            result[TENSOR_NAMES.name(field, layer, direction)] = field_shapes[field]
     return result
 
 
 def encode(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]:
     cells = with_explicit_skip_input(cells, config, xp)
-    return {_key(field, layer, direction): xp.array(getattr(cells[k], field))
+    return {TENSOR_NAMES.name(field, layer, direction): xp.array(getattr(cells[k], field))
             for k, layer, direction in pseudo_layers(config) for field in _fields(config)}
 
 
 def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: Any) -> tuple[CellWeights, ...]:
     return tuple(
-        CellWeights(**{field: xp.array(tensors[_key(field, layer, direction)]) for field in _fields(config)})
+        CellWeights(**{field: xp.array(tensors[TENSOR_NAMES.name(field, layer, direction)])
+                       for field in _fields(config)})
         for _, layer, direction in pseudo_layers(config))
 
 
