@@ -47,26 +47,22 @@ holding only ``S/opaque_kernel`` (a Saver given an explicit ``var_list``) is fou
 params buffer (format ``params``): cuDNN's layout, every size a question.
 
 **Keras layers** (``tf.train.Checkpoint(model=...)``, ``save_weights`` in TF format,
-SavedModels): a node of the checkpoint's object graph with variable children ``kernel`` and
-``recurrent_kernel`` (and ``bias``) reached through an edge ``cell`` is an RNN layer; its gate
-count (``recurrent_kernel`` [N, G*N]) says LSTM (4), GRU (3) or SimpleRNN (1); a node with
-``forward_layer`` and ``backward_layer`` RNN children is a ``Bidirectional``. A SavedModel's
-variables are named ``{layer}/{lstm_cell|gru_cell|simple_rnn_cell}/{kernel|...}`` instead,
-``{bidi}/forward_{x}`` and ``{bidi}/backward_{x}`` for a Bidirectional, as are the variables of
-Keras models that a ``tf.compat.v1.train.Saver`` saved in graph mode. The weights come out in
-the ``keras`` format; a GRU with a ``(3N,)`` bias is ``GRU(reset_after=False)``, a reset-before
-GRU, given in the ``gru_block_cell`` format (it converts only approximately). An object-based
-checkpoint keeps no layer names and no layer settings: RNNs are named by their object path
+SavedModels): a node of the checkpoint's object graph (:mod:`._tf_object_graph`) whose edge
+``cell`` leads to variables ``kernel`` and ``recurrent_kernel`` (and ``bias``) is an RNN layer,
+its class told by the gate count of ``recurrent_kernel`` [N, G*N]; a node with ``forward_layer``
+and ``backward_layer`` RNN children is a ``Bidirectional``. A SavedModel's variables, and those
+of Keras models a ``tf.compat.v1.train.Saver`` saved in graph mode, are named
+``{layer}/{lstm_cell|gru_cell|simple_rnn_cell}/{kernel|...}`` instead (``{bidi}/forward_{x}``
+and ``{bidi}/backward_{x}`` for a Bidirectional). A GRU with a ``(3N,)`` bias is
+``GRU(reset_after=False)``, given in the ``gru_block_cell`` format. An object-based checkpoint
+keeps no layer names and no layer settings: RNNs are named by their object path
 (``model/layer_with_weights-0``) and Keras's default activations are assumed (noted).
 
-TensorFlow's own reader (``tf.train.load_checkpoint``) opens the checkpoint, lists its variables,
-and reads the object graph and the RNNs' tensors in a child process (:mod:`._child`, kept between
-reads, which imports TensorFlow once: about 5 s on two cores): its C++ code aborts the process on
-some malformed index entries (a negative or overflowing dimension, more than 254 dimensions), which
-there ends in a FileReadError naming the checkpoint. TensorFlow checks each entry's size against
-its dtype and shape, and the checksums, itself; a variable is read only when its dtype and rank
-can be an RNN weight. The object graph, and a SavedModel's variable names on it, are read by
-:mod:`._tf_object_graph`.
+``tf.train.load_checkpoint`` reads in a warm child process (:mod:`._child`): TensorFlow's C++
+code aborts the process on some malformed index entries (a negative or overflowing dimension,
+more than 254 dimensions), which there ends in a FileReadError naming the checkpoint.
+TensorFlow checks each entry's size against its dtype and shape, and the checksums, itself; a
+variable is read only when its dtype and rank can be an RNN weight.
 """
 
 from __future__ import annotations
@@ -285,9 +281,13 @@ def _opaque_candidates(names: dict[str, str], scopes: set[str | None]) -> list[_
     return result
 
 
-def _keras_layer_keys(fields: dict[str, str], direction: int = 0) -> dict[str, str]:
-    """The checkpoint keys of one direction's weights (field -> key), by their names in the keras format."""
-    return {KERAS_NAMES.name(name, 0, direction): key for name, key in fields.items()}
+def _keras_candidate(name: str, version: str, cls: str, forward: dict[str, str], backward: dict[str, str] | None,
+                     notes: list[str], origin: str = "") -> _Candidate:
+    """One Keras layer of fields ``forward`` (field -> checkpoint key), or a Bidirectional of it and ``backward``."""
+    keys = {KERAS_NAMES.name(field, 0, 0): key for field, key in forward.items()}
+    keys.update({KERAS_NAMES.name(field, 0, 1): key for field, key in (backward or {}).items()})
+    layer, merge = (cls, []) if backward is None else (f"Bidirectional({cls})", [NOTE_MERGE])
+    return _Candidate(name, f"{version} {layer}{origin}", "keras", keys, merge + notes + [_settings_note(cls)])
 
 
 def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidate]:
@@ -309,16 +309,13 @@ def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidat
                 wrappers[layer] = wrappers[backward] = (match.group("outer"), layer, backward)
     result, done = [], set()
     for layer, fields in layers.items():
-        cls = classes[layer]
         if layer not in wrappers:
-            result.append(_Candidate(layer, f"Keras {cls} ({origin})", "keras", _keras_layer_keys(fields),
-                                     [_settings_note(cls)]))
+            result.append(_keras_candidate(layer, "Keras", classes[layer], fields, None, [], f" ({origin})"))
         elif wrappers[layer] not in done:
             done.add(wrappers[layer])
             wrapper, forward, backward = wrappers[layer]
-            keys = {**_keras_layer_keys(layers[forward]), **_keras_layer_keys(layers[backward], direction=1)}
-            result.append(_Candidate(wrapper, f"Keras Bidirectional({cls}) ({origin})", "keras", keys,
-                                     [NOTE_MERGE, _settings_note(cls)]))
+            result.append(_keras_candidate(wrapper, "Keras", classes[layer], layers[forward], layers[backward], [],
+                                           f" ({origin})"))
     return result
 
 
@@ -361,19 +358,12 @@ def _keras_graph_candidates(graph: ObjectGraph, shapes: dict[str, tuple[int, ...
     result = []
     for node in sorted([layer for layer in layers if layer not in paired] + list(wrappers)):  # breadth-first ids
         path = graph.paths[node] or "root"
-        if node in wrappers:
-            forward, backward = wrappers[node]
-            cls = layers[forward][1]
-            version = _keras_version(graph, forward, path)
-            keys = {**_keras_layer_keys(layers[forward][0]), **_keras_layer_keys(layers[backward][0], direction=1)}
-            source, notes = f"{version} Bidirectional({cls})", [NOTE_MERGE]
-        else:
-            fields, cls = layers[node]
-            version = _keras_version(graph, node, path)
-            keys, source, notes = _keras_layer_keys(fields), f"{version} {cls}", []
-        notes += [f"the checkpoint keeps no layer names: this is the object at {path!r} of the saved model",
-                  _settings_note(cls)]
-        result.append(_Candidate(path, source, "keras", keys, notes))
+        forward, backward = wrappers.get(node, (node, None))
+        fields, cls = layers[forward]
+        result.append(_keras_candidate(path, _keras_version(graph, forward, path), cls, fields,
+                                       None if backward is None else layers[backward][0],
+                                       [f"the checkpoint keeps no layer names: this is the object at {path!r} of the "
+                                        "saved model"]))
     return result
 
 
