@@ -92,7 +92,6 @@ def _buffer(out: Any, name: str, shape: tuple[int, ...], dtype: Any, zero: bool)
     if given is None:
         cupy = import_cupy()
         return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
-    assert tuple(given.shape) == tuple(shape) and given.dtype == dtype and given.flags.c_contiguous, "ops checks it"
     if zero:
         given[...] = 0
     return given
@@ -108,6 +107,15 @@ def _length_zero_rows(rows: Any, time_major: bool, sequence: Any, h_out: Any, h_
             c_out[:, rows] = c_in[:, rows]
 
 
+def _rows_zeroed(state: Any, rows: Any) -> Any:
+    """A state gradient [L*D, B, X] (or None) with batch rows ``rows`` (or none) set to 0: a copy where any are."""
+    if state is None or rows is None:
+        return state
+    state = state.copy()
+    state[:, rows] = 0
+    return state
+
+
 def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: Any, lengths: np.ndarray,
            time_major: bool) -> tuple[Any, int, Network, BatchPlan]:
     """Bind the handle to the current stream and find (or build) the network and plan of a call.
@@ -117,9 +125,6 @@ def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: An
     cupy = import_cupy()
     max_time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
     lengths = np.ascontiguousarray(lengths, dtype=np.int32)
-    assert max_time >= 1 and batch >= 1, "ops.py handles T == 0 and B == 0"
-    assert x.dtype == params.dtype == numpy_dtype(config.dtype), "ops.py checks dtypes"
-    assert lengths.shape == (batch,) and 0 <= lengths.min() and lengths.max() <= max_time, "ops.py checks lengths"
     check_dtype_supported(config.dtype, device_id)  # bfloat16's cuDNN and GPU, before any cuDNN object
     stream = cupy.cuda.get_current_stream()
     context = thread_context(device_id)
@@ -227,22 +232,12 @@ def backward(config: RNNConfig, x: Any, h0: Any, c0: Any, params: Any, lengths: 
         if not RESERVE_SURVIVES_BACKWARD:
             payload = payload.copy()
         rows = plan.zero_rows
-        dhy_run, dcy_run = dhy, dcy
-        if rows is not None:
-            dhy_run = dhy.copy()
-            dhy_run[:, rows] = 0
-            if dcy is not None:
-                dcy_run = dcy.copy()
-                dcy_run[:, rows] = 0
+        dhy_run, dcy_run = (_rows_zeroed(state, rows) for state in (dhy, dcy))
         dy_run, x_run = _without_padding(dy, plan), _without_padding(x, plan)
         dx = _buffer(out, "input_backprop", x.shape, x.dtype, plan.padded)
         dh0 = _buffer(out, "input_h_backprop", h0.shape, x.dtype, False)
         dc0 = None if c0 is None else _buffer(out, "input_c_backprop", c0.shape, x.dtype, False)
-        if params_grad is None:
-            dparams = cupy.zeros_like(params)
-        else:
-            assert params_grad.shape == params.shape and params_grad.flags.c_contiguous, "ops checks it"
-            dparams = params_grad
+        dparams = cupy.zeros_like(params) if params_grad is None else params_grad
         workspace = cupy.empty(plan.training_workspace, dtype=cupy.uint8)
         rnn, lengths_pointer = network.rnn.pointer, plan.dev_lengths.data.ptr
         _lib.rnn_backward_data(
