@@ -18,9 +18,6 @@ format                what it is                                                
 ``mygrad``            mygrad.nnet.layers.gru: Uz, Wz, bz, ... (reset-before GRU)  one GRU layer
 ====================  ==========================================================  ==============
 
-Each format is a module of this package, whose docstring and tables give its names, shapes and
-gate order.
-
 **Exactness.** A conversion computes exactly the same function, or is refused as
 :class:`InexactConversionError` says:
 
@@ -46,8 +43,9 @@ and the same function (the bias sums unchanged) for the others. Values keep thei
 
     config, layout  ->  formats  ->  layers  ->  convert (the file readers and writers)
 
-Each format is one module (``_table.FORMAT_MODULES``) defining what ``_core.FormatModule`` says;
-``_table`` makes one ``FormatSpec`` of each, and walks them.
+Each format is one module of this package (``_table.FORMAT_MODULES``), whose docstring and tables give its
+names, shapes and gate order, and which defines what ``_core.FormatModule`` says; ``_table`` makes one
+``FormatSpec`` of each, and walks them.
 """
 
 from __future__ import annotations

@@ -30,10 +30,8 @@ __all__ = ["FORMATS", "FORMAT_SPECS", "PREFIXED_TORCH_NAME", "guess_format", "ex
 #: the formats' modules, in the order formats are listed
 FORMAT_MODULES: tuple[FormatModule, ...] = (canonical, torch, keras, tf_cell, onnx, gru_block_cell, mygrad)
 
-#: format name -> its spec (names, shapes, both directions), in the order formats are listed
 FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in map(FormatSpec.of, FORMAT_MODULES)}
 
-#: the format names, in the order formats are listed
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
 
 #: format -> its spec's signature, a name that only its tensors have (how named tensors of no stated format are
