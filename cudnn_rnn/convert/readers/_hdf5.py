@@ -5,11 +5,11 @@
     h5.attribute(obj, "name")    str / list[str] / value
     h5.array(dataset)            np.ndarray, once its storage (no external or virtual data), dtype
                                  and declared size (against the bytes stored: libhdf5 fills what a
-                                 file never stored with zeros) are checked
+                                 file never stored with zeros) are checked; call it inside h5py_errors
 
 Every h5py error on a damaged file (a TypeError for an unknown string encoding, an OSError, ...)
-becomes a FileReadError naming the file (:func:`h5py_errors`). What libhdf5 itself does on a
-damaged file (crash, loop, allocate without bound) is the child process's to bound (:mod:`._child`).
+becomes a FileReadError naming the file (:func:`h5py_errors`); what libhdf5 itself does on a
+damaged file (crash, loop, allocate without bound) the child process bounds (:mod:`._child`).
 """
 
 from __future__ import annotations
@@ -81,8 +81,7 @@ class H5File:
     def dtype(self, dataset: Any) -> str:
         """The dataset's dtype name (Keras marks bfloat16 data with a ``dtype`` attribute)."""
         marked = self.attribute(dataset, KERAS_DTYPE_ATTRIBUTE)
-        with h5py_errors(self.path, self.where):
-            return marked if isinstance(marked, str) else dataset.dtype.name
+        return marked if isinstance(marked, str) else dataset.dtype.name
 
     def marked_bfloat16(self, dataset: Any) -> bool:
         """Whether the dataset holds bfloat16 values as Keras stores them: 2-byte data marked ``dtype="bfloat16"``."""
@@ -91,18 +90,17 @@ class H5File:
     def array(self, dataset: Any) -> np.ndarray:
         """The dataset's data, once its storage and its declared size (against the bytes stored) are checked."""
         dtype = self.dtype(dataset)
-        with h5py_errors(self.path, self.where):
-            name = dataset.name
-            if dataset.is_virtual or dataset.external:
-                raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
-            bfloat16 = self.marked_bfloat16(dataset)
-            if dtype not in BUILTIN_DTYPES and not bfloat16:
-                raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES} or bfloat16")
-            compressed = dataset.id.get_create_plist().get_nfilters() > 0
-            check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize,
-                                int(dataset.id.get_storage_size()), compressed)
-            data = np.ascontiguousarray(dataset[()])
-            return widen_bfloat16(data) if bfloat16 else data
+        name = dataset.name
+        if dataset.is_virtual or dataset.external:
+            raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
+        bfloat16 = self.marked_bfloat16(dataset)
+        if dtype not in BUILTIN_DTYPES and not bfloat16:
+            raise self.fail(f"dataset {name} holds {dtype}, not one of {BUILTIN_DTYPES} or bfloat16")
+        compressed = dataset.id.get_create_plist().get_nfilters() > 0
+        check_declared_size(self.path, self.where + name, tuple(dataset.shape), dataset.dtype.itemsize,
+                            int(dataset.id.get_storage_size()), compressed)
+        data = np.ascontiguousarray(dataset[()])
+        return widen_bfloat16(data) if bfloat16 else data
 
 
 @contextlib.contextmanager

@@ -13,47 +13,26 @@ legacy ``save_weights`` ``.h5``   the weights' names and shapes   <layer>/<weigh
 
 Every ``LSTM``, ``GRU``, ``SimpleRNN``, ``RNN(LSTMCell | GRUCell | SimpleRNNCell)``, Keras 2
 ``CuDNNLSTM`` / ``CuDNNGRU`` and ``Bidirectional`` around any of them is found, also inside
-nested models, and lands in the format that holds its weights exactly:
+nested models, in the format that holds its weights exactly: ``keras`` (exact), ``gru_block_cell``
+for a GRU(reset_after=False) (a reset-before GRU: approximate in cuDNN), ``torch`` for the CuDNN
+layers. Their kernel and recurrent_kernel hold, per gate block (Keras order: LSTM i,f,c,o, GRU
+z,r,h), cuDNN's own ``[N, width]`` matrix reshaped row-major to ``[width, N]`` (a reshape, not a
+transpose); their bias ``[2*G*N]`` is cuDNN's input biases, then its recurrent biases, each in
+Keras gate order: both biases map one to one.
 
-======================================  ==================  ============================================
-layer                                   format (exact)      conversion to cuDNN params
-======================================  ==================  ============================================
-LSTM, GRU(reset_after=True), SimpleRNN  ``keras``           exact
-GRU(reset_after=False)                  ``gru_block_cell``  approximate: a reset-before GRU
-CuDNNLSTM, CuDNNGRU                     ``torch``           exact: both biases kept (see below)
-======================================  ==================  ============================================
-
-A CuDNN layer's kernel and recurrent_kernel hold, per gate block (Keras order: LSTM i,f,c,o,
-GRU z,r,h), cuDNN's own ``[N, width]`` matrix reshaped row-major to ``[width, N]`` (a reshape,
-not a transpose); its bias ``[2*G*N]`` is cuDNN's input biases, then its recurrent biases, each
-in Keras gate order. That is exactly what cuDNN computes, so both biases map one to one.
-
-What cuDNN cannot compute is refused by name (:attr:`FoundRNN.refusal`): activations other than
-tanh / sigmoid (SimpleRNN: tanh or relu), a lone ``go_backwards=True`` layer, a bidirectional
-reset-before GRU, directions that differ. ``feeds_from`` names the RNN whose full output
-sequence is the input, from the model's graph.
-
-Hostile files: nothing is written to disk; the ``.h5`` member of an archive is read in memory
-after every member is checked against the archive (:mod:`._zip`), and every dataset's declared size
-against the bytes the file stores, before any data is read; links to other files, external
-storage and virtual datasets are refused. libhdf5 itself can crash, loop or allocate without bound
-on some damaged files, so it reads in a child process (:mod:`._child`: spawned, not forked, so that
-reading is safe in a process with threads or a CUDA context) with bounds on its time and memory.
-
-The reader's parts (each module's docstring says its part): :mod:`._keras_config`,
-:mod:`._keras_layout`, :mod:`._keras_weights_only`, :mod:`._hdf5`, :mod:`._child`, and this
-module, which reads each kind of file and gives each layer's tensors in the format that holds them
-exactly (:func:`_to_found_rnn`).
+What cuDNN cannot compute is refused by name (:attr:`FoundRNN.refusal`, :mod:`._keras_config`);
+``feeds_from`` names the RNN whose full output sequence is the input, from the model's graph.
+Nothing is written to disk: an archive's ``.h5`` member is read in memory once the archive's
+members are checked (:mod:`._zip`), and every read runs in a child process (:mod:`._child`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import zipfile
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -71,7 +50,7 @@ from ._child import run_isolated
 from ._infer import infer
 from ._keras_config import (BIDIRECTIONAL_RESET_BEFORE, RNNLayer, activation_name, class_of, config_notes,
                             config_refusal, is_model, name_of)
-from ._keras_layout import LAYER_GROUPS, legacy_layers, store_layers
+from ._keras_layout import LAYER_GROUPS, gate_blocks, legacy_layers, store_layers
 from ._keras_weights_only import legacy_weights_only, store_weights_only
 from ._zip import READ_ERRORS, checked_members, read_member
 
@@ -156,8 +135,8 @@ def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
 
 
 def _check_weights(h5: H5File, layer: RNNLayer) -> None:
-    """Every direction holds a kernel [width, G*N] and a recurrent_kernel [N, G*N] of the layer's G (and a
-    CuDNN layer its bias), before any data is read."""
+    """Every direction holds the kernel and recurrent_kernel of the layer's G (and a CuDNN layer its bias),
+    before any data is read."""
     gates = layer.kind.gates
     for side, weights in zip(DIRECTION_NAMES, layer.weights):
         which = f"the {side} layer of " if len(layer.weights) == 2 else ""
@@ -165,34 +144,11 @@ def _check_weights(h5: H5File, layer: RNNLayer) -> None:
         missing = [name for name in needed if name not in weights]
         if missing:
             raise h5.fail(f"{which}layer {layer.name!r} ({layer.display}) has no {missing[0]} stored")
-        recurrent = tuple(weights["recurrent_kernel"].shape)
-        kernel = tuple(weights["kernel"].shape)
-        if len(recurrent) != 2 or len(kernel) != 2 or recurrent[1] != gates * recurrent[0] or kernel[1] != recurrent[1]:
-            raise h5.fail(f"{which}layer {layer.name!r} ({layer.display}) has a kernel of shape {kernel} and a "
-                          f"recurrent_kernel of shape {recurrent}; a {layer.kind.class_name} needs [width, {gates}*N] "
-                          f"and [N, {gates}*N]")
-
-
-def _found_rnn(layer: RNNLayer, source: str, fmt: str, tensors: Mapping[str, np.ndarray], fields: Mapping[str, Any],
-               questions: Mapping[str, Any] | None = None, refusal: str | None = None) -> FoundRNN:
-    """The FoundRNN of a layer; names from the file are shown as one printable line."""
-    return FoundRNN(one_line(layer.name, 200), source, fmt, tensors, fields, questions or {},
-                    tuple(dict.fromkeys(layer.notes)), refusal,
-                    one_line(layer.feeds_from, 200) if layer.feeds_from else None)
-
-
-@dataclass
-class _ReadLayer:
-    """A layer read from the file: plain data (no h5py objects), which :func:`_to_found_rnn` turns into a FoundRNN.
-
-    ``arrays`` holds each direction's weights; a refused layer has none, and ``fields`` what its
-    shapes tell.
-    """
-
-    layer: RNNLayer
-    source: str
-    arrays: list[dict[str, np.ndarray]] = field(default_factory=list)
-    fields: dict[str, Any] = field(default_factory=dict)
+        if gate_blocks(weights) != gates:
+            raise h5.fail(f"{which}layer {layer.name!r} ({layer.display}) has a kernel of shape "
+                          f"{tuple(weights['kernel'].shape)} and a recurrent_kernel of shape "
+                          f"{tuple(weights['recurrent_kernel'].shape)}; a {layer.kind.class_name} needs "
+                          f"[width, {gates}*N] and [N, {gates}*N]")
 
 
 def _config_refusal(layer: RNNLayer) -> str | None:
@@ -203,53 +159,48 @@ def _config_refusal(layer: RNNLayer) -> str | None:
     return refusal
 
 
-def _read_weights(h5: H5File, layer: RNNLayer, version: str) -> _ReadLayer:
-    """Read a layer's weights (only its shapes when it is refused)."""
+def _read_layer(h5: H5File, layer: RNNLayer, version: str) -> tuple[Any, ...]:
+    """The FoundRNN of a layer, as its arguments (in the child process: a FoundRNN's read-only mappings do not
+    pickle): its tensors in the format that holds them exactly, checked by infer, or only what its shapes tell when
+    it is refused. Names from the file are shown as one printable line."""
     source = f"Keras {version} {layer.display}" + (" (weights only)" if layer.weights_only else "")
     config = layer.configs[0]
-    layer.refusal = _config_refusal(layer)
+    refusal = _config_refusal(layer)
     if not layer.weights_only:
         layer.notes += config_notes(layer)
-    if not layer.refusal:
+    if not refusal:
         _check_weights(h5, layer)
         stored = {h5.dtype(dataset) for weights in layer.weights for dataset in weights.values()}
         odd = sorted(stored - set(BUILTIN_DTYPES) - {"bfloat16"})
         if odd:
-            layer.refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {BUILTIN_DTYPES} or bfloat16 "
-                             "(read as float32): cast the model's weights first")
+            refusal = (f"its weights are {odd[0]!r}; cuDNN params are one of {BUILTIN_DTYPES} or bfloat16 "
+                       "(read as float32): cast the model's weights first")
         elif "bfloat16" in stored:
             layer.notes.append(BFLOAT16_NOTE)
-    if layer.refusal:
-        return _ReadLayer(dataclasses.replace(layer, weights=[]), source, fields=_shape_fields(layer))
-    units = config.get("units")
-    if units is not None and units != layer.weights[0]["recurrent_kernel"].shape[0]:
-        raise h5.fail(f"layer {layer.name!r} ({layer.display}): its config says units={units!r} but its "
-                      f"recurrent_kernel has shape {tuple(layer.weights[0]['recurrent_kernel'].shape)}")
-    arrays = [{name: h5.array(dataset) for name, dataset in weights.items()} for weights in layer.weights]
-    return _ReadLayer(dataclasses.replace(layer, weights=[]), source, arrays)
-
-
-def _to_found_rnn(loaded: _ReadLayer) -> FoundRNN:
-    """The FoundRNN of a loaded layer: its tensors in the format that holds them exactly, checked by infer."""
-    layer, source, arrays = loaded.layer, loaded.source, loaded.arrays
-    if layer.refusal:
-        return _found_rnn(layer, source, "keras", {}, loaded.fields, refusal=layer.refusal)
-    config = layer.configs[0]
-    fmt, tensors = _builder(layer)(layer, arrays)
-    if fmt == "gru_block_cell":
-        layer.notes.append(RESET_BEFORE_NOTE)
-    elif fmt == "torch":
-        layer.notes.append(f"a {layer.kind.class_name} keeps cuDNN's own matrices and both biases: read exactly, "
-                           "in the 'torch' format")
-    if any("bias" not in weights for weights in arrays):
-        layer.notes.append("use_bias=False: zero biases are used, the same function")
-    inferred = infer(fmt, tensors, f"layer {layer.name!r} ({source})")
-    fields, questions = inferred.fields, inferred.questions
-    if layer.kind.rnn_mode is None and not layer.weights_only:
-        fields["rnn_mode"] = SIMPLE_RNN_MODES[activation_name(config.get("activation", "tanh"))]
-        questions.pop("rnn_mode", None)
-    layer.notes += inferred.notes
-    return _found_rnn(layer, source, fmt, inferred.tensors, fields, questions)
+    fmt, fields, questions = "keras", _shape_fields(layer), {}
+    tensors: dict[str, np.ndarray] = {}
+    if not refusal:
+        units = config.get("units")
+        if units is not None and units != layer.weights[0]["recurrent_kernel"].shape[0]:
+            raise h5.fail(f"layer {layer.name!r} ({layer.display}): its config says units={units!r} but its "
+                          f"recurrent_kernel has shape {tuple(layer.weights[0]['recurrent_kernel'].shape)}")
+        arrays = [{name: h5.array(dataset) for name, dataset in weights.items()} for weights in layer.weights]
+        fmt, tensors = _builder(layer)(layer, arrays)
+        if fmt == "gru_block_cell":
+            layer.notes.append(RESET_BEFORE_NOTE)
+        elif fmt == "torch":
+            layer.notes.append(f"a {layer.kind.class_name} keeps cuDNN's own matrices and both biases: read exactly, "
+                               "in the 'torch' format")
+        if any("bias" not in weights for weights in arrays):
+            layer.notes.append("use_bias=False: zero biases are used, the same function")
+        inferred = infer(fmt, tensors, f"layer {layer.name!r} ({source})")
+        tensors, fields, questions = inferred.tensors, inferred.fields, inferred.questions
+        if layer.kind.rnn_mode is None and not layer.weights_only:
+            fields["rnn_mode"] = SIMPLE_RNN_MODES[activation_name(config.get("activation", "tanh"))]
+            questions.pop("rnn_mode", None)
+        layer.notes += inferred.notes
+    return (one_line(layer.name, 200), source, fmt, tensors, fields, questions, tuple(dict.fromkeys(layer.notes)),
+            refusal, one_line(layer.feeds_from, 200) if layer.feeds_from else None)
 
 
 # ---- the files ------------------------------------------------------------------------------------------------
@@ -277,7 +228,7 @@ def _json(path: str, text: bytes, what: str) -> Any:
 _Visit = Callable[[H5File, RNNLayer, str], Any]
 
 
-def _read_archive(path: str, member_limit: int, visit: _Visit = _read_weights) -> list[Any]:
+def _read_archive(path: str, member_limit: int, visit: _Visit = _read_layer) -> list[Any]:
     """``visit`` of each layer of a ``.keras`` archive (in the child process); ``member_limit``: MAX_MEMBER_BYTES."""
     import h5py
 
@@ -318,7 +269,7 @@ def _with_config(h5: H5File, walk: Callable[[], list[RNNLayer]], what: str) -> l
                       f"({type(error).__name__}: {one_line(error, 160)})") from None
 
 
-def _read_hdf5(path: str, visit: _Visit = _read_weights) -> list[Any]:
+def _read_hdf5(path: str, visit: _Visit = _read_layer) -> list[Any]:
     """``visit`` of each layer of a legacy ``.h5`` model, or of a weights file (in the child process)."""
     import h5py
 
@@ -335,7 +286,7 @@ def _read_hdf5(path: str, visit: _Visit = _read_weights) -> list[Any]:
             version = _major(h5.attribute(weights_root, "keras_version") or version)
             if not isinstance(config, dict) or not is_model(config):
                 raise h5.fail("the model_config attribute is not a Keras Sequential or Functional model config")
-            layers = _with_config(h5, lambda: legacy_layers(h5, config, weights_root, scopes=(name_of(config),)),
+            layers = _with_config(h5, lambda: legacy_layers(h5, config, weights_root, (name_of(config),)),
                                   "the model_config attribute")
         elif "layer_names" in root.attrs:
             layers = list(legacy_weights_only(h5, root))
@@ -352,7 +303,7 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every RNN layer of a Keras file (see the module docstring), in the model's order."""
     import h5py  # noqa: F401 - here, so that a missing h5py is reported as such
 
-    return [_to_found_rnn(item) for item in run_isolated(path, _walk(path, kind, _read_weights))]
+    return [FoundRNN(*found) for found in run_isolated(path, _walk(path, kind, _read_layer))]
 
 
 def _walk(path: str, kind: str, visit: _Visit) -> Callable[[], list[Any]]:

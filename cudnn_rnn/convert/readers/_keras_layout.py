@@ -17,14 +17,14 @@ legacy ``.h5`` model, ``save_weights``    <layer>/<weight name> in the order of 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ...formats.keras import DIRECTION_LAYERS, FIELDS
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer, class_of, is_model, layer_of, link_feeds, model_entries, name_of
 
 __all__ = ["LAYER_GROUPS", "WEIGHT_SUFFIX", "store_layers", "legacy_layers", "store_unit", "recorded_name",
-           "legacy_weights"]
+           "legacy_weights", "gate_blocks"]
 
 #: Keras 3 stores a model's layers under "layers" (Keras 2.13's .keras: "_layer_checkpoint_dependencies")
 LAYER_GROUPS: tuple[str, ...] = ("layers", "_layer_checkpoint_dependencies")
@@ -33,6 +33,15 @@ WEIGHT_SUFFIX = re.compile(r":\d+$")
 
 
 # ---- where each layer's weights are ------------------------------------------------------------------
+def gate_blocks(weights: Mapping[str, Any]) -> int | None:
+    """G where a direction holds a kernel [width, G*N] and a recurrent_kernel [N, G*N] (N > 0), else None."""
+    kernel, recurrent = weights.get("kernel"), weights.get("recurrent_kernel")
+    if kernel is None or recurrent is None or len(kernel.shape) != 2 or len(recurrent.shape) != 2:
+        return None
+    units, columns = recurrent.shape
+    return columns // units if units > 0 and kernel.shape[1] == columns and columns % units == 0 else None
+
+
 def _snake_case(name: str) -> str:
     """Keras's name for a layer's weights group when the file does not record the layer's name."""
     name = re.sub(r"\W+", "", name)
@@ -178,11 +187,12 @@ def store_layers(h5: H5File, model: dict[str, Any], group: Any, scope: tuple[str
     return _walk(h5, model, entries, scope, "the config", nested, weights_of)
 
 
-def legacy_layers(h5: H5File, model: dict[str, Any], root: Any, scope: tuple[str, ...] = (),
-                  items: Sequence[tuple[str, Any]] | None = None, scopes: tuple[str, ...] = ()) -> list[RNNLayer]:
+def legacy_layers(h5: H5File, model: dict[str, Any], root: Any, scopes: tuple[str, ...],
+                  items: Sequence[tuple[str, Any]] | None = None) -> list[RNNLayer]:
     """The RNN layers of a legacy model config; weights in root/<top-level layer>/<weight name>.
 
-    ``items`` are the weights of the enclosing nested model (None at the top level).
+    ``scopes``: the names of the top-level model and the nested ones around ``model``; ``items``: the
+    weights of the enclosing nested model (None at the top level).
     """
     def weights_named(name: str, of_model: bool) -> list[tuple[str, Any]]:
         if items is None:
@@ -191,10 +201,10 @@ def legacy_layers(h5: H5File, model: dict[str, Any], root: Any, scope: tuple[str
         return list(items) if of_model else [item for item in items if _belongs(item[0], name, scopes)]
 
     def nested(index: int, name: str, entry: dict[str, Any]) -> list[RNNLayer]:
-        return legacy_layers(h5, entry, root, scope + (name,), weights_named(name, True), scopes + (name,))
+        return legacy_layers(h5, entry, root, scopes + (name,), weights_named(name, True))
 
     def weights_of(index: int, name: str, layer: RNNLayer) -> list[dict[str, Any]] | None:
         mine = weights_named(name, False)
         return _legacy_directions(h5, layer, mine) if mine else None
 
-    return _walk(h5, model, model_entries(model), scope, "the model config", nested, weights_of)
+    return _walk(h5, model, model_entries(model), scopes[1:], "the model config", nested, weights_of)

@@ -17,18 +17,9 @@ from typing import Any, Iterator, Mapping
 from ...formats.keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer
-from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, legacy_weights, recorded_name, store_unit
+from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, gate_blocks, legacy_weights, recorded_name, store_unit
 
 __all__ = ["store_weights_only", "legacy_weights_only"]
-
-
-def _looks_like_rnn(weights: Mapping[str, Any]) -> bool:
-    """Whether a kernel [width, G*N] and a recurrent_kernel [N, G*N] with the G of a Keras RNN are there."""
-    kernel, recurrent = weights.get("kernel"), weights.get("recurrent_kernel")
-    if kernel is None or recurrent is None or len(kernel.shape) != 2 or len(recurrent.shape) != 2:
-        return False
-    units, columns = recurrent.shape
-    return units > 0 and kernel.shape[1] == columns and columns % units == 0 and columns // units in CLASS_BY_GATES
 
 
 def _kind_from_shapes(weights: Mapping[str, Any]) -> tuple[LayerKind, bool | None]:
@@ -83,12 +74,12 @@ def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen
         sides = [h5.child(child, side) for side in DIRECTION_LAYERS]
         if all(side is not None for side in sides):
             directions = [store_unit(h5, side) for side in sides]
-            if all(_looks_like_rnn(direction) for direction in directions):
+            if all(gate_blocks(direction) in CLASS_BY_GATES for direction in directions):
                 yield _weights_only_layer("/".join(scope + (label,)), directions, reason)
                 continue
         if h5.child(child, "cell") is not None or key.startswith("cu_dnn"):
             direction = store_unit(h5, child)
-            if _looks_like_rnn(direction):
+            if gate_blocks(direction) in CLASS_BY_GATES:
                 yield _weights_only_layer("/".join(scope + (label,)), [direction], reason)
                 continue
         yield from store_weights_only(h5, child, scope if key in LAYER_GROUPS else scope + (label,), seen, reason)
@@ -107,7 +98,7 @@ def legacy_weights_only(h5: H5File, root: Any) -> Iterator[RNNLayer]:
             field_name = WEIGHT_SUFFIX.sub("", last)
             if field_name in FIELDS and isinstance(dataset, h5.h5py.Dataset):
                 cells.setdefault(parent, {})[field_name] = dataset
-        cells = {parent: weights for parent, weights in cells.items() if _looks_like_rnn(weights)}
+        cells = {parent: weights for parent, weights in cells.items() if gate_blocks(weights) in CLASS_BY_GATES}
         for parent, weights in cells.items():
             parts = parent.split("/")
             side = next((i for i, part in enumerate(parts) if part.startswith(("forward_", "backward_"))), None)
