@@ -3,33 +3,24 @@
     export_keras(params, config, "model.keras")        the model: a Keras 3 archive
     export_keras(params, config, "model.weights.h5")   its weights alone, as ``model.save_weights`` writes them
 
-The model is a Functional model, batch-major as Keras is, with no custom objects (it loads with
-``safe_mode=True``): an ``InputLayer`` (x ``[B, T, I]``), then one layer per cuDNN layer, each
-``return_sequences=True`` and fed by the one below, of the class :data:`MODE_LAYERS` names (inside a
-``Bidirectional(merge_mode="concat")`` for both directions); its output is the last layer's sequence,
-y ``[B, T, D*N]``. The layers are named as a fresh Keras session names them (:func:`_layers`), so the
-config and the weights agree. The files are laid out as Keras 3 writes them (``KERAS_VERSION``): the
-archive's members are :data:`ARCHIVE_MEMBERS`, written as :func:`_archive` writes them, and the
-weights store's groups are those :func:`_weights_store` makes, holding the ``keras`` format's tensors
-(``cudnn_rnn.formats.keras``, which says what it holds exactly and what it refuses) in the config's
-dtype; what differs for bfloat16 is ``KERAS_MARKED_DTYPES`` and :data:`DTYPE_INITIALIZERS`.
-
-The model computes what :func:`cudnn_rnn.cudnn_rnn_v3` computes (inference, zero initial state).
-Sequences of different lengths: call the model with ``mask=`` ``[B, T]`` (True at t < length) and
-every valid step is cuDNN's; past a sequence's end a unidirectional layer repeats its last output
-(Keras's ``zero_output_for_mask=False``) where cuDNN writes zeros (a Bidirectional writes zeros).
-Needs h5py (``pip install cudnn_rnn[convert]``); Keras itself is not needed to write the files.
+The model is a Functional model with no custom objects (it loads with ``safe_mode=True``): an
+``InputLayer`` (x ``[B, T, I]``), then one layer per cuDNN layer of the class :data:`MODE_LAYERS`
+names, each ``return_sequences=True`` (inside ``Bidirectional(merge_mode="concat")`` for both
+directions); its output is the last layer's sequence, y ``[B, T, D*N]``. Layers are named as a
+fresh Keras session names them (:func:`_layers`); the weights store holds the ``keras`` format's
+tensors in the config's dtype. It computes what :func:`cudnn_rnn.cudnn_rnn_v3` computes
+(inference, zero initial state); with ``mask=`` ``[B, T]`` (True at t < length) every valid step
+is cuDNN's, and past a sequence's end a unidirectional layer repeats its last output (Keras's
+``zero_output_for_mask=False``) where cuDNN writes zeros. Needs h5py, not Keras.
 
 Why not Keras's own saving API (build the model, ``set_weights``, ``model.save``)? Measured with
 Keras 3.15.1 on TensorFlow 2.21 (CPU), LSTM and GRU of 2-3 layers of 64 units, bidirectional and
-not, float32 and bfloat16: the files of both load with ``load_model`` and compute the same outputs,
-with the same weights store byte for byte and the same config.json (Keras adds
-``shared_object_id``). This writer takes 3-6 ms a file (22 ms the first); Keras's 50-90 ms
-(130-300 ms the first), after importing Keras and TensorFlow (2.4 s). Keras's API also needs them
-installed, names the layers after what the session built before (``lstm_1``, ``functional_1``:
-the weights store's paths change, unless the user's session is cleared), and cannot build a
-bfloat16 model with the default ``Orthogonal`` initializer. So the files are written here, and
-Keras is the oracle that checks them (``tests/oracle/test_export_keras_live.py``).
+not, float32 and bfloat16: both files load and compute the same, with the same weights store byte
+for byte and the same config.json (Keras adds ``shared_object_id``). This writer takes 3-6 ms a
+file; Keras 50-90 ms after importing Keras and TensorFlow (2.4 s), names the layers after what the
+session built before (``lstm_1``), and cannot build a bfloat16 model with the default
+``Orthogonal`` initializer. Keras is the oracle that checks these files
+(``tests/oracle/test_export_keras_live.py``).
 """
 
 from __future__ import annotations
@@ -156,9 +147,7 @@ def export_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str])
 
 
 def write_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str], *, weights_only: bool) -> None:
-    """:func:`export_keras` (its arguments, ``config`` an RNNConfig already, and errors) to ``path`` whatever its
-    name, the file's kind given by ``weights_only`` (the weights file, else the ``.keras`` model) rather than read
-    from the path's ending (``write_file``'s ``.keras`` and ``.weights.h5`` rows, which have looked it up)."""
+    """:func:`export_keras` to ``path`` whatever its name: the weights file if ``weights_only``, else the model."""
     refusal = keras_format.refusal(config)
     if refusal:
         raise ValueError(f"export_keras: {refusal}")
