@@ -176,9 +176,8 @@ class FormatSpec(FormatFacts):
     @classmethod
     def of(cls, module: FormatModule) -> "FormatSpec":
         """The spec of the format whose module is ``module``: its facts, names and functions."""
-        facts = {field.name: getattr(module.FACTS, field.name) for field in dataclasses.fields(FormatFacts)}
-        return cls(**facts, refusal=module.refusal, shapes=module.shapes, encode=module.encode, decode=module.decode,
-                   names=module.TENSOR_NAMES)
+        return cls(**vars(module.FACTS), refusal=module.refusal, shapes=module.shapes, encode=module.encode,
+                   decode=module.decode, names=module.TENSOR_NAMES)
 
 
 def no_refusal(config: RNNConfig) -> None:
