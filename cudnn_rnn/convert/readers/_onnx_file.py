@@ -120,6 +120,7 @@ RESET_BEFORE_NOTE = ("attribute linear_before_reset=0 makes a reset-before GRU, 
                      "format (TF's GRUBlockCell; 'mygrad' too); cuDNN's GRU resets after the recurrent matmul, so "
                      "cuDNN params of it are only an approximation")
 
+
 def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
     """Every LSTM, GRU and RNN node of the ONNX model ``path`` (see the module docstring)."""
     return _Reader(path).found()
