@@ -57,9 +57,9 @@ def _release(kind: str, pointer: int, destroy: Callable[[int], None], device: De
 class Resource:
     """Something that must be freed exactly once: a pointer plus the function that frees it.
 
-    Subclasses create the object, finish setting it up, then call ``super().__init__``; if the
-    setup fails they free the pointer themselves (see :meth:`_adopt`). ``destroy`` runs inside
-    ``device()`` when a device scope is given.
+    Subclasses create the object, finish setting it up, then call ``super().__init__`` (:meth:`_own`
+    does all three for a class named as its cuDNN type); if the setup fails the pointer is freed
+    (:meth:`_adopt`). ``destroy`` runs inside ``device()`` when a device scope is given.
     """
 
     __slots__ = ("_pointer", "_finalizer", "__weakref__")

@@ -411,17 +411,11 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Library:
-    """A loaded cuDNN 9 with every prototype bound.
+    """A loaded cuDNN 9 with every prototype bound."""
 
-    Attributes:
-        path: what was opened (a file path, or the soname for the system library path).
-        version: ``cudnnGetVersion()``, e.g. 92800 for 9.28.0.
-        functions: C name -> bound ctypes function (restype and argtypes set).
-    """
-
-    path: str
-    version: int
-    functions: Mapping[str, Any]
+    path: str                     # what was opened (a file path, or the soname for the system library path)
+    version: int                  # cudnnGetVersion(), e.g. 92800 for 9.28.0
+    functions: Mapping[str, Any]  # C name -> bound ctypes function (restype and argtypes set)
 
 
 def version_string(version: int) -> str:
@@ -445,12 +439,9 @@ def _wheel_lib_dirs() -> list[str]:
 def library_candidates(environ: Mapping[str, str] | None = None,
                        search_path: Sequence[str] | None = None,
                        wheel_dirs: Iterable[str] | None = None) -> list[Candidate]:
-    """The places to load cuDNN from, in order (see the module docstring).
-
-    Args:
-        environ: the environment (default ``os.environ``).
-        search_path: the ``sys.path`` entries to look under (default ``sys.path``).
-        wheel_dirs: the wheel's ``lib`` folders (default: found through ``nvidia.cudnn``).
+    """The places to load cuDNN from, in order (see the module docstring), given ``environ`` (default
+    ``os.environ``), the ``search_path`` entries (default ``sys.path``) and the wheel's ``lib`` folders
+    ``wheel_dirs`` (default: found through ``nvidia.cudnn``).
 
     Only files that exist are listed, except the soname, which always comes last. When
     ``$CUDNN_RNN_LIBRARY`` is set it is the only candidate, existing or not, so a mistyped
