@@ -82,9 +82,6 @@ class CellWeights:
     recurrent_bias: Array
     projection: Array | None = None
 
-    def replace(self, **changes: Any) -> "CellWeights":
-        return dataclasses.replace(self, **changes)
-
 
 # ---- format specs -------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -243,8 +240,8 @@ def from_gate_order(cells: Sequence[CellWeights], config: RNNConfig, orders: Map
 
 def _reordered(cell: CellWeights, src: Sequence[str], dst: Sequence[str], xp: Any) -> CellWeights:
     """``cell`` with the gate blocks of its matrices and biases reordered from ``src`` to ``dst`` (new arrays)."""
-    return cell.replace(**{field: reorder_gates(getattr(cell, field), src, dst, xp)
-                           for field in ("input", "recurrent", "input_bias", "recurrent_bias")})
+    fields = ("input", "recurrent", "input_bias", "recurrent_bias")
+    return dataclasses.replace(cell, **{field: reorder_gates(getattr(cell, field), src, dst, xp) for field in fields})
 
 
 def pseudo_layers(config: RNNConfig) -> list[tuple[int, int, int]]:
@@ -326,9 +323,9 @@ def _identity_stack(config: RNNConfig, dtype: Any, xp: Any) -> Array:
 
 def with_explicit_skip_input(cells: Sequence[CellWeights], config: RNNConfig, xp: Any) -> tuple[CellWeights, ...]:
     """Replace the absent input matrices of skip_input by identities (the same function, exactly)."""
-    return tuple(
-        cell if cell.input is not None else cell.replace(input=_identity_stack(config, cell.recurrent.dtype, xp))
-        for cell in cells)
+    return tuple(cell if cell.input is not None
+                 else dataclasses.replace(cell, input=_identity_stack(config, cell.recurrent.dtype, xp))
+                 for cell in cells)
 
 
 def without_explicit_skip_input(cells: Sequence[CellWeights], config: RNNConfig, notes: Notes,
@@ -346,7 +343,7 @@ def without_explicit_skip_input(cells: Sequence[CellWeights], config: RNNConfig,
                 notes.approximate(
                     f"pseudo-layer {k}'s input matrices were dropped: they are not identities, and "
                     f"input_mode='skip_input' adds x directly in place of W x.")
-            cell = cell.replace(input=None)
+            cell = dataclasses.replace(cell, input=None)
         result.append(cell)
     return tuple(result)
 
