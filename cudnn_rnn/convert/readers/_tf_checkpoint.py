@@ -82,6 +82,8 @@ from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
 from ...formats.keras import (CELL_SCOPES, CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS,
                              RESET_BEFORE_NOTE)
 from ...formats.keras import TENSOR_NAMES as KERAS_NAMES
+from ...formats.tf_cell import CELL_MODES, GRU_NAMES, STITCHED_NAMES
+from ...formats.tf_cell import CELL_NAMES as TF_CELL_NAMES
 from ._child import Reader, run_isolated
 from ._found import PARAMS_FORMAT, FoundRNN, Question, ReadOptions, one_line, questions_for_all
 from ._infer import SINGLE_GATE_QUESTION, infer
@@ -94,26 +96,25 @@ SAVED_MODEL_FILE = "saved_model.pb"
 FLOAT_DTYPES = BUILTIN_PARAMS
 
 # ---- TF1 CudnnRNN layers: the canonical names of TF's cuDNN-compatible cells --------------------
-#: cell scope -> the leaves its variables have (tf_cell's names after the cell prefix)
-CELL_LEAVES: dict[str, tuple[str, ...]] = {
-    "cudnn_compatible_lstm_cell": ("kernel", "bias", "projection/kernel"),
-    "cudnn_compatible_gru_cell": ("gates/kernel", "gates/bias", "candidate/input_projection/kernel",
-                                  "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
-                                  "candidate/hidden_projection/bias"),
-    "basic_rnn_cell": ("kernel", "bias"),
-}
-
-#: cell scope -> the TF1 layer whose saveable writes it
-CUDNN_LAYERS: dict[str, str] = {
-    "cudnn_compatible_lstm_cell": "CudnnLSTM",
-    "cudnn_compatible_gru_cell": "CudnnGRU",
-    "basic_rnn_cell": "CudnnRNNTanh or CudnnRNNRelu",
-}
-
 #: rnn_mode -> the TF1 layer and its default scope name (tf.layers numbers repeats: cudnn_lstm_1)
 TF1_LAYERS: dict[str, tuple[str, str]] = {
     "lstm": ("CudnnLSTM", "cudnn_lstm"), "gru": ("CudnnGRU", "cudnn_gru"),
     "rnn_tanh": ("CudnnRNNTanh", "cudnn_rnn_tanh"), "rnn_relu": ("CudnnRNNRelu", "cudnn_rnn_relu")}
+
+
+def _leaves(names: dict[str, str]) -> tuple[str, ...]:
+    return tuple(name.removeprefix("{prefix}/") for name in names.values())
+
+
+#: cell scope -> the leaves its variables have (tf_cell's names after the cell prefix; a basic RNN has no projection)
+CELL_LEAVES: dict[str, tuple[str, ...]] = {TF_CELL_NAMES["lstm"]: _leaves(STITCHED_NAMES),
+                                           TF_CELL_NAMES["gru"]: _leaves(GRU_NAMES),
+                                           TF_CELL_NAMES["rnn_tanh"]: ("kernel", "bias")}
+
+#: cell scope -> the TF1 layer whose saveable writes it
+CUDNN_LAYERS: dict[str, str] = {cell: " or ".join(TF1_LAYERS[mode][0] for mode in modes)
+                                for cell, modes in CELL_MODES.items()}
+
 _DEFAULT_SCOPE = re.compile(r"(?:^|/)(?P<name>" + "|".join(name for _, name in TF1_LAYERS.values()) + r")(?:_\d+)?$")
 OPAQUE_VARIABLE = "opaque_kernel"
 
