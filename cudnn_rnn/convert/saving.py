@@ -39,8 +39,8 @@ from .keras_export import write_keras
 from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
-__all__ = ["CONTAINERS", "Container", "Request", "Written", "container_of", "suffixes_for", "as_found", "converted",
-           "layer_class_name", "write_file"]
+__all__ = ["CONTAINERS", "Container", "Written", "container_of", "ending", "suffixes_for", "as_found", "converted",
+           "layer_class_name", "path_argument", "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
@@ -48,16 +48,8 @@ ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
 
 @dataclass(frozen=True)
 class Request:
-    """One write, as :func:`write_file` hands it to a container's writer.
-
-    Attributes:
-        path: the file to write (whole or not at all).
-        container: the container its name chose.
-        fmt: the format written (one of ``container.formats``).
-        tensors: the RNN's tensors in the format the writer takes (``container.writes_from``, else ``fmt``).
-        config: the RNN's configuration.
-        time_major, opset: ONNX only, as :func:`write_file` takes them.
-    """
+    """One write, as :func:`write_file` hands it to a container's writer: ``tensors`` are in the format the writer
+    takes (``container.writes_from``, else ``fmt``); ``time_major`` and ``opset`` are ONNX's."""
 
     path: str
     container: Container
@@ -226,14 +218,26 @@ class Written:
     approximations: tuple[str, ...] = ()
 
 
+def ending(path: str) -> str:
+    """How the file name of ``path`` ends, in lower case (``.weights.h5`` counts as one ending)."""
+    return extension(os.path.basename(path)).lower()
+
+
 def container_of(path: str | os.PathLike[str], argument: str = "path") -> Container:
     """The container the name of ``path`` chooses; a ValueError naming the file (as ``argument``: "path", "OUT")
     and :data:`CONTAINERS`' suffixes when it ends in none of them."""
-    ending = extension(os.path.basename(os.fspath(path))).lower()
-    if ending in CONTAINERS:
-        return CONTAINERS[ending]
+    suffix = ending(os.fspath(path))
+    if suffix in CONTAINERS:
+        return CONTAINERS[suffix]
     raise ValueError(f"{argument} {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got "
-                     f"{ending or 'no extension'!r}")
+                     f"{suffix or 'no extension'!r}")
+
+
+def path_argument(argument: str, path: Any) -> str:
+    """``path`` as a str; a TypeError naming ``argument`` for anything but a str or an os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
+    return os.fspath(path)
 
 
 def as_found(rnn: Any) -> FoundRNN:
@@ -312,13 +316,11 @@ def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *
         ImportError: the container's package (torch, h5py, onnx) is missing.
         OSError: the file cannot be written (nothing is left behind).
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike; got {type(path).__name__}")
+    target = path_argument("path", path)
     flag("allow_approximation", allow_approximation)
     flag("time_major", time_major)
     if not isinstance(opset, int) or isinstance(opset, bool):
         raise TypeError(f"opset must be an int; got {type(opset).__name__} {opset!r:.40}")
-    target = os.fspath(path)
     container = container_of(target)
     fmt = _check_format(container, fmt)
     found = as_found(rnn)

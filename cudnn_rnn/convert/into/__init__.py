@@ -36,11 +36,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..._checks import flag
-from ...files import extension, write_through_path
+from ...files import write_through_path
 from ...formats import InexactConversionError
 from ..readers import (WEIGHTS_MEMBER, FileReadError, FoundRNN, checked_layout, file_kind, listing, locate,
                        member_data_offset, named, read_file)
-from ..saving import Written, as_found, converted
+from ..saving import Written, as_found, converted, ending, path_argument
 from ._stored import StoredTensor, check_members, fix_zip_checksums, patch, reads_back
 from ._torch_zip import shared_tensor, state_dicts
 
@@ -58,10 +58,6 @@ class _Slot:
     label: str
     stored: StoredTensor | None
     shape: tuple[int, ...]
-
-
-def _suffix(path: str) -> str:
-    return extension(os.path.basename(path)).lower()
 
 
 def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: Any, *, prefix: str | None = None,
@@ -91,9 +87,7 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         TypeError: ``rnn`` is of no accepted kind.
         OSError: ``out`` cannot be written (nothing is left behind).
     """
-    for argument, path in (("model", model), ("out", out)):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
+    model_path, out_path = path_argument("model", model), path_argument("out", out)
     for argument, text in (("prefix", prefix), ("key", key)):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"{argument} must be a str or None; got {type(text).__name__} {text!r:.60}")
@@ -102,14 +96,13 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
         raise TypeError(f"name must be a layer name, a non-empty list of them, or None; got {name!r:.60}")
     flag("allow_approximation", allow_approximation)
     flag("change_shared", change_shared)
-    model_path, out_path = os.fspath(model), os.fspath(out)
     kind = file_kind(model_path)
     if kind.name not in INTO_KINDS:
         raise ValueError(f"model {model_path!r} is {kind.description}; weights can be written into "
                          "PyTorch (.pt), safetensors and Keras (.keras, .weights.h5) files")
-    if _suffix(out_path) != _suffix(model_path):
+    if ending(out_path) != ending(model_path):
         raise ValueError(f"out {out_path!r} is a copy of model {model_path!r}, so it must end in "
-                         f"{_suffix(model_path) or 'no extension'!r} as well; got {_suffix(out_path) or 'none'!r}")
+                         f"{ending(model_path) or 'no extension'!r} as well; got {ending(out_path) or 'none'!r}")
     if os.path.exists(out_path) and os.path.samefile(model_path, out_path):
         raise ValueError(f"out {out_path!r} is model itself; model is never modified: choose another out")
     source = as_found(rnn)
