@@ -38,6 +38,7 @@ import zipfile
 import zlib
 from typing import BinaryIO
 
+from ...files import ZIP_LOCAL_HEADER as LOCAL_HEADER_SIGNATURE
 from ._found import MAX_COMPRESSION_RATIO, FileReadError, one_line
 
 __all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS", "DAMAGED_ZIP",
@@ -46,7 +47,6 @@ __all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS"
 #: a member's local header: its signature, then 22 bytes of fields, then the lengths of its name
 #: and extra field (u16 each); the name, the extra field and the data follow
 LOCAL_HEADER = struct.Struct("<4s22sHH")
-LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"  # (an archive's first bytes: how torch.load tells one from a legacy file)
 
 #: the compression methods read
 READ_METHODS: tuple[int, ...] = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
@@ -73,11 +73,11 @@ def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -
     if info.header_offset + LOCAL_HEADER.size + info.compress_size > size:
         raise past_the_end
     file.seek(info.header_offset)
-    signature, _, name_length, extra_length = LOCAL_HEADER.unpack(file.read(LOCAL_HEADER.size))
-    if signature != LOCAL_HEADER_SIGNATURE:
+    start = _data_start(file.read(LOCAL_HEADER.size), 0, info)
+    if start is None:
         raise FileReadError(path, f"zip member {name!r} has no local header at offset {info.header_offset}, where "
                                   "the archive's directory says it is: the file is corrupt")
-    if info.header_offset + LOCAL_HEADER.size + name_length + extra_length + info.compress_size > size:
+    if start + info.compress_size > size:
         raise past_the_end
     if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
         raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes but stores "
@@ -87,16 +87,24 @@ def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -
                                   "compressed bytes, more than deflate can expand (a decompression bomb)")
 
 
+def _data_start(buffer: bytes | mmap.mmap, at: int, info: zipfile.ZipInfo) -> int | None:
+    """Where the data of member ``info`` starts, from its local header at ``buffer[at:]``; None: no local header."""
+    signature, _, name_length, extra_length = LOCAL_HEADER.unpack_from(buffer, at)
+    if signature != LOCAL_HEADER_SIGNATURE:
+        return None
+    return int(info.header_offset + LOCAL_HEADER.size + name_length + extra_length)
+
+
 def member_data_offset(buffer: bytes | mmap.mmap, info: zipfile.ZipInfo) -> int:
     """Where a member's data starts in the archive's bytes: after its local header, name and extra field.
 
     Raises:
         ValueError: no local header is where the directory says.
     """
-    signature, _, name_length, extra_length = LOCAL_HEADER.unpack_from(buffer, info.header_offset)
-    if signature != LOCAL_HEADER_SIGNATURE:
+    start = _data_start(buffer, info.header_offset, info)
+    if start is None:
         raise ValueError(f"member {info.filename!r} has no local header where the archive's directory says")
-    return int(info.header_offset + LOCAL_HEADER.size + name_length + extra_length)
+    return start
 
 
 def checked_members(path: str, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
