@@ -318,21 +318,15 @@ def _patterns(config: RNNConfig, facts: LayoutAssumptions, layer: int) -> list[l
     after all matrices, the biases), its entries in buffer order."""
     g, n, p = config.num_gates, config.num_units, config.state_size
     width = config.layer_input_size(layer)
-    matrices: list[_Walked] = []
-    projections: list[_Walked] = []
-    biases: list[_Walked] = []
-    for lin_id in range(2 * g):
-        is_input = lin_id < g
-        if not (is_input and layer == 0 and config.skip_input):
-            matrices.append(("matrix", lin_id, (n, width if is_input else p)))
-    if config.num_proj:
-        after_all = facts.projection_position == "after_all_matrices"
-        (projections if after_all else matrices).append(("matrix", PROJECTION_ID, (p, n)))
-    for lin_id in range(2 * g):
-        is_input = lin_id < g
-        if not (is_input and layer == 0 and config.skip_input and not facts.skip_input_keeps_input_biases):
-            biases.append(("bias", lin_id, (n,)))
-    return [matrices, projections, biases]
+    skipped = layer == 0 and config.skip_input  # the input side of layer 0 under skip_input
+    matrices: list[_Walked] = [("matrix", lin_id, (n, width if lin_id < g else p)) for lin_id in range(2 * g)
+                               if not (skipped and lin_id < g)]
+    projections: list[_Walked] = [("matrix", PROJECTION_ID, (p, n))] if config.num_proj else []
+    biases: list[_Walked] = [("bias", lin_id, (n,)) for lin_id in range(2 * g)
+                             if not (skipped and lin_id < g and not facts.skip_input_keeps_input_biases)]
+    if facts.projection_position == "after_all_matrices":
+        return [matrices, projections, biases]
+    return [matrices + projections, [], biases]
 
 
 def _regions(config: RNNConfig, facts: LayoutAssumptions) -> tuple[tuple[_Region, ...], int]:
