@@ -103,12 +103,9 @@ def collect() -> dict[str, Any]:
     """Every fact ``cudnn-rnn info`` prints, gathered without failing on a machine that lacks any of them.
 
     Returns:
-        A JSON-ready dict: ``cudnn_rnn``, ``python`` and ``numpy`` versions; ``cupy`` (its version,
-        the CUDA runtime and the GPU names, or the reason it is unavailable); ``cudnn`` (version,
-        library path and the CUDA it was built for, or the reason); ``cuda_driver`` (or None);
-        ``tf32_allowed``; ``cpu``, how the NumPy backend runs (:func:`cudnn_rnn.cpu.describe`: its cells,
-        numba, the thread source and the BLAS pools); and ``backends``, each backend's status in words
-        (``"usable"`` or why not).
+        A JSON-ready dict, as built below: ``cupy`` and ``cudnn`` hold the reason where either is unavailable,
+        ``cuda_driver`` is None without a driver, ``cpu`` is :func:`cudnn_rnn.cpu.describe`'s, and ``backends``
+        says each backend's status in words (``"usable"`` or why not).
     """
     cupy_facts, cudnn_facts = _cupy_facts(), _cudnn_facts()
     driver = _lib.cuda_driver_version()

@@ -196,17 +196,9 @@ class _Optimizer:
 
     @classmethod
     def checked_state(cls, state: Any, where: str = "state_dict") -> dict[str, Any]:
-        """The hyperparameters of ``state``, after checking everything that needs no parameters to compare with.
-
-        Kind, keys, step count, each hyperparameter (as the constructor checks it) and that each
-        state list is a list of arrays (empty when the hyperparameters use none).
-
-        Args:
-            state: what should be a ``state_dict()`` of this kind of optimiser.
-            where: names the source in error messages.
-
-        Returns:
-            The checked hyperparameters by name.
+        """The hyperparameters of ``state`` by name, after checking everything that needs no parameters to compare
+        with: kind, keys, step count, each hyperparameter (as the constructor checks it) and that each state list
+        is a list of arrays (empty when the hyperparameters use none). ``where`` names the source in the errors.
 
         Raises:
             ValueError: the first thing that is wrong, named: what ``load_state_dict`` refuses that needs

@@ -14,10 +14,9 @@ dropout 0 (the same outputs). Inside ``jax.shard_map`` results vary over every m
 varies over, so that a replicated operand's gradient is summed over them (JAX's transpose of ``pcast``).
 Each callback sits in a ``jax.custom_jvp`` whose rule raises: no second order.
 
-The seeds are values, never attributes: a call whose dropout acts (training, dropout > 0, two layers or
-more) takes seed and seed2 as operands of shape () (an int as int32, a traced array as it is) and reads
-them in the callback; any other call takes none, its seeds 0 in ``_Call`` (they change nothing). So a
-new seed at every step makes no new callback, and JAX compiles and keeps nothing new for it.
+The seeds are values, never attributes (see :func:`cudnn_rnn`): a call whose dropout acts takes seed and
+seed2 as operands of shape () (an int as int32) read in the callback; any other takes none, its seeds 0 in
+``_Call``. A new seed at every step makes no new callback.
 """
 
 from __future__ import annotations
