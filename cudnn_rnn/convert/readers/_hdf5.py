@@ -56,15 +56,14 @@ class H5File:
             group = self.child(group, part)
         return group
 
-    def children(self, group: Any) -> dict[str, Any]:
+    def groups(self, group: Any) -> dict[str, Any]:
+        """The child groups of ``group`` ({} when it is no group)."""
         if not isinstance(group, self.h5py.Group):
             return {}
         with h5py_errors(self.path, self.where):
             names = list(group)
-        return {name: self.child(group, name) for name in names}
-
-    def groups(self, group: Any) -> dict[str, Any]:
-        return {name: item for name, item in self.children(group).items() if isinstance(item, self.h5py.Group)}
+        children = {name: self.child(group, name) for name in names}
+        return {name: item for name, item in children.items() if isinstance(item, self.h5py.Group)}
 
     def attribute(self, obj: Any, name: str) -> Any:
         """An attribute as str / list[str] / value (None when ``obj`` has none of that name)."""
