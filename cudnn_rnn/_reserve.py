@@ -170,18 +170,16 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
     """
     check_array(reserve, key)
     if host_reserved is not None:
-        kind = array_kind(host_reserved)
-        if kind is None:
+        if array_kind(host_reserved) is None:
             raise TypeError("host_reserved must be None or the forward's int8 array; "
                             f"got {type(host_reserved).__name__}")
-        given: Any = host_reserved
         expected = (len(key.fingerprint),)
         # its shape first: a huge (broadcast) array is refused before any copy
-        fits = given.dtype == np.int8 and tuple(given.shape) == expected
-        if given.size and not (fits and to_host(given).tobytes() == key.fingerprint):
+        fits = host_reserved.dtype == np.int8 and tuple(host_reserved.shape) == expected
+        if host_reserved.size and not (fits and to_host(host_reserved).tobytes() == key.fingerprint):
             raise ValueError("host_reserved does not belong to this forward call (expected the int8 fingerprint "
-                             f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype {given.dtype}, "
-                             f"shape {tuple(given.shape)}")
+                             f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype "
+                             f"{host_reserved.dtype}, shape {tuple(host_reserved.shape)}")
     known = recorded_fingerprint(reserve)
     matches = known == key.fingerprint if known is not None else read_header(reserve) == key.header_tag
     if not matches:

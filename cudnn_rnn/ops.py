@@ -150,8 +150,7 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
     """Validate ``sequence_lengths`` and return it as a host int32 array [B]."""
     if sequence_lengths is None:
         return np.full(batch, max_time, dtype=np.int32)
-    kind = array_kind(sequence_lengths)
-    if kind is None:
+    if array_kind(sequence_lengths) is None:
         raise TypeError("sequence_lengths must be None or a numpy/cupy int32 or int64 array of shape "
                         f"[batch]; got {type(sequence_lengths).__name__}")
     host = to_host(sequence_lengths)  # its dtype and shape checked by the call's signature
