@@ -12,8 +12,7 @@
 ``TrackableObjectGraph`` proto under :data:`OBJECT_GRAPH_KEY`: one node per tracked object, its
 children by edge name, and for a variable node the key its value is saved under
 (``{path}/.ATTRIBUTES/VARIABLE_VALUE``). A SavedModel's own object graph numbers its nodes as the
-checkpoint's does and gives each variable its graph name (``lstm/lstm_cell/kernel``). Malformed
-graphs are refused with a ValueError saying the checkpoint is corrupt.
+checkpoint's does and gives each variable its graph name (``lstm/lstm_cell/kernel``).
 """
 
 from __future__ import annotations
