@@ -41,7 +41,7 @@ from ...formats import InexactConversionError
 from ..readers import (WEIGHTS_MEMBER, FileReadError, FoundRNN, checked_layout, file_kind, listing, locate,
                        member_data_offset, named, read_file)
 from ..saving import Written, as_found, converted, ending, path_argument
-from ._stored import StoredTensor, check_members, fix_zip_checksums, patch, reads_back
+from ._stored import StoredTensor, fix_zip_checksums, patch, reads_back
 from ._torch_zip import shared_tensor, state_dicts
 
 __all__ = ["write_into"]
@@ -289,7 +289,11 @@ def _check_written(path: str, writes: Mapping[str, tuple[StoredTensor, np.ndarra
             if not reads_back(mapped, stored, values):  # pragma: no cover - a bug, not a user error
                 raise AssertionError(f"tensor {label!r} reads back other values than were written")
     if members:
-        check_members(path, members)
+        with zipfile.ZipFile(path) as archive:
+            for name in members:  # (zipfile checks each member's CRC-32 as it reads it whole)
+                with archive.open(name) as member:
+                    while member.read(1 << 24):
+                        pass
 
 
 def safetensors_places(path: str) -> dict[str, StoredTensor]:

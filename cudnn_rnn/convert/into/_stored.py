@@ -1,9 +1,9 @@
 """Tensors where a file stores them (:class:`StoredTensor`), and writing new values there in place.
 
 A stored tensor is found by a locator (``_torch_zip.state_dicts``, the Keras reader's ``locate``,
-``safetensors_places``) in a file that was read and checked first; :func:`patch` and
-:func:`fix_zip_checksums` check again what they may write, and write nothing else. The bytes a
-tensor's elements take are its :class:`Extent`; :func:`overlapping` tells whether two tensors share any.
+``safetensors_places``) in a file that was read and checked first (its tensors within the file, a
+zip member holding them stored, not compressed). The bytes a tensor's elements take are its
+:class:`Extent`; :func:`overlapping` tells whether two tensors share any.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 from ...config import numpy_dtype
 from ..readers import member_data_offset
 
-__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "reads_back", "fix_zip_checksums",
-           "check_members"]
+__all__ = ["StoredTensor", "Extent", "overlapping", "patch", "reads_back", "fix_zip_checksums"]
 
 #: the work :func:`numpy.shares_memory` may do to tell exactly whether two strided tensors share a byte (beyond
 #: it, they count as sharing one); tensors as files store them (a few dimensions) need far less. (numpy's stubs
@@ -120,13 +119,8 @@ def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray
     there, so that each reads back as written.
 
     Raises:
-        ValueError: a stored tensor reaches outside the file, or two share bytes and their new values differ
-            there (naming them).
+        ValueError: two tensors share bytes and their new values differ there (naming them).
     """
-    for key, (stored, _) in writes.items():
-        low, high = stored.span()
-        if low < 0 or high > len(mapped):
-            raise ValueError(f"tensor {key!r} is stored at bytes [{low}, {high}), outside the file's {len(mapped)}")
     for stored, values in writes.values():
         stored.view(mapped)[...] = values
     keys = list(writes)
@@ -167,9 +161,6 @@ def fix_zip_checksums(path: str, mapped: mmap.mmap, members: Sequence[str]) -> N
 
     A zip archive keeps a member's checksum in its local header, in its central directory entry,
     and, where the member's flags say so, in a data descriptor after its data.
-
-    Raises:
-        ValueError: a member is compressed (its bytes cannot be patched in place) or missing.
     """
     if not members:
         return
@@ -177,8 +168,6 @@ def fix_zip_checksums(path: str, mapped: mmap.mmap, members: Sequence[str]) -> N
         central = _central_entries(mapped, archive)
         for name in dict.fromkeys(members):
             info = archive.getinfo(name)
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise ValueError(f"member {name!r} is compressed; only stored members can be rewritten in place")
             start = member_data_offset(mapped, info)
             checksum = struct.pack("<I", zlib.crc32(memoryview(mapped)[start:start + info.file_size]) & 0xFFFFFFFF)
             local = slice(info.header_offset + _LOCAL_CRC, info.header_offset + _LOCAL_CRC + 4)
@@ -190,11 +179,3 @@ def fix_zip_checksums(path: str, mapped: mmap.mmap, members: Sequence[str]) -> N
                 at = after + 4 if mapped[after:after + 4] == _DESCRIPTOR_SIGNATURE else after
                 mapped[at:at + 4] = checksum
 
-
-def check_members(path: str, members: Sequence[str]) -> None:
-    """Read each named member of the archive ``path`` whole, which checks its CRC-32 (zipfile raises otherwise)."""
-    with zipfile.ZipFile(path) as archive:
-        for name in members:
-            with archive.open(name) as member:
-                while member.read(1 << 24):
-                    pass
