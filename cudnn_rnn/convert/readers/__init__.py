@@ -17,13 +17,11 @@ out as :class:`FileReadError` (a ValueError), one line, naming the file; a reade
 
 Each format is read by its framework's own reader: h5py for Keras and HDF5 files, TensorFlow's
 checkpoint reader, ``onnx`` (with its reference evaluator folding constant subgraphs), ``torch.load``
-and ``np.load``. Those that can crash, loop or allocate without bound on a hostile file (libhdf5,
-TensorFlow's C++ reader, the evaluator's unbounded operators) run in a disposable child process
-(:mod:`._child`), whose death or overrun is the refusal naming the file. Hand-written parsing stays
-where no reader of the format's own does the job: the zip members and pickles of PyTorch files
-(:mod:`._zip`, :mod:`._pickle_inspector`), walked without running anything so that a pickled model
-is inspected before ``torch.load`` and written into (``convert.into``) without being unpickled;
-and the safetensors layout (``cudnn_rnn.files``), which checkpoints write and read with NumPy alone.
+and ``np.load``; those that can crash, loop or allocate without bound on a hostile file run in a
+child process (:mod:`._child`). Hand-written parsing stays where no reader of the format's own does
+the job: the zip members and pickles of PyTorch files (:mod:`._zip`, :mod:`._pickle_inspector`),
+inspected before ``torch.load`` and written into (``convert.into``) without being unpickled; and the
+safetensors layout (``cudnn_rnn.files``), which checkpoints write and read with NumPy alone.
 """
 
 from __future__ import annotations
@@ -66,15 +64,9 @@ OPTION_USES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class FileKind:
-    """One kind of model file.
-
-    Attributes:
-        name: the kind's name (a key of :data:`FILE_KINDS` and ``MODEL_FILE_KINDS``).
-        read: the reader module's ``read(path, kind, options) -> [FoundRNN, ...]``.
-        formats: the ``fmt`` formats such a file can hold (None: any, as for .npz).
-        options: the options of :data:`OPTION_USES` it takes; :func:`read_file` refuses the others.
-        naming: how such a file tells its RNNs apart, for the message that refuses ``key``/``prefix``.
-    """
+    """One kind of model file: its ``name`` (a key of ``MODEL_FILE_KINDS``), its reader module's ``read(path, kind,
+    options)``, the ``fmt`` formats it can hold (None: any, as for .npz), the options of :data:`OPTION_USES` it takes,
+    and how it tells its RNNs apart (``naming``, for the message that refuses ``key``/``prefix``)."""
 
     name: str
     read: Callable[[str, str, ReadOptions], list[FoundRNN]]

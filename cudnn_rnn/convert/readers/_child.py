@@ -26,14 +26,13 @@ no answer within the time limit     FileReadError "reading it did not finish in 
                                     module and, in a new child, the Reader's ``imports`` included)
 ==================================  =============================================================
 
-Each read bounds the growth of the child's data segment (its heap and private mappings:
-``RLIMIT_DATA``) to MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size: the child sets its
-soft limit to what it holds then plus that share, once the imports are done, and lifts it back to
-the hard limit (left as inherited) after answering. A file that declares an absurd size so fails in
-the child with a MemoryError instead of exhausting the machine, and what an earlier read left
-allocated counts against no later read's share; a child that holds more than a read's share after
-answering is not kept, so that leftovers cannot add up. A reader then checks only what its user
-must be told (data its file does not store), not what would make its library allocate, crash or loop.
+Each read bounds the growth of the child's data segment (``RLIMIT_DATA``: its heap and private
+mappings) to MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size, counted from what the
+child holds once the imports are done; the soft limit goes back to the inherited hard limit after
+answering. A file that declares an absurd size so fails with a MemoryError instead of exhausting the
+machine; a child that holds more than a read's share after answering is not kept, so that leftovers
+cannot add up. A reader then checks only what its user must be told (data its file does not store),
+not what would make its library allocate, crash or loop.
 
 A ``Reader(warm=True)`` keeps its child between reads, so that a process pays its ``imports``
 (TensorFlow's: about 5 s) once: one idle child per Reader, taken by a read and given back after it;
@@ -43,14 +42,12 @@ its pipe closes (this process's exit, however it ends); at exit this process kil
 a read that outlives twice its time limit by a minute ends by SIGALRM, so that no child outlives
 its caller. The child ignores SIGINT (the caller, interrupted, ends it).
 
-The child is spawned, never forked: this process starts it with :mod:`subprocess` (which execs
-the interpreter at once), as multiprocessing's "spawn" does, but it runs only this module, never
-the caller's ``__main__`` (multiprocessing's spawn and forkserver children import it again, which
-re-runs a script's top level and its imports). Fork is unsafe in a process with threads or a CUDA
-context, a training process (Python 3.12 warns). The cost is the child's start, a new interpreter
-importing numpy, this package and h5py: a small ``.keras`` or ``.weights.h5`` file reads in about
-0.35 s on two cores, where a forked child took 0.03 s. Where there is no POSIX ``subprocess`` to
-hand the child a pipe (Windows), ``work`` runs in this process, without these bounds.
+The child is started with :mod:`subprocess`, never forked (unsafe in a process with threads or a
+CUDA context: Python 3.12 warns), and runs only this module, never the caller's ``__main__``
+(multiprocessing's spawn and forkserver children import it again, re-running a script's top level).
+The cost is a new interpreter importing numpy, this package and h5py: a small ``.keras`` file reads
+in about 0.35 s on two cores, where a forked child took 0.03 s. Where there is no POSIX
+``subprocess`` to hand the child a pipe (Windows), ``work`` runs in this process, without bounds.
 """
 
 from __future__ import annotations
@@ -73,7 +70,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from ._found import FileReadError, one_line
 
-__all__ = ["Reader", "HDF5", "run_isolated", "START_SECONDS", "READ_SECONDS", "READ_SECONDS_PER_GB"]
+__all__ = ["Reader", "HDF5", "run_isolated"]
 
 Result = TypeVar("Result")
 

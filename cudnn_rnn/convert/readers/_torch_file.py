@@ -15,15 +15,11 @@ a whole pickled ``nn.Module``                only with ``trust_pickle``: its sta
 
     torch.load(file, map_location="cpu", weights_only=not trust_pickle)
 
-Before torch sees the file it is inspected without running anything from it: every zip member
-is checked against the archive (:mod:`._zip`: no decompression bombs), each pickle is walked
-opcode by opcode (:func:`pickletools.genops`: every counted length present, memo indices bounded,
-frames inside the file), then read by a stand-in unpickler that imports and calls nothing
-(:mod:`._pickle_inspector`), to check every storage record (``numel * itemsize`` against the data
-the archive stores for it, so torch never allocates a size the file cannot fill). After loading,
-only the tensors of the RNNs found (by key prefix, :mod:`._state_dict`) are copied out (dense, on
-the CPU, each no larger than its storage, all together bounded by the file's size):
-float16/32/64 as they are, bfloat16 as float32 (exact), anything else refused by name.
+Before torch sees the file it is inspected without running anything from it (its zip members by
+:mod:`._zip`, its pickles by :mod:`._pickle_inspector`), to check every storage record: ``numel *
+itemsize`` against the data the file stores for it, so torch never allocates a size the file cannot
+fill. After loading, only the tensors of the RNNs found (:mod:`._state_dict`) are copied out (dense,
+on the CPU, each no larger than its storage, all together bounded by the file's size).
 """
 
 from __future__ import annotations
