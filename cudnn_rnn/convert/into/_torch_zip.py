@@ -203,17 +203,17 @@ def _linked(value: Any) -> bool:
 
 
 def _places(root: Any, layout: Layout, mapped: mmap.mmap) -> tuple[dict[int, list[tuple[Any, Any]]],
-                                                                    dict[int, tuple[Any, Extent]]]:
+                                                                    dict[int, Extent]]:
     """Every object of the pickle (each walked once): ``places``, its id -> the first two (object holding it,
-    its key there); ``extents``, a tensor's (or a storage record's) id -> (it, the bytes it takes)."""
+    its key there); ``extents``, a tensor's (or a storage record's) id -> the bytes it takes."""
     places: dict[int, list[tuple[Any, Any]]] = {id(root): []}
-    extents: dict[int, tuple[Any, Extent]] = {}
+    extents: dict[int, Extent] = {}
     stack = [root]
     while stack:
         value = stack.pop()
         extent = _extent(value, layout, mapped)
         if extent is not None:
-            extents[id(value)] = (value, extent)
+            extents[id(value)] = extent
             continue
         for key, item in _children(value):
             if _linked(item):
@@ -262,13 +262,8 @@ def shared_tensor(path: str, trail: tuple[str, ...], names: Sequence[str]) -> tu
                     if parent is not chain[depth] or key != trail[depth]:  # a mapping on the way, in another place
                         return tensor, "/".join((named(parent, key), *trail[depth + 1:], tensor))
         ids = {id(item) for item in mine.values()}
-        by_member: dict[str | None, list[tuple[int, Extent]]] = {}
-        for other, (_, other_extent) in extents.items():
-            if other not in ids and places[other]:
-                by_member.setdefault(other_extent.member, []).append((other, other_extent))
         for tensor, item in mine.items():
-            extent = extents[id(item)][1]
-            for other, other_extent in by_member.get(extent.member, ()):
-                if overlapping(mapped, extent, other_extent):
+            for other, extent in extents.items():
+                if other not in ids and places[other] and overlapping(mapped, extents[id(item)], extent):
                     return tensor, named(*places[other][0])
     return None
