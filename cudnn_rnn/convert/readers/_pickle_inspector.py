@@ -100,9 +100,7 @@ class _Inspector(pickle.Unpickler):
 
 def _check_opcodes(path: str, stream: Any, end: int, what: str) -> None:
     """Walk one pickle's opcodes, nothing built, checking what the module docstring says."""
-    ops = 0
-    for opcode, arg, position in pickletools.genops(stream):
-        ops += 1
+    for ops, (opcode, arg, position) in enumerate(pickletools.genops(stream), 1):
         if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(arg, int) and arg > 2 * ops + 1024:
             raise FileReadError(path, f"{what}: memo index {arg} at byte {position} is out of all proportion: "
                                       "the file is corrupt")
