@@ -18,8 +18,7 @@ are a ValueError) and on CuPy's current stream of that GPU. The call finds the c
 handle, network and plan for its device in ``_cache`` (binding the handle to the stream, then
 building what is missing), and makes three short cuDNN calls at most: cudnnRNNForward, then in
 backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into ``params_grad``, or into a
-zeroed buffer). The
-package's docstring lists the backend's other modules, each importing only those after it.
+zeroed buffer). The package's docstring lists the backend's other modules, each importing only those after it.
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
 without waiting (CuPy stages it in pinned memory), the reserve header is a device-to-device copy

@@ -9,10 +9,10 @@
 
 Why: cudnnSetDropoutDescriptor sets up cuRAND's state over the whole buffer (S is a few MB), which
 PyTorch calls very expensive and does once per device; TensorFlow seeds once per kernel and lets
-the masks advance. A layer that passed a new seed2 every step paid that set-up every step, and a
-step recorded as a CUDA graph replayed the recorded seed, so every replay drew the same masks. With
-an RNG per layer, a step costs two device copies of S bytes and a replayed graph draws new masks on
-every replay, as eager steps do. The reference backend keeps its masks per (seed, step).
+the masks advance. Seeding at every step would pay that set-up every step, and a CUDA graph would
+replay the recorded seed (the same masks on every replay); with an RNG per layer, a step costs two
+device copies of S bytes and a replayed graph draws new masks, as eager steps do. The reference
+backend keeps its masks per (seed, step).
 
 The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and S). A
 loaded state is used as it is on the same GPU model and cuDNN (an exact resume); a state saved
