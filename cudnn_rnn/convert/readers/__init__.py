@@ -84,10 +84,8 @@ class FileKind:
 FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
     FileKind("npz", _npz_file.read, None, ("prefix",),
              "an .npz archive names its RNNs by file, or by key prefix for a parent module's torch tensors"),
-    FileKind("keras", _keras_file.read, ("keras",), (),
-             "a Keras file names its RNNs by layer"),
-    FileKind("hdf5", _keras_file.read, ("keras",), (),
-             "a Keras file names its RNNs by layer"),
+    *(FileKind(name, _keras_file.read, ("keras",), (), "a Keras file names its RNNs by layer")
+      for name in ("keras", "hdf5")),
     FileKind("torch", _torch_file.read, ("torch",), ("key", "prefix", "trust_pickle"),
              "a PyTorch file names its RNNs by key prefix"),
     FileKind("safetensors", _safetensors_file.read, ("torch",), ("prefix",),
