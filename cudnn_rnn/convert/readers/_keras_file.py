@@ -348,7 +348,7 @@ def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
     for direction, weights in enumerate(layer.weights):
         for field_name, dataset in weights.items():
             marked = h5.dtype(dataset)
-            plain = (dataset.chunks is None and dataset.compression is None and not dataset.external
+            plain = (dataset.chunks is None and not dataset.external  # (HDF5 compresses chunked data only)
                      and (marked == dataset.dtype.name or h5.marked_bfloat16(dataset)))
             offset = dataset.id.get_offset() if plain else None
             order = dataset.dtype.byteorder

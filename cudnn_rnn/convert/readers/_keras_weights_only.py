@@ -50,6 +50,9 @@ def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str
     return layer
 
 
+#: the first part of a weight's parent path that names a Bidirectional's side ('bi/forward_lstm/lstm_cell')
+_SIDE = re.compile(r"(?:^|/)(forward|backward)_")
+_OTHER_SIDE = {"forward": "backward", "backward": "forward"}
 _NUMBERED = re.compile(r"^(.*?)(?:_(\d+))?$")
 
 
@@ -100,19 +103,13 @@ def legacy_weights_only(h5: H5File, root: Any) -> Iterator[RNNLayer]:
                 cells.setdefault(parent, {})[field_name] = dataset
         cells = {parent: weights for parent, weights in cells.items() if gate_blocks(weights) in CLASS_BY_GATES}
         for parent, weights in cells.items():
-            parts = parent.split("/")
-            side = next((i for i, part in enumerate(parts) if part.startswith(("forward_", "backward_"))), None)
-            partner = None
-            if side is not None:
-                forward = parts[side].startswith("forward_")
-                rest = parts[side][len("forward_" if forward else "backward_"):]
-                partner = "/".join(parts[:side] + [("backward_" if forward else "forward_") + rest] + parts[side + 1:])
-                if partner in cells and not forward:
+            side = _SIDE.search(parent)
+            partner = None if side is None else parent[:side.start(1)] + _OTHER_SIDE[side[1]] + parent[side.end(1):]
+            if side is not None and partner in cells:
+                if side[1] == "backward":
                     continue  # read with its forward layer
-            directions = [weights] + ([cells[partner]] if partner in cells else [])
-            if partner in cells:
-                stem = parts[:side]
+                directions, stem = [weights, cells[partner]], parent[:side.start()]
             else:
-                stem = parts[:-1] if parts[-1].endswith("_cell") else parts
-            label = layer_name if len(cells) == len(directions) else f"{layer_name}/{'/'.join(stem)}"
+                directions, stem = [weights], parent.rpartition("/")[0] if parent.endswith("_cell") else parent
+            label = layer_name if len(cells) == len(directions) else f"{layer_name}/{stem}"
             yield _weights_only_layer(label, directions)
