@@ -413,9 +413,8 @@ def clear_caches() -> None:
     contexts = _by_thread.get(threading.get_ident())
     if not contexts:
         return
-    cupy = import_cupy()
     for device_id, context in list(contexts.items()):
-        with cupy.cuda.Device(device_id):
+        with device_scope(device_id)():
             context.close()
         del contexts[device_id]
 

@@ -123,11 +123,9 @@ def check_layout_grid(configs: Sequence[RNNConfig] | None = None) -> list[GridRe
             results.append(GridResult(config, skipped=str(refusal)))
             continue
         try:
-            differences = check_layout_against_cudnn(config)
+            results.append(GridResult(config, differences=tuple(check_layout_against_cudnn(config))))
         except Exception as error:  # every configuration is asked: one failure must not hide the others
             results.append(GridResult(config, error=f"{type(error).__name__}: {error}"))
-            continue
-        results.append(GridResult(config, differences=tuple(differences)))
     return results
 
 
