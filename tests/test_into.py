@@ -260,6 +260,17 @@ def test_tied_weights_are_refused_unless_change_shared(tmp_path: Path) -> None:
     assert np.array_equal(saved["encoder.rnn.weight_hh_l0"].numpy(), new["weight_hh_l0"])
 
 
+def test_a_dict_of_parameters_is_written_into_like_a_state_dict(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, out = tmp_path / "parameters.pt", tmp_path / "out.pt"
+    torch.save(dict(torch.nn.LSTM(3, 4).named_parameters()), model)
+    layer = LSTM(3, 4, seed=5)
+    write_into(model, out, layer)
+    saved = torch.load(out)
+    for name, value in new_torch_tensors(layer).items():
+        assert np.array_equal(saved[name].detach().numpy(), value), name
+
+
 def test_a_saved_view_of_an_rnn_weight_is_refused_unless_change_shared(tmp_path: Path) -> None:
     torch.manual_seed(1)
     state = torch.nn.LSTM(4, 4).state_dict()

@@ -261,9 +261,9 @@ def shared_tensor(path: str, trail: tuple[str, ...], names: Sequence[str]) -> tu
                 for parent, key in places[id(holder)]:
                     if parent is not chain[depth] or key != trail[depth]:  # a mapping on the way, in another place
                         return tensor, "/".join((named(parent, key), *trail[depth + 1:], tensor))
-        ids = {id(item) for item in mine.values()}
-        for tensor, item in mine.items():
+        ids = {tensor: id(_unwrapped(item)) for tensor, item in mine.items()}  # (a Parameter's extent: its tensor's)
+        for tensor in mine:
             for other, extent in extents.items():
-                if other not in ids and places[other] and overlapping(mapped, extents[id(item)], extent):
+                if other not in ids.values() and places[other] and overlapping(mapped, extents[ids[tensor]], extent):
                     return tensor, named(*places[other][0])
     return None
