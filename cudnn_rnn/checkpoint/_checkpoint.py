@@ -18,7 +18,7 @@ from .._arrays import Array, array_kind, copy_into
 from .._checks import checked_count
 from ..distributed import Communicator
 from ..errors import CheckpointError
-from ..files import read_bytes, write_bytes
+from ..files import PathLike, read_bytes, write_bytes
 from ..files.params_file import parse_layer_state
 from ..layers import RecurrentLayer
 from ..optim import SGD, Adam
@@ -40,8 +40,6 @@ GROUP_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                    f"a cudnn_rnn.optim optimiser ({', '.join(OPTIMIZERS)})"),
     "arrays": (lambda value: array_kind(value) is not None, "a numpy.ndarray or cupy.ndarray"),
 }
-
-PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)

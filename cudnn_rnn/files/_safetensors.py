@@ -339,7 +339,7 @@ def read_array(handle: BinaryIO, entry: Entry, dtype: np.dtype | None = None) ->
     """One array of an open safetensors file, reading only its bytes, as a new host array.
 
     Args:
-        handle: the file, open for binary reading and seekable (its position is moved).
+        handle: the file, open for buffered binary reading (``open(path, "rb")``), seekable (its position is moved).
         entry: the array's entry from :func:`read_layout` of this file.
         dtype: read the bytes as this dtype of the same item size instead (e.g. ``<u2`` for the
             bits of a bfloat16 array, which then needs no ml_dtypes); None: ``entry.dtype``.
@@ -356,13 +356,9 @@ def read_array(handle: BinaryIO, entry: Entry, dtype: np.dtype | None = None) ->
         raise ValueError(f"dtype must have the item size of {entry.code} ({entry.itemsize} bytes); got {as_dtype} "
                          f"({as_dtype.itemsize} bytes)")
     buffer = bytearray(entry.nbytes)
-    view = memoryview(buffer)
     handle.seek(entry.begin)
-    filled = 0
-    while filled < entry.nbytes:
-        got = handle.readinto(view[filled:])  # type: ignore[attr-defined]
-        if not got:
-            raise SafetensorsError(f"the file is truncated: array {entry.name[:80]!r} takes bytes [{entry.begin}, "
-                                   f"{entry.end}) and the file ends at {entry.begin + filled}")
-        filled += got
+    filled = handle.readinto(buffer)  # type: ignore[attr-defined]  # (a buffered file fills it, up to its end)
+    if filled < entry.nbytes:
+        raise SafetensorsError(f"the file is truncated: array {entry.name[:80]!r} takes bytes [{entry.begin}, "
+                               f"{entry.end}) and the file ends at {entry.begin + filled}")
     return np.frombuffer(buffer, as_dtype).reshape(entry.shape)

@@ -40,7 +40,7 @@ from .._cudnn._dropout_rng import checked_state
 from .._dtypes import BY_NAME, PACKAGES
 from ..config import RNNConfig, numpy_dtype
 from ..layout import params_size
-from . import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, read_bytes, write_bytes
+from . import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, PathLike, read_bytes, write_bytes
 
 __all__ = ["FORMAT_VERSION", "KEYS", "ParamsFile", "write_params_file", "read_params_file"]
 
@@ -74,8 +74,7 @@ class ParamsFile:
     step: int
 
 
-def write_params_file(file: str | os.PathLike[str] | IO[bytes], params: Array, config: RNNConfig,
-                      step: int = 0) -> None:
+def write_params_file(file: PathLike | IO[bytes], params: Array, config: RNNConfig, step: int = 0) -> None:
     """Write ``params`` with ``config`` and ``step`` as a params file.
 
     Args:
@@ -116,7 +115,7 @@ def _read_member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     return array
 
 
-def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
+def read_params_file(path: PathLike) -> ParamsFile:
     """Read a params file written by :func:`write_params_file`.
 
     Args:
