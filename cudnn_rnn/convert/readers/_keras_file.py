@@ -65,7 +65,17 @@ WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER = "model.weights.h5", "config.jso
 
 
 # ---- from a layer to a FoundRNN ---------------------------------------------------------------------------
-def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+def _format(layer: RNNLayer) -> str:
+    """The format that holds the layer's weights exactly: ``torch`` (CuDNN layers), ``gru_block_cell`` (a
+    GRU(reset_after=False), the same function) or ``keras``."""
+    if layer.kind.cudnn_layout:
+        return "torch"
+    if layer.kind.rnn_mode == "gru" and layer.reset_after is False and len(layer.configs) == 1:
+        return "gru_block_cell"
+    return "keras"
+
+
+def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """LSTM, GRU(reset_after=True), SimpleRNN: the ``keras`` format, zero biases where use_bias=False."""
     tensors = {}
     for direction, weights in enumerate(arrays):
@@ -76,17 +86,10 @@ def _keras_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tupl
             bias = np.zeros((2, columns) if layer.kind.rnn_mode in TWO_BIAS_MODES else (columns,), kernel.dtype)
         for name, value in (("kernel", kernel), ("bias", bias), ("recurrent_kernel", weights["recurrent_kernel"])):
             tensors[KERAS_NAMES.name(name, 0, direction)] = value
-    return "keras", tensors
+    return tensors
 
 
-def _reset_before_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
-    """GRU(reset_after=False): the ``gru_block_cell`` format (the same function)."""
-    (weights,) = arrays
-    return "gru_block_cell", keras_reset_before_to_gru_block_cell(weights["kernel"], weights["recurrent_kernel"],
-                                                                  weights.get("bias"), np)
-
-
-def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tuple[str, dict[str, np.ndarray]]:
+def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """CuDNNLSTM / CuDNNGRU: the ``torch`` format (cuDNN's gate order, both biases), see the module docstring."""
     mode = layer.kind.rnn_mode
     assert mode is not None, f"{layer.kind.class_name} names its mode"
@@ -108,15 +111,7 @@ def _cudnn_tensors(layer: RNNLayer, arrays: list[dict[str, np.ndarray]]) -> tupl
                             ("input_bias", reorder_gates(input_bias, keras, cudnn, np)),
                             ("recurrent_bias", reorder_gates(recurrent_bias, keras, cudnn, np))):
             tensors[TORCH_NAMES.name(name, 0, direction)] = value
-    return "torch", tensors
-
-
-def _builder(layer: RNNLayer) -> Callable[[RNNLayer, list[dict[str, np.ndarray]]], tuple[str, dict[str, np.ndarray]]]:
-    if layer.kind.cudnn_layout:
-        return _cudnn_tensors
-    if layer.kind.rnn_mode == "gru" and layer.reset_after is False and len(layer.configs) == 1:
-        return _reset_before_tensors
-    return _keras_tensors
+    return tensors
 
 
 def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
@@ -185,12 +180,17 @@ def _read_layer(h5: H5File, layer: RNNLayer, version: str) -> tuple[Any, ...]:
             raise h5.fail(f"layer {layer.name!r} ({layer.display}): its config says units={units!r} but its "
                           f"recurrent_kernel has shape {tuple(layer.weights[0]['recurrent_kernel'].shape)}")
         arrays = [{name: h5.array(dataset) for name, dataset in weights.items()} for weights in layer.weights]
-        fmt, tensors = _builder(layer)(layer, arrays)
+        fmt = _format(layer)
         if fmt == "gru_block_cell":
+            (gru,) = arrays
+            tensors = keras_reset_before_to_gru_block_cell(gru["kernel"], gru["recurrent_kernel"], gru.get("bias"), np)
             layer.notes.append(RESET_BEFORE_NOTE)
         elif fmt == "torch":
+            tensors = _cudnn_tensors(layer, arrays)
             layer.notes.append(f"a {layer.kind.class_name} keeps cuDNN's own matrices and both biases: read exactly, "
                                "in the 'torch' format")
+        else:
+            tensors = _keras_tensors(layer, arrays)
         if any("bias" not in weights for weights in arrays):
             layer.notes.append("use_bias=False: zero biases are used, the same function")
         inferred = infer(fmt, tensors, f"layer {layer.name!r} ({source})")
@@ -340,7 +340,7 @@ def _places(h5: H5File, layer: RNNLayer, version: str) -> LayerPlaces:
     """Where ``layer``'s weights lie (in the child process)."""
     name = one_line(layer.name, 200)
     refusal = _config_refusal(layer)
-    if refusal or _builder(layer) is not _keras_tensors:
+    if refusal or _format(layer) != "keras":
         why = refusal or f"a {layer.display} keeps its weights in another layout than LSTM, GRU(reset_after=True) " \
                          "and SimpleRNN"
         return LayerPlaces(name, layer.display, {}, why)
