@@ -8,6 +8,7 @@ Each refuses with the argument's name, what it must be and what it got, shown sh
     choice("rnn_mode", value, MODES)           -> str         one of the names (keys) given
     real_in_range("lr", value, 0.0)            -> float       finite, low < value (< high)
     checked_count("step", value)               -> int         in [0, MAX_COUNT], a file's int64
+    path_argument("path", value)               -> str         a str or an os.PathLike, as a str
     shown(value)                               -> str         for messages
 """
 
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from fractions import Fraction
 from typing import Mapping
 
 import numpy as np
 
-__all__ = ["MAX_COUNT", "flag", "choice", "real_in_range", "checked_count", "shown"]
+__all__ = ["MAX_COUNT", "flag", "choice", "real_in_range", "checked_count", "path_argument", "shown"]
 
 #: the largest count (a step counter) a layer, an optimiser or a file holds: an int64
 MAX_COUNT = 2**63 - 1
@@ -136,3 +138,10 @@ def checked_count(name: str, value: object) -> int:
             return number
         kind = ""
     raise ValueError(f"{name} must be a non-negative integer < 2**63; got {kind}{shown(value)}")
+
+
+def path_argument(argument: str, path: object) -> str:
+    """``path`` as a str; a TypeError naming ``argument`` for anything but a str or an os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
+    return os.fspath(path)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._arrays import to_host
-from .._checks import flag
+from .._checks import flag, path_argument
 from .._dtypes import PACKAGES, as_bits
 from ..config import RNNConfig
 from ..files import (KERAS, KERAS_WEIGHTS, NPZ, ONNX, PT, PTH, SAFETENSORS, atomic_write, encode, extension,
@@ -40,7 +40,7 @@ from .onnx_export import DEFAULT_OPSET, export_onnx
 from .readers import CONFIG_FIELDS, PARAMS_FORMAT, FoundRNN
 
 __all__ = ["CONTAINERS", "Container", "Written", "container_of", "ending", "suffixes_for", "as_found", "converted",
-           "layer_class_name", "path_argument", "write_file"]
+           "layer_class_name", "write_file"]
 
 #: every format a container of named tensors can hold: the params buffer, then the named formats
 ANY_FORMAT: tuple[str, ...] = (PARAMS_FORMAT, *FORMATS)
@@ -231,13 +231,6 @@ def container_of(path: str | os.PathLike[str], argument: str = "path") -> Contai
         return CONTAINERS[suffix]
     raise ValueError(f"{argument} {os.fspath(path)!r} must end in one of {tuple(CONTAINERS)}; got "
                      f"{suffix or 'no extension'!r}")
-
-
-def path_argument(argument: str, path: Any) -> str:
-    """``path`` as a str; a TypeError naming ``argument`` for anything but a str or an os.PathLike."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
-    return os.fspath(path)
 
 
 def as_found(rnn: Any) -> FoundRNN:

@@ -35,12 +35,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..._checks import flag
+from ..._checks import flag, path_argument
 from ...files import write_through_path
 from ...formats import InexactConversionError
 from ..readers import (WEIGHTS_MEMBER, FileReadError, FoundRNN, checked_layout, file_kind, listing, locate,
                        member_data_offset, named, read_file)
-from ..saving import Written, as_found, converted, ending, path_argument
+from ..saving import Written, as_found, converted, ending
 from ._stored import StoredTensor, fix_zip_checksums, patch, reads_back
 from ._torch_zip import shared_tensor, state_dicts
 

@@ -31,13 +31,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..._checks import flag
+from ..._checks import flag, path_argument
 from ...files import MODEL_FILE_KINDS, model_file_kind
 from ...config import DIRECTIONS
 from ...formats import FORMATS, to_format
 from . import _keras_file, _npz_file, _onnx_file, _safetensors_file, _tf_checkpoint, _torch_file
 from ._found import CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, Question, ReadOptions, one_line
-from ._found import checked_path as checked_path
 from ._found import known_fields as _known_fields, same_field as _same_field
 
 # what convert.into and the Keras writer share with the readers of the files they write (each ``as`` marks a name
@@ -136,7 +135,7 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
         ValueError: ``fmt`` is not a format name.
         TypeError: bad arguments, or tensors of mixed dtypes (naming the odd tensor).
     """
-    path = checked_path(path)
+    path = path_argument("path", path)
     for name, value in (("key", key), ("prefix", prefix)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None; got {type(value).__name__} {value!r}")

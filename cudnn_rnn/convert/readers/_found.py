@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -40,7 +39,6 @@ __all__ = [
     "PARAMS_FORMAT",
     "MAX_COMPRESSION_RATIO",
     "FileReadError",
-    "checked_path",
     "Question",
     "ReadOptions",
     "FoundRNN",
@@ -73,13 +71,6 @@ class FileReadError(ValueError):
         self.path = path
         self.reason = one_line(reason)
         super().__init__(f"cannot read {path!r}: {self.reason}")
-
-
-def checked_path(path: object, argument: str = "path") -> str:
-    """``os.fspath(path)``; TypeError naming ``argument`` unless ``path`` is a str or os.PathLike."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
-    return os.fspath(path)
 
 
 def one_line(text: object, limit: int = 400) -> str:

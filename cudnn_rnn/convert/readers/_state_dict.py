@@ -117,8 +117,9 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOp
         notes = tuple(inferred.notes)
         if dtype_of(state_dict[names["weight_ih_l0"]]) == "bfloat16":
             notes += (BFLOAT16_NOTE,)
-        found.append(FoundRNN(prefix[:-1] if prefix else os.path.basename(path), f"PyTorch {rnn_class} {source}", "torch", inferred.tensors,
-                              inferred.fields, inferred.questions, notes))
+        name = prefix[:-1] if prefix else os.path.basename(path)
+        found.append(FoundRNN(name, f"PyTorch {rnn_class} {source}", "torch", inferred.tensors, inferred.fields,
+                              inferred.questions, notes))
     return found
 
 
