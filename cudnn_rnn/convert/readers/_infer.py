@@ -2,7 +2,7 @@
 
     infer(fmt, tensors) -> Inferred(tensors, fields, questions, notes)
 
-Each format's spec says how (its ``reading``, see :class:`~cudnn_rnn.formats._core.ShapeReading`):
+Each format's spec says how (its ``reading``, see :class:`~cudnn_rnn.formats._reading.ShapeReading`):
 the layer count and direction come from the names, the sizes from a few shapes (torch:
 ``weight_ih_l0`` is [G*N, I], ``weight_hh_l0`` [G*N, P], ``weight_hr_l0`` [P, N]; G gives the
 mode). The result is then checked against the format's own expected shapes, so every tensor
