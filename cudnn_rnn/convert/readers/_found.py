@@ -64,7 +64,7 @@ class FileReadError(ValueError):
 
     Attributes:
         path: the file (or checkpoint prefix, or folder), as given.
-        reason: what is wrong and what to do, made one line by :func:`one_line`.
+        reason: what is wrong and what to do, made one line by ``one_line``.
     """
 
     def __init__(self, path: str, reason: str) -> None:
