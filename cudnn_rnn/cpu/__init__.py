@@ -28,26 +28,18 @@ leaves them alone. The pools are NumPy's and, once the compiled cells load, the 
 (SciPy's).
 
 **Cells.** The per-step gate math runs either as NumPy calls (``_cells``, the reference) or compiled
-(``_fused_cells``, with numba and SciPy: ``pip install 'cudnn_rnn[fast]'``): one compiled loop per chunk of
-steps of each layer and direction, the recurrent products by a register-tiled GEMM on the matrix packed
-once per call (``_gemm``; BLAS called from the compiled code for a call too small to pack); both
-compute the same equations and agree to float rounding. ``"auto"`` takes the compiled cells when numba
-imports. CuPy arrays never use either: they run cuDNN.
+(``_fused_cells``, with numba and SciPy: ``pip install 'cudnn_rnn[fast]'``); both compute the same equations and
+agree to float rounding. CuPy arrays never use either: they run cuDNN. ``_backend`` runs the cells over layers,
+directions and time (the backend interface ``cudnn_rnn.ops`` calls for NumPy arrays).
 
-**Schedule.** The compiled cells keep the cores busy themselves, on as many threads as the call may use
-cores (the count set, else ``min(pool, cores - others)`` above), each with a single-threaded BLAS
-(``_parts``): a bidirectional layer's directions at once; a unidirectional stack's batch split into parts
-of at least ``_parts.PART_ROWS`` sequences, or where it is smaller, its layers as a wavefront; the batch
-split into parts over the cores left. The BLAS pools are left
-at one thread while such a call runs, so no pool's waiting threads compete with the parts, and after it: a
-waiting OpenBLAS thread spins for about 0.1 s after each product it shared, so a product of the program's
-own on several threads between two calls would take a core from the next call's parts (1.7x slower where
-measured). A call of fewer than ``_parts.PART_GRAIN`` multiply-adds runs on one thread. The NumPy cells run
-the batch whole, with the threads per product above, and leave the pools as above.
-
-The package is the reference backend: ``_backend`` runs the network over layers, directions and time
-(the backend interface ``cudnn_rnn.ops`` calls for NumPy arrays), ``_cells`` and ``_fused_cells`` are
-the step math; this module, its one public face, is how they use the CPU.
+**Schedule.** The compiled cells keep the cores busy themselves (``_parts``: directions, layers and parts of
+the batch at once), on as many threads as the call may use cores (the count set, else ``min(pool, cores -
+others)`` above), each with a single-threaded BLAS; a call of fewer than ``_parts.PART_GRAIN`` multiply-adds runs
+on one thread. The BLAS pools are left at one thread while such a call runs, so no pool's waiting threads compete
+with the parts, and after it: a waiting OpenBLAS thread spins for about 0.1 s after each product it shared, so a
+product of the program's own on several threads between two calls would take a core from the next call's parts
+(1.7x slower where measured). The NumPy cells run the batch whole, with the threads per product above, and leave
+the pools as above.
 """
 
 from __future__ import annotations
@@ -157,31 +149,22 @@ def set_cells(kind: str) -> None:
     """
     if not isinstance(kind, str) or kind not in CELL_KINDS:
         raise ValueError(f"cells must be one of {', '.join(CELL_KINDS)}; got {kind!r}")
-    if kind == "fused" and _fused_module() is None:
-        raise ImportError(f"the fused cells need numba, which does not import here ({_fused_problem()}); "
+    if kind == "fused" and _fused_import()[0] is None:
+        raise ImportError(f"the fused cells need numba, which does not import here ({_fused_import()[1]}); "
                           f"{_FAST_HINT}")
     _settings.environment_read = True
     _settings.cells, _settings.cells_source = kind, "set_cells"
 
 
-_fused: dict[str, Any] = {}
-
-
-def _fused_module() -> ModuleType | None:
-    """``_fused_cells``, imported once, or None when numba is missing or fails to import."""
-    if "module" not in _fused:
-        try:
-            _fused["module"] = importlib.import_module(f"{__package__}._fused_cells")
-        except ImportError as error:
-            _fused["module"], _fused["problem"] = None, f"{type(error).__name__}: {error}"
-        else:
-            _state.pop("pools", None)  # the BLAS the compiled cells call has loaded: its pool is set too
-    module: ModuleType | None = _fused["module"]
-    return module
-
-
-def _fused_problem() -> str:
-    return str(_fused.get("problem", "numba is not installed"))
+@functools.cache
+def _fused_import() -> tuple[ModuleType | None, str]:
+    """(``_fused_cells``, imported once, or None when numba is missing or fails to import; why not)."""
+    try:
+        module = importlib.import_module(f"{__package__}._fused_cells")
+    except ImportError as error:
+        return None, f"{type(error).__name__}: {error}"
+    _state.pop("pools", None)  # the BLAS the compiled cells call has loaded: its pool is set too
+    return module, ""
 
 
 def cells_module() -> ModuleType:
@@ -189,12 +172,12 @@ def cells_module() -> ModuleType:
     _read_environment()
     kind = _settings.cells or "auto"
     if kind != "numpy":
-        fused = _fused_module()
+        fused, problem = _fused_import()
         if fused is not None:
             return fused
         if kind == "fused":
             raise ImportError(f"{_settings.cells_source or 'set_cells'} asks for the fused cells, which need numba "
-                              f"({_fused_problem()}); {_FAST_HINT}")
+                              f"({problem}); {_FAST_HINT}")
     return importlib.import_module(f"{__package__}._cells")
 
 
@@ -382,13 +365,11 @@ def describe() -> dict[str, Any]:
         cells = cells_in_use()
     except ImportError as error:
         cells = f"unavailable: {error}"
-    numba_version = None
-    if _fused_module() is not None:
-        numba_version = importlib.import_module("numba").__version__
+    fused, problem = _fused_import()
     return {
         "cells": cells,
         "cells_setting": _settings.cells or "auto",
-        "numba": numba_version if numba_version is not None else f"not available ({_fused_problem()})",
+        "numba": f"not available ({problem})" if fused is None else importlib.import_module("numba").__version__,
         "threads": source,
         "cores": host_cores(),
         "others_busy": round(_load().others_busy(), 2),

@@ -336,30 +336,8 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
             return y[:, columns] if layer == config.num_layers - 1 else xp.zeros((max_time, width, d * p), dtype=dtype)
 
         width = columns.stop - columns.start
-        if run.schedule.layers_together:  # a wavefront: layer l+1 reads a chunk once layer l has written it
-            outs = [output(layer) for layer in range(config.num_layers)]
-            wave = _parts.Wavefront(config.num_layers, 0)
-
-            def layer_job(layer: int) -> None:
-                def before(start: int, stop: int) -> None:
-                    if layer:
-                        wave.wait(layer - 1, lambda reached: reached >= stop)
-
-                def after(start: int, stop: int) -> None:
-                    finish_rows(layer, outs[layer], start, stop)
-                    wave.publish(layer, stop)
-
-                layer_forward(layer, outs[layer - 1] if layer else seq[:, columns], outs[layer],
-                              _parts.ChunkHooks(before, after))
-
-            _parts.run_all([wave.job(functools.partial(layer_job, layer)) for layer in range(config.num_layers)])
-            return
-        layer_in = seq[:, columns]
-        for layer in range(config.num_layers):
-            out = output(layer)
-            layer_forward(layer, layer_in, out, _parts.ChunkHooks())
-            finish_rows(layer, out, 0, max_time)
-            layer_in = out
+        _parts.run_layers(config.num_layers, max_time, False, run.schedule.layers_together, seq[:, columns], output,
+                          layer_forward, finish_rows)
 
     run.parts(forward_part, batch, d, config.num_layers, _parts.multiply_adds(config, max_time, batch))
     y = _to_time_major(y, time_major)
@@ -453,31 +431,8 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
             shape = (max_time, columns.stop - columns.start, config.output_size)
             return dx[:, columns] if layer == 0 else xp.zeros(shape, dtype=dtype)
 
-        top = config.num_layers - 1
-        if run.schedule.layers_together:  # a wavefront from the last step: layer l-1 reads a chunk once l wrote it
-            d_ins = [input_gradient(layer) for layer in range(config.num_layers)]
-            wave = _parts.Wavefront(config.num_layers, max_time)
-
-            def layer_job(layer: int) -> None:
-                def before(start: int, stop: int) -> None:
-                    if layer < top:
-                        wave.wait(layer + 1, lambda reached: reached <= start)
-
-                def after(start: int, stop: int) -> None:
-                    finish_rows(layer, d_ins[layer], start, stop)
-                    wave.publish(layer, start)
-
-                layer_backward(layer, d_ins[layer + 1] if layer < top else d_output[:, columns], d_ins[layer],
-                               _parts.ChunkHooks(before, after))
-
-            _parts.run_all([wave.job(functools.partial(layer_job, layer)) for layer in range(config.num_layers)])
-            return
-        d_out = d_output[:, columns]
-        for layer in reversed(range(config.num_layers)):
-            d_in = input_gradient(layer)
-            layer_backward(layer, d_out, d_in, _parts.ChunkHooks())
-            finish_rows(layer, d_in, 0, max_time)
-            d_out = d_in
+        _parts.run_layers(config.num_layers, max_time, True, run.schedule.layers_together, d_output[:, columns],
+                          input_gradient, layer_backward, finish_rows)
 
     run.parts(backward_part, batch, d, config.num_layers, 2 * _parts.multiply_adds(config, max_time, batch))
     dparams, *others = part_grads.values()

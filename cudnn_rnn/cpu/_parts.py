@@ -35,11 +35,12 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import RNNConfig
 
 __all__ = ["PART_GRAIN", "PART_ROWS", "Schedule", "schedule", "multiply_adds", "part_count", "batch_parts", "Aborted",
-           "Wavefront", "ChunkHooks", "run_parts", "run_all"]
+           "Wavefront", "ChunkHooks", "run_layers", "run_parts", "run_all"]
 
 #: the multiply-adds of a call below which it runs as one part: starting a thread (tens of microseconds)
 #: costs more than a second core gives to a call this small (a decode step, T = B = 1, is one)
@@ -151,6 +152,45 @@ class ChunkHooks:
 
     before: Callable[[int, int], None] = lambda start, stop: None
     after: Callable[[int, int], None] = lambda start, stop: None
+
+
+def run_layers(layers: int, max_time: int, down: bool, together: bool, first_input: Any,
+               new_output: Callable[[int], Any], run_layer: Callable[[int, Any, Any, ChunkHooks], None],
+               finish_rows: Callable[[int, Any, int, int], None]) -> None:
+    """``run_layer(layer, its input, its output, hooks)`` for every layer, from layer 0 up, or from the top one
+    ``down`` (backprop: a layer's input is the gradient of its output, its output the gradient of its input);
+    the first reads ``first_input``, each next one the output of the one before, made by ``new_output(layer)``.
+    ``finish_rows(layer, output, start, stop)`` runs on each layer's output rows once written. ``together``: as
+    a wavefront (:class:`Wavefront`), a layer reading a chunk of steps once the one before has written it;
+    else one after the other, each output made when its layer starts."""
+    sequence = range(layers - 1, -1, -1) if down else range(layers)
+    if not together:
+        layer_in = first_input
+        for layer in sequence:
+            layer_out = new_output(layer)
+            run_layer(layer, layer_in, layer_out, ChunkHooks())
+            finish_rows(layer, layer_out, 0, max_time)
+            layer_in = layer_out
+        return
+    outs = [new_output(layer) for layer in range(layers)]
+    wave = Wavefront(layers, max_time if down else 0)
+    step = 1 if down else -1  # from the layer before in ``sequence``
+
+    def layer_job(layer: int) -> None:
+        source = layer + step
+        first = not 0 <= source < layers
+
+        def before(start: int, stop: int) -> None:
+            if not first:
+                wave.wait(source, (lambda reached: reached <= start) if down else (lambda reached: reached >= stop))
+
+        def after(start: int, stop: int) -> None:
+            finish_rows(layer, outs[layer], start, stop)
+            wave.publish(layer, start if down else stop)
+
+        run_layer(layer, first_input if first else outs[source], outs[layer], ChunkHooks(before, after))
+
+    run_all([wave.job(functools.partial(layer_job, layer)) for layer in range(layers)])
 
 
 def run_parts(work: Callable[[slice], None], parts: Sequence[slice]) -> None:
