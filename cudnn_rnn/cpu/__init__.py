@@ -243,9 +243,8 @@ class BlasThreads:
 
     def __init__(self, pools: list[Any], fixed: int | None, budget: int, leave: int | None = None) -> None:
         self.pools, self.fixed, self.budget = pools, fixed, budget
-        self.found = max((pool.num_threads for pool in pools), default=1)
-        self.current = self.found
-        self.leave = self.found if leave is None else leave
+        self.current = max((pool.num_threads for pool in pools), default=1)  # as found
+        self.leave = self.current if leave is None else leave
 
     def workers(self) -> int:
         """How many cores a call may keep busy at once: the count set, else the policy's budget."""
@@ -255,29 +254,21 @@ class BlasThreads:
         """Every product from now to ``finish()`` runs on ``threads`` threads, whatever its size (a call that
         runs its own threads, each with a single-threaded BLAS); ``for_products`` changes nothing after it."""
         self.fixed = threads
-        if threads != self.current and self.pools:
-            self._set(threads)
-
-    def threads_for(self, multiply_adds: int) -> int:
-        """The threads a product of ``multiply_adds`` multiply-adds gets."""
-        if self.fixed is not None:
-            return self.fixed
-        return 1 if multiply_adds < GRAIN else self.budget
+        self._set(threads)
 
     def for_products(self, multiply_adds: int) -> None:
-        threads = self.threads_for(multiply_adds)
-        if threads != self.current and self.pools:
-            self._set(threads)
+        self._set(self.fixed if self.fixed is not None else 1 if multiply_adds < GRAIN else self.budget)
 
     def _set(self, threads: int) -> None:
+        if threads == self.current or not self.pools:
+            return
         for pool in self.pools:
             _set_pool(pool, threads)
         self.current = threads
 
     def finish(self) -> None:
         if self.pools:
-            if self.current != self.leave:
-                self._set(self.leave)
+            self._set(self.leave)
             _state["left"] = self.leave
             for pool in self.pools:
                 _release(pool)

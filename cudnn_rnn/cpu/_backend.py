@@ -196,21 +196,6 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
 
-class _Once:
-    """A value made by the first caller of ``get``, which the others wait for (made again if that failed)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._made = False
-        self._value: Any = None
-
-    def get(self, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            if not self._made:
-                self._value, self._made = make(), True
-            return self._value
-
-
 @dataclass
 class _Run:
     """How one call runs: the cells (``_cells``, or ``_fused_cells`` on NumPy, see ``cpu``), its BLAS threads,
@@ -219,15 +204,20 @@ class _Run:
     cells: ModuleType
     threads: cpu.BlasThreads
     schedule: _parts.Schedule = _parts.Schedule([], False)
-    made: dict[tuple[str, int], _Once] = field(default_factory=dict)
+    made: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _locks: dict[tuple[str, int], threading.Lock] = field(default_factory=dict)
     _making: threading.Lock = field(default_factory=threading.Lock)
 
     def once(self, key: tuple[str, int], make: Callable[[], _T]) -> _T:
         """``make()`` once per call for ``key`` (a pseudo-layer's forward weights, its backprop's R), shared by
-        the parts that ask for it: the first makes it (packing its matrices), the others wait for it."""
+        the parts that ask for it: the first makes it (packing its matrices), the others wait for it (and make it
+        again if that failed)."""
         with self._making:
-            once = self.made.setdefault(key, _Once())
-        return once.get(make)  # type: ignore[no-any-return]
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self.made:
+                self.made[key] = make()
+            return self.made[key]  # type: ignore[no-any-return]
 
     def parts(self, work: Callable[[slice], None], batch: int, directions: int, layers: int,
               multiply_adds: int) -> None:

@@ -25,8 +25,7 @@ def dropout_mask(config: RNNConfig, layer: int, shape: tuple[int, ...], dtype: D
     """The inverted-dropout mask applied to layer ``layer``'s output (0 or 1/(1-p)).
 
     Drawn from NumPy's PCG64 seeded with (TF's 64-bit seed, layer), so equal (seed, seed2)
-    give equal masks on every call. Not the same masks as cuDNN's. The draw is kept (``_kept``): the
-    backprop of a training step finds the mask its forward drew.
+    give equal masks on every call. Not the same masks as cuDNN's.
     """
     keep = _kept(config.seed64, config.dropout, layer, shape)
     return xp.asarray(keep.astype(dtype) / np.asarray(1.0 - config.dropout, dtype=dtype))

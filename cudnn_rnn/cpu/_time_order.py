@@ -2,9 +2,6 @@
 
     order = TimeOrder(reverse=True, lengths=np.array([5, 3]), max_time=5, xp=np)
     order.gather(x, 0, 2)        # steps 0, 1 of each sequence, reversed within its own span: [2, B, F]
-
-The forward direction processes t = 0 .. T-1; the reverse one each sequence from its last valid step
-back to its first (len-1-t), so padding is never reached.
 """
 
 from __future__ import annotations
@@ -21,10 +18,10 @@ __all__ = ["TimeOrder"]
 class TimeOrder:
     """Maps one direction's processing steps to natural time positions.
 
-    The forward direction processes t = 0 .. T-1 in place. The reverse direction processes
-    each sequence backwards within its own span (step t reads position len-1-t), which is a
-    per-column permutation of time, so gathers and scatters never collide. When every sequence
-    is T long that permutation is a plain reversal of time, done with views instead of gathers.
+    The forward direction processes t = 0 .. T-1 in place. The reverse direction processes each
+    sequence from its last valid step back to its first (step t reads position len-1-t), so padding is
+    never reached; that is a per-column permutation of time, so gathers and scatters never collide. When
+    every sequence is T long that permutation is a plain reversal of time, done with views instead of gathers.
     """
 
     def __init__(self, reverse: bool, lengths: np.ndarray, max_time: int, xp: Any) -> None:
