@@ -98,9 +98,7 @@ def part_count(batch: int, workers: int, multiply_adds: int) -> int:
 def batch_parts(batch: int, parts: int) -> list[slice]:
     """``parts`` contiguous column ranges covering [0, batch), their sizes within one of each other."""
     size, extra = divmod(batch, parts)
-    bounds = [0]
-    for index in range(parts):
-        bounds.append(bounds[-1] + size + (1 if index < extra else 0))
+    bounds = [index * size + min(index, extra) for index in range(parts + 1)]  # the first ``extra`` one longer
     return [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
