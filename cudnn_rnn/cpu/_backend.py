@@ -163,11 +163,13 @@ def _input_preactivations(cells: ModuleType, fw: _cells.ForwardWeights, x: Array
         cells.input_product(fw, x.reshape(t * b, x.shape[2]), out.reshape(t * b, out.shape[2]), xp)
 
 
-def _valid_mask(lengths: np.ndarray, max_time: int, xp: Any) -> Array | None:
-    """[T, B, 1] boolean mask of steps inside each sequence, or None when all are full."""
+def _masks(lengths: np.ndarray, max_time: int, xp: Any) -> tuple[Array | None, Array | None]:
+    """[T, B, 1] boolean masks of the steps inside each sequence and of those past its end, or None when all
+    are full."""
     if bool(np.all(lengths == max_time)):
-        return None
-    return xp.asarray((np.arange(max_time)[:, None] < lengths[None, :])[:, :, None])
+        return None, None
+    valid = xp.asarray((np.arange(max_time)[:, None] < lengths[None, :])[:, :, None])
+    return valid, ~valid
 
 
 def _to_time_major(a: Array, time_major: bool) -> Array:
@@ -191,7 +193,7 @@ def _prepare(config: RNNConfig, x: Array, params: Array, lengths: np.ndarray, ti
     dtype = _compute_dtype(x.dtype)
     seq = _to_time_major(x, time_major).astype(dtype, copy=False)
     max_time, batch = seq.shape[0], seq.shape[1]
-    valid = _valid_mask(lengths, max_time, xp)
+    valid, _ = _masks(lengths, max_time, xp)
     return (xp, x.dtype, dtype, params_layout(config), params.astype(dtype, copy=False),
             _without_padding(seq, valid, xp), max_time, batch, valid)
 
@@ -296,8 +298,7 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
     def forward_part(columns: slice) -> None:
         """The whole network over the sequences ``columns`` of the batch."""
         part_lengths = lengths[columns]
-        valid = _valid_mask(part_lengths, max_time, xp)
-        invalid = None if valid is None else ~valid
+        valid, invalid = _masks(part_lengths, max_time, xp)
         def layer_forward(layer: int, layer_in: Array, out: Array, hooks: _parts.ChunkHooks) -> None:
             """Both directions of ``layer`` (as the schedule says: at once, or one after the other)."""
             def direction_forward(direction: int) -> None:
@@ -384,8 +385,7 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
     def backward_part(columns: slice) -> None:
         """Backprop through the whole network over the sequences ``columns`` of the batch."""
         part_lengths = lengths[columns]
-        part_valid = _valid_mask(part_lengths, max_time, xp)
-        invalid = None if part_valid is None else ~part_valid
+        _, invalid = _masks(part_lengths, max_time, xp)
         grads = part_grads[columns.start] = xp.zeros(layout.size, dtype=dtype)
         def layer_backward(layer: int, d_out: Array, d_in: Array, hooks: _parts.ChunkHooks) -> None:
             """Both directions of ``layer``; at once, the reverse one adds into a ``d_in`` of its own, added after."""

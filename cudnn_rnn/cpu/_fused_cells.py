@@ -165,9 +165,8 @@ def _rnn_forward(gates: Any, rec: Any, bias: Any, relu: bool) -> None:
 
 
 def forward_weights(mode: str, num_units: int, weights: LayerWeights, xp: Any, rows: int = 0) -> ForwardWeights:
-    """``weights`` as the compiled steps take them: the params' own matrices (views: nothing is scaled, the
-    kernels read cuDNN's gate order), R^T packed (``_gemm.pack``) from ``PACK_ROWS`` rows (T*B), and so W^T
-    where it is at most ``INPUT_PACK_BYTES``; ``bias`` bW + bR (without a GRU's bR_n, which stays apart)."""
+    """``weights`` as the compiled steps take them (the module docstring): R^T packed from ``PACK_ROWS`` rows
+    (T*B), and so W^T where it is at most ``INPUT_PACK_BYTES``."""
     bias, bR_n = folded_biases(mode, num_units, weights)
     num_gates = weights["R"].shape[0] // num_units
     W = weights["W"]
@@ -266,8 +265,7 @@ def _rnn_steps(gates: Any, RT: Any, panels: Any, bias: Any, relu: bool, h_init: 
 def steps_forward(mode: str, fw: ForwardWeights, gates: Array, h_init: Array, c_init: Array | None,
                   h_rows: Array, c_rows: Array | None, rec_n_rows: Array | None, ws: Workspace, xp: Any,
                   invalid: Array | None = None) -> None:
-    """As ``_cells.steps_forward``: the s steps in one compiled loop, the products through BLAS from it, the bias
-    added in the cell's own pass."""
+    """As ``_cells.steps_forward``."""
     dtype = gates.dtype
     padding = _absent(bool, 3) if invalid is None else invalid
     RT, panels = _operands(fw.R)
@@ -497,8 +495,7 @@ def _multiply_rows(target: Any, factor: Any) -> None:
 def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, dh: Array, dy: Array,
                    dc: Array | None, d_projected: Array | None, invalid: Array | None, ws: Workspace,
                    xp: Any) -> None:
-    """As ``_cells.steps_backward`` (``R`` as ``backward_recurrent`` gives it): the block's steps in one compiled
-    loop."""
+    """As ``_cells.steps_backward`` (``R`` as ``backward_recurrent`` gives it)."""
     dtype, dy = f.dg.dtype, np.ascontiguousarray(dy)
     padding = _absent(bool, 3) if invalid is None else np.ascontiguousarray(invalid)
     R, panels = _operands(R)
