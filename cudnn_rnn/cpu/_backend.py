@@ -221,16 +221,16 @@ class _Run:
                 self.made[key] = make()
             return self.made[key]  # type: ignore[no-any-return]
 
-    def parts(self, work: Callable[[slice], None], batch: int, directions: int, layers: int,
-              multiply_adds: int) -> None:
-        """``work(columns)`` over the batch: the compiled cells run it as their schedule says (``_parts``: parts
-        of the batch at once, a bidirectional layer's directions at once, a unidirectional stack as a wavefront),
-        each thread with a single-threaded BLAS; the NumPy cells (the reference) run it whole, their products on
-        the threads the policy gives each."""
+    def parts(self, work: Callable[[slice], None], config: RNNConfig, max_time: int, batch: int,
+              passes: int = 1) -> None:
+        """``work(columns)`` over the batch of a call of ``passes`` forwards' work (backprop: 2): the compiled cells
+        run it as their schedule says (``_parts``), each thread with a single-threaded BLAS; the NumPy cells (the
+        reference) run it whole, their products on the threads the policy gives each."""
         if self.cells is _cells:
             self.schedule = _parts.Schedule([slice(0, batch)], False)
         else:
-            self.schedule = _parts.schedule(batch, directions, layers, self.threads.workers(), multiply_adds)
+            self.schedule = _parts.schedule(batch, config.num_directions, config.num_layers, self.threads.workers(),
+                                            passes * _parts.multiply_adds(config, max_time, batch))
             self.threads.pin(1)
             self.threads.leave = 1  # an idle BLAS thread spins: left at more, it would take a core from the next call
         _parts.run_parts(work, self.schedule.parts)
@@ -330,7 +330,7 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
         _parts.run_layers(config.num_layers, max_time, False, run.schedule.layers_together, seq[:, columns], output,
                           layer_forward, finish_rows)
 
-    run.parts(forward_part, batch, d, config.num_layers, _parts.multiply_adds(config, max_time, batch))
+    run.parts(forward_part, config, max_time, batch)
     y = _to_time_major(y, time_major)
     y = xp.ascontiguousarray(y.astype(io_dtype, copy=False))
     return y, hy.astype(io_dtype, copy=False), None if cy is None else cy.astype(io_dtype, copy=False), reserve
@@ -424,7 +424,7 @@ def _backward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: 
         _parts.run_layers(config.num_layers, max_time, True, run.schedule.layers_together, d_output[:, columns],
                           input_gradient, layer_backward, finish_rows)
 
-    run.parts(backward_part, batch, d, config.num_layers, 2 * _parts.multiply_adds(config, max_time, batch))
+    run.parts(backward_part, config, max_time, batch, passes=2)
     dparams, *others = part_grads.values()
     for other in others:
         dparams += other
