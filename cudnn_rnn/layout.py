@@ -79,6 +79,8 @@ UNCONFIRMED = LayoutAssumptions()
 
 
 class _Sized:
+    """What has a ``shape`` and so a ``size``: entries and their slots."""
+
     shape: tuple[int, ...]
 
     @property
