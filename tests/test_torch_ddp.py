@@ -44,9 +44,11 @@ _second_guard: Callable[[Callable[..., Any]], Callable[..., Any]] = (
 
 def rank_environment() -> dict[str, str]:
     """This checkout importable, one OpenMP thread per process (the ranks share the cores), gloo on the
-    loopback interface (the processes talk over 127.0.0.1 only), unless the caller chose one."""
+    loopback interface (the processes talk over 127.0.0.1 only), and Python's stack of a rank killed by a
+    signal (an abort in a framework's teardown names where it happened), unless the caller chose otherwise."""
     env = command_environment()
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a rank that dies of a signal prints its Python stack on stderr
     loopback = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
     if loopback:
         env.setdefault("GLOO_SOCKET_IFNAME", loopback[0])
