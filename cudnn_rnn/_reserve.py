@@ -84,9 +84,16 @@ class ForwardKey:
 
     def _digest(self, config: RNNConfig) -> bytes:
         digest = hashlib.blake2b(digest_size=_TAG_BYTES)
-        digest.update(repr((self.backend, config, self.max_time, self.batch, bool(self.time_major))).encode())
+        digest.update(_described(config))
+        digest.update(repr((self.backend, self.max_time, self.batch, bool(self.time_major))).encode())
         digest.update(np.ascontiguousarray(self.lengths, dtype=np.int64).tobytes())
         return digest.digest()
+
+
+@functools.lru_cache(maxsize=256)
+def _described(config: RNNConfig) -> bytes:
+    """``repr(config)`` as bytes, which a fingerprint digests (made once per configuration: every call digests it)."""
+    return repr(config).encode()
 
 
 # ==== the header, written by the forward =====================================================

@@ -20,6 +20,7 @@ persistent ``algo`` with unequal lengths) is left to the op.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
@@ -246,12 +247,25 @@ def signature(input_shape: Shape | None, input_h_shape: Shape | None, input_c_sh
         if not num_proj and state_size != num_units:
             raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
                              f"{h_shape} and input_c {given.c}")
-    config = RNNConfig(rnn_mode, pseudo_layers // d, num_units, input_size, input_mode=input_mode,
-                       direction=direction, num_proj=num_proj, dropout=dropout, seed=seed, seed2=seed2,
-                       dtype=given.dtype.name, algo=algo)
+    fields = (rnn_mode, pseudo_layers // d, num_units, input_size, input_mode, direction, num_proj, dropout, seed,
+              seed2, given.dtype.name, algo)
+    try:
+        config = _config(*fields)
+    except TypeError:  # an unhashable attribute: the constructor says what is wrong with it
+        config = RNNConfig(*fields[:4], **dict(zip(_CONFIG_KEYWORDS, fields[4:])))
     sig = _fit(config, time_major, given, lengths_shape, lengths_dtype)
     flag("is_training", is_training)
     return sig
+
+
+_CONFIG_KEYWORDS = ("input_mode", "direction", "num_proj", "dropout", "seed", "seed2", "dtype", "algo")
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _config(*fields: Any) -> RNNConfig:
+    """``RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=..., ..., algo=...)`` of ``fields`` (the
+    positional four, then ``_CONFIG_KEYWORDS``), validated once per distinct call (``typed``: 1 and True differ)."""
+    return RNNConfig(*fields[:4], **dict(zip(_CONFIG_KEYWORDS, fields[4:])))
 
 
 def check(config: RNNConfig, time_major: bool, input_shape: Shape, input_h_shape: Shape,

@@ -150,13 +150,24 @@ def dtype_name(dtype: object, argument: str = "dtype") -> str:
     Takes a name, a NumPy dtype or a scalar type (``np.float32``, ``ml_dtypes.bfloat16``); the
     name ``"bfloat16"`` needs no ml_dtypes (:func:`numpy_dtype` does).
     """
+    try:
+        return _NAMED[dtype]
+    except (KeyError, TypeError):  # TypeError: not hashable
+        pass
     try:  # anything np.dtype does not take raises the TypeError handled here
         name: str = np.dtype(cast(DTypeLike, dtype)).name
     except TypeError:
         name = str(getattr(dtype, "name", dtype))
     if name not in DTYPES:
         raise TypeError(f"{argument} must be one of {DTYPES}; got {name!r}")
+    if isinstance(dtype, (str, np.dtype, type)) and len(_NAMED) < _NAMED_MAX:
+        _NAMED[dtype] = name
     return name
+
+
+#: what :func:`dtype_name` has named (names, dtypes, scalar types), so that a call's dtypes cost a lookup each
+_NAMED: dict[object, str] = {}
+_NAMED_MAX = 64
 
 
 def numpy_dtype(dtype: object, argument: str = "dtype") -> np.dtype:

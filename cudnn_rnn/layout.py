@@ -277,18 +277,46 @@ class ParamsLayout:
                                               for run in self.runs()):
             raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
                              f"got {pseudo_layers}")
-        found = self._find(pseudo_layers.start, lin_layer_id, kind)
+        found = self._head(pseudo_layers.start, lin_layer_id, kind, count)
         if found is None:
             return None
         region, head = found
-        pattern = self._where[pseudo_layers.start >= self.config.num_directions]
-        tail = pattern.get((kind, lin_layer_id + count - 1))
-        if tail is None or tail[1].shape != head.shape or tail[1].offset != head.offset + (count - 1) * head.size:
-            raise ValueError(f"{count} {kind} entries from linLayerID {lin_layer_id} on are not one block")
         base, stride = region.begin(pseudo_layers.start), region.strides[pseudo_layers.start >= region.directions]
         parts = params[base:base + len(pseudo_layers) * stride].reshape(len(pseudo_layers), stride)
         block = parts[:, head.offset:head.offset + count * head.size]
         return block.reshape(len(pseudo_layers), count * head.shape[0], *head.shape[1:])
+
+    def _head(self, pseudo_layer: int, lin_layer_id: int, kind: str, count: int) -> tuple[_Region, _Slot] | None:
+        """The region and slot of the first of ``count`` entries of consecutive linLayerIDs that lie end to end with
+        one shape (ValueError where they do not), or None where the buffer has no entry ``lin_layer_id``."""
+        found = self._find(pseudo_layer, lin_layer_id, kind)
+        if found is None:
+            return None
+        head = found[1]
+        tail = self._where[pseudo_layer >= self.config.num_directions].get((kind, lin_layer_id + count - 1))
+        if tail is None or tail[1].shape != head.shape or tail[1].offset != head.offset + (count - 1) * head.size:
+            raise ValueError(f"{count} {kind} entries from linLayerID {lin_layer_id} on are not one block")
+        return found
+
+    def block_span(self, pseudo_layer: int, side: str, kind: str) -> tuple[int, tuple[int, ...]] | None:
+        """Where the G stacked entries of one ``side`` of a pseudo-layer lie (:meth:`gate_block` for ``kind``
+        ``"matrix"``, :meth:`bias_block` for ``"bias"``): (the first element's offset, the block's shape), or None
+        where the layout has none. Worked out once per layout and arguments: a call's weights cost a slice each."""
+        key = (pseudo_layer, side == "input", kind == "bias")
+        if key not in self._spans:
+            if not 0 <= pseudo_layer < self.config.num_pseudo_layers:
+                raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
+                                 f"got {range(pseudo_layer, pseudo_layer + 1)}")
+            g = self.config.num_gates
+            found = self._head(pseudo_layer, 0 if side == "input" else g, kind, g)
+            region, head = (None, None) if found is None else found
+            self._spans[key] = None if region is None or head is None else (
+                region.begin(pseudo_layer) + head.offset, (g * head.shape[0], *head.shape[1:]))
+        return self._spans[key]
+
+    @functools.cached_property
+    def _spans(self) -> dict[tuple[int, bool, bool], tuple[int, tuple[int, ...]] | None]:
+        return {}
 
     def gate_block(self, params: Array, pseudo_layer: int, side: str) -> Array:
         """The G stacked matrices of one ``side`` (``"input"`` or ``"recurrent"``) of a pseudo-layer, as one view:
@@ -301,9 +329,11 @@ class ParamsLayout:
         return self._block(params, pseudo_layer, side, "bias")
 
     def _block(self, params: Array, pseudo_layer: int, side: str, kind: str) -> Array:
-        g = self.config.num_gates
-        block = self.stack(params, range(pseudo_layer, pseudo_layer + 1), 0 if side == "input" else g, kind, g)
-        return None if block is None else block[0]
+        span = self.block_span(pseudo_layer, side, kind)
+        if span is None:
+            return None
+        start, shape = span
+        return params[start:start + math.prod(shape)].reshape(shape)
 
     def projection(self, params: Array, pseudo_layer: int) -> Array:
         """The [P, N] projection matrix of one pseudo-layer as a view; None without projection."""

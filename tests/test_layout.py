@@ -230,3 +230,28 @@ def test_a_million_layer_layout_is_looked_up_without_listing_its_entries() -> No
     assert first_bias is not None and last_matrix is not None and first_bias.offset == last_matrix.stop
     assert layout.entry(2 * 10**6, 0) is None
     assert "weights" not in vars(layout) and "biases" not in vars(layout)
+
+
+@given(configs)
+@settings(max_examples=40, deadline=None)
+def test_gate_and_bias_blocks_are_the_stacked_entries_of_each_pseudo_layer(kw: dict) -> None:
+    """gate_block / bias_block (read off spans worked out once per layout) are the views ``stack`` gives, entry for
+    entry, on every pseudo-layer: the same elements of the buffer, written through."""
+    config = RNNConfig(kw["rnn_mode"], kw["num_layers"], kw["num_units"], kw["input_size"],
+                       input_mode=kw["input_mode"], direction=kw["direction"], num_proj=kw["num_proj"])
+    layout = params_layout(config)
+    params = np.arange(layout.size, dtype=np.float64)
+    g = config.num_gates
+    for k in range(config.num_pseudo_layers):
+        for side, first in (("input", 0), ("recurrent", g)):
+            for kind, block in (("matrix", layout.gate_block), ("bias", layout.bias_block)):
+                for _ in range(2):  # the second time from the span kept
+                    got = block(params, k, side)
+                    stacked = layout.stack(params, range(k, k + 1), first, kind, g)
+                    if stacked is None:
+                        assert got is None
+                    else:
+                        np.testing.assert_array_equal(got, stacked[0])
+                        assert np.shares_memory(got, params)
+    with pytest.raises(ValueError, match="pseudo_layers must be consecutive"):
+        layout.gate_block(params, config.num_pseudo_layers, "input")

@@ -241,9 +241,11 @@ class BlasThreads:
     the pools' threads for them (a no-op when unchanged); ``finish()`` leaves the pools at ``leave``
     (None: as they were found)."""
 
-    def __init__(self, pools: list[Any], fixed: int | None, budget: int, leave: int | None = None) -> None:
+    def __init__(self, pools: list[Any], fixed: int | None, budget: int, leave: int | None = None,
+                 current: int | None = None) -> None:
         self.pools, self.fixed, self.budget = pools, fixed, budget
-        self.current = max((pool.num_threads for pool in pools), default=1)  # as found
+        # as found (``current``: where the caller has just read it)
+        self.current = max((pool.num_threads for pool in pools), default=1) if current is None else current
         self.leave = self.current if leave is None else leave
 
     def workers(self) -> int:
@@ -327,7 +329,7 @@ def _plan() -> BlasThreads:
         _state["size"] = found
     budget = max(1, min(_state["size"], host_cores() - round(_load().others_busy())))
     fixed = _settings.threads
-    return BlasThreads(pools, fixed, budget, leave=budget if fixed is None else fixed)
+    return BlasThreads(pools, fixed, budget, leave=budget if fixed is None else fixed, current=found)
 
 
 @contextlib.contextmanager

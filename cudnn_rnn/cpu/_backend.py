@@ -48,8 +48,14 @@ _T = TypeVar("_T")
 def _compute_dtype(dtype: DTypeLike) -> np.dtype:
     """float16 and bfloat16 compute in float32 (``config.COMPUTE_DTYPES``); the others in themselves."""
     given = np.dtype(dtype)
-    wider = COMPUTE_DTYPES.get(given.name)
-    return given if wider is None else np.dtype(wider)
+    if given not in _COMPUTED_IN:
+        wider = COMPUTE_DTYPES.get(given.name)
+        _COMPUTED_IN[given] = given if wider is None else np.dtype(wider)
+    return _COMPUTED_IN[given]
+
+
+#: each data dtype met so far -> the dtype it computes in (a few: the supported dtypes, in each byte order)
+_COMPUTED_IN: dict[np.dtype, np.dtype] = {}
 
 
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
@@ -282,8 +288,8 @@ def _forward(config: RNNConfig, x: Array, h0: Array, c0: Array | None, params: A
              is_training: bool, time_major: bool, run: _Run, out: dict[str, Array]) -> tuple[Array, ...]:
     xp, io_dtype, dtype, layout, params_c, seq, max_time, batch, _ = _prepare(config, x, params, lengths, time_major)
     d, p = config.num_directions, config.state_size
-    reserve_layout = ReserveLayout.build(config, max_time, batch)
     if is_training:
+        reserve_layout = ReserveLayout.build(config, max_time, batch)
         reserve = _reserve.buffer(out, xp, io_dtype, reserve_layout.size)
         _reserve.write_header(reserve, _reserve.ForwardKey("reference", config, max_time, batch, time_major, lengths))
         saved_all = reserve_layout.views(_reserve.payload(reserve)[:reserve_layout.size])

@@ -19,6 +19,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -211,8 +212,10 @@ def _recurrent(a: Any, matrix: Any, panels: Any, out: Any) -> None:
         np.dot(a, matrix, out)
 
 
+@functools.lru_cache(maxsize=64)
 def _absent(dtype: Any, ndim: int) -> Array:
-    """An empty array that stands for an argument a compiled loop does without (its size tells the loop)."""
+    """An empty array that stands for an argument a compiled loop does without (its size tells the loop): one per
+    dtype and rank, shared (it holds nothing to write)."""
     return np.empty((0,) * ndim, dtype=dtype)
 
 

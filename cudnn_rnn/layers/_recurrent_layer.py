@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import types
@@ -39,6 +40,13 @@ _NAME_PREFIX: dict[tuple[str, str], str] = {
 
 #: the step counter (= dropout seed2) stays a non-negative C int
 SEED2_PERIOD = 2**31
+
+
+@functools.lru_cache(maxsize=64)
+def _with_seed2(config: RNNConfig, seed2: int) -> RNNConfig:
+    """``config.replace(seed2=seed2)``, made once per configuration and seed2 (an inference loop asks for the same one
+    at every call)."""
+    return config.replace(seed2=seed2)
 
 
 # ---- the layer --------------------------------------------------------------------------------
@@ -269,7 +277,7 @@ class RecurrentLayer:
                 c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
         if lengths is not caller_lengths:  # a list became an array; an array goes to the op as it is
             _graph_watch.saw_call(caller_lengths, x)  # a CUDA graph being recorded watches the caller's list
-        call_config = config.replace(seed2=self.step % SEED2_PERIOD)
+        call_config = _with_seed2(config, self.step % SEED2_PERIOD)
         outputs = forward_with_rng(call_config, x, h0, c0, self.params, lengths, time_major=time_major,
                                    is_training=training, dropout_rng=self._dropout_rng)
         if training:
