@@ -4,10 +4,13 @@
 float32 and float64; it writes exactly out[:M, :N] (a wider buffer's other columns keep their values); it
 refuses shapes that disagree and rows that are not contiguous. The fused cells give the same results
 packed (``PACK_ROWS`` rows and more; the input projection too, for a W of at most ``INPUT_PACK_BYTES``) and
-through BLAS.
+through BLAS. ``add_product`` (out += a @ b by BLAS from compiled code) in every storage order, allocating
+nothing, and the weight gradients of backprop going through it.
 """
 
 from __future__ import annotations
+
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -160,3 +163,64 @@ def test_the_parts_of_a_call_share_one_packing_of_each_matrix(monkeypatch: pytes
     finally:
         cudnn_rnn.set_num_threads(None)
         cpu.set_cells("auto")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_product_adds_in_every_storage_order(dtype: type) -> None:
+    rng = np.random.default_rng(5)
+    for m, k, n in ((5, 7, 3), (64, 300, 129), (1, 1, 1), (3, 0, 4), (0, 4, 2)):
+        for orders in ("CCC", "CFC", "FCC", "FFC", "CCF", "FFF"):
+            a = np.asarray(rng.standard_normal((m, k)), dtype, order=orders[0])
+            b = np.asarray(rng.standard_normal((k, n)), dtype, order=orders[1])
+            out = np.asarray(rng.standard_normal((m, n)), dtype, order=orders[2])
+            expected = out.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+            _gemm.add_product(a, b, out)
+            scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+            assert np.abs(out - expected).max(initial=0.0) <= 50 * TOLERANCE[dtype] * scale, (m, k, n, orders)
+
+
+def test_add_product_allocates_nothing_and_refuses_shapes_that_disagree() -> None:
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((1024, 256)).astype(np.float32).T  # [256, 1024], F: as backprop's dg^T
+    b, out = rng.standard_normal((1024, 512)).astype(np.float32), np.zeros((256, 512), np.float32)
+    _gemm.add_product(a, b, out)  # compiled (or loaded) before the count
+    tracemalloc.start()
+    try:
+        _gemm.add_product(a, b, out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4096  # a @ b would be 512 KiB
+    np.testing.assert_allclose(out, 2 * (a.astype(np.float64) @ b), rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="do not agree"):
+        _gemm.add_product(a, b[:-1], out)
+
+
+def test_backprop_adds_each_later_chunk_of_weight_gradients_through_add_product(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 3 chunks of steps, every chunk after the first backprop sees (the last in time) adds its share of W's,
+    R's and the projection's gradients by ``add_product``; the gradients are the NumPy cells' (the reference's)."""
+    calls: list[tuple[int, ...]] = []
+    original = _fused_cells._add_product
+
+    def counted(left: np.ndarray, right: np.ndarray, target: np.ndarray) -> None:
+        calls.append(target.shape)
+        original(left, right, target)
+
+    monkeypatch.setattr(_fused_cells, "_add_product", counted)
+    rng = np.random.default_rng(7)
+    t, b, i, n, p = 70, 3, 5, 6, 4  # TIME_CHUNK 32: chunks [64, 70), [32, 64), [0, 32)
+    params = rng.standard_normal(cudnn_rnn.cudnn_rnn_params_size(1, n, i, num_proj=p)) * 0.3
+    x, h, c = rng.standard_normal((t, b, i)), np.zeros((1, b, p)), np.zeros((1, b, n))
+    results = {}
+    for kind in ("numpy", "fused"):
+        monkeypatch.setattr(cpu, "cells_module", lambda kind=kind: cpu._cells if kind == "numpy" else _fused_cells)
+        forward = cudnn_rnn.cudnn_rnn_v3(x, h, c, params, num_proj=p)
+        dy = np.ones_like(forward.output)
+        results[kind] = cudnn_rnn.cudnn_rnn_backprop_v3(
+            x, h, c, params, None, forward.output, forward.output_h, forward.output_c, dy, np.zeros_like(h),
+            np.zeros_like(c), forward.reserve_space, forward.host_reserved, num_proj=p).params_backprop
+    np.testing.assert_allclose(results["fused"], results["numpy"], rtol=1e-10, atol=1e-12)
+    # the first chunk backprop sees writes its products; each later one adds W's, R's and Proj's, and the one
+    # starting at step 0 adds R's share of h0 too
+    assert sorted(calls) == sorted([(4 * n, i), (4 * n, p), (p, n)] * 2 + [(4 * n, p)])

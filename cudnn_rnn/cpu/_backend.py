@@ -506,8 +506,8 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
         run.threads.for_products(steps * batch * gn * max(width, p))
         flat_dg, flat_dr = dg.reshape(steps * batch, gn), dr.reshape(steps * batch, gn)
         if grads["W"] is not None:
-            _add_products(grads["W"], [(flat_dg.T, order.gather(layer_in, start, stop).reshape(steps * batch, width))],
-                          first, xp)
+            inputs = order.gather(layer_in, start, stop).reshape(steps * batch, width)
+            _add_products(run.cells, grads["W"], [(flat_dg.T, inputs)], first, xp)
             if first_writer and order.natural and d_in.flags.c_contiguous:
                 xp.matmul(flat_dg, weights["W"], out=d_in[start:stop].reshape(steps * batch, width))
             elif first_writer and order.natural:  # a part's columns of the input gradient
@@ -529,18 +529,20 @@ def _backprop_direction(config: RNNConfig, layer_in: Array, order: TimeOrder, we
             h_before = h_init if start == 0 else _cells.lstm_hidden(gates[start - 1], c_seq[start - 1], ws.n2, xp)
             products = [(flat_dr[batch:].T, unprojected[:steps - 1].reshape((steps - 1) * batch, n)),
                         (dr[0].T, h_before)]
-        _add_products(grads["R"], products, first, xp)
+        _add_products(run.cells, grads["R"], products, first, xp)
         if projecting:
             assert d_projected is not None and unprojected is not None, "a projecting LSTM has both"
-            _add_products(grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
-                                           unprojected[:steps].reshape(steps * batch, n))], first, xp)
+            _add_products(run.cells, grads["Proj"], [(d_projected[:steps].reshape(steps * batch, p).T,
+                                                      unprojected[:steps].reshape(steps * batch, n))], first, xp)
         hooks.after(start, stop)
     return dh, dc
 
 
-def _add_products(target: Array, products: list[tuple[Array, Array]], overwrite: bool, xp: Any) -> None:
+def _add_products(cells: ModuleType, target: Array, products: list[tuple[Array, Array]], overwrite: bool,
+                  xp: Any) -> None:
     """target (+)= sum of a @ b over ``products``; with ``overwrite`` the first product is written in
-    place (``target`` holds zeros then, so an empty list leaves it right too)."""
+    place (``target`` holds zeros then, so an empty list leaves it right too), the others added by the cells'
+    ``add_product``."""
     for left, right in products:
         if left.shape[1] == 0:
             continue
@@ -548,4 +550,4 @@ def _add_products(target: Array, products: list[tuple[Array, Array]], overwrite:
             xp.matmul(left, right, out=target)
             overwrite = False
         else:
-            target += left @ right
+            cells.add_product(target, left, right, xp)

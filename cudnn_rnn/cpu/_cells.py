@@ -41,7 +41,7 @@ from .._arrays import Array
 
 __all__ = ["FORWARD_ORDER", "SCALES", "LayerWeights", "ForwardWeights", "forward_weights", "folded_biases",
            "Workspace", "input_product", "step_forward", "steps_forward", "tanh", "lstm_hidden", "Factors", "factors",
-           "step_backward", "backward_recurrent", "steps_backward"]
+           "step_backward", "backward_recurrent", "steps_backward", "add_product"]
 
 #: the order in which each mode's gates sit in the reserve and the forward GEMMs (cuDNN gate indices)
 FORWARD_ORDER: dict[str, tuple[int, ...]] = {"lstm": (0, 1, 3, 2), "gru": (0, 1, 2), "rnn_tanh": (0,),
@@ -365,6 +365,11 @@ def step_backward(mode: str, n: int, j: int, f: Factors, R: Array, Proj: Array |
         xp.matmul(dg, R, out=dh)
     if invalid is not None:  # past the end the state was carried: so is its gradient
         xp.copyto(dh, dh_total, where=invalid)
+
+
+def add_product(target: Array, left: Array, right: Array, xp: Any) -> None:
+    """target += left @ right (a weight gradient's share of a chunk of steps)."""
+    target += left @ right
 
 
 def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:

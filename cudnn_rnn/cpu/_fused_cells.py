@@ -29,10 +29,11 @@ from numba.extending import overload
 
 from .._arrays import Array
 from ._cells import Factors, ForwardWeights, LayerWeights, Workspace, folded_biases
+from ._gemm import add_product as _add_product
 from ._gemm import pack, product
 
 __all__ = ["PACK_ROWS", "INPUT_PACK_BYTES", "forward_weights", "input_product", "steps_forward", "factors",
-           "backward_recurrent", "steps_backward", "KERNELS"]
+           "backward_recurrent", "steps_backward", "add_product", "KERNELS"]
 
 #: the rows (T*B) of a call from which the recurrent matrix is packed for ``_gemm.product`` (packing reads
 #: and writes it once; each row's product then runs faster than BLAS's: below, a decode step, it does not pay)
@@ -184,6 +185,20 @@ def input_product(fw: ForwardWeights, x: Array, out: Array, xp: Any) -> None:
         product(x, fw.W, out)
     else:
         np.matmul(x, fw.W.T, out=out)
+
+
+def add_product(target: Array, left: Array, right: Array, xp: Any) -> None:
+    """As ``_cells.add_product``, with no temporary where ``target`` is contiguous: BLAS adds into it
+    (``_gemm.add_product``)."""
+    if target.flags.c_contiguous or target.flags.f_contiguous:
+        _add_product(_blas_operand(left), _blas_operand(right), target)
+    else:
+        target += left @ right
+
+
+def _blas_operand(matrix: Array) -> Array:
+    """``matrix`` itself where it is C- or F-contiguous (BLAS reads it as it lies), else a C-contiguous copy."""
+    return matrix if matrix.flags.c_contiguous or matrix.flags.f_contiguous else np.ascontiguousarray(matrix)
 
 
 def backward_recurrent(R: Array, rows: int, xp: Any) -> Array:
@@ -519,4 +534,4 @@ def steps_backward(mode: str, n: int, f: Factors, R: Array, Proj: Array | None, 
 KERNELS = (_sigmoid_rows, _carry_rows, _lstm_forward, _gru_forward, _rnn_forward, _lstm_factors,
            _gru_factors, _rnn_factors, _lstm_step, _gru_step, _add_carried, _lstm_steps, _gru_steps, _rnn_steps,
            _add_rows, _zero_rows, _recurrent, _lstm_back_steps, _gru_back_steps, _rnn_back_steps, _multiply_rows,
-           product)
+           product, _add_product)

@@ -15,6 +15,7 @@ columns): as wide as the host's registers, narrower ones where it has no AVX-512
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import llvmlite.binding
@@ -26,7 +27,7 @@ from numba.extending import intrinsic
 
 from .._arrays import Array
 
-__all__ = ["TILE", "columns_per_panel", "pack", "product"]
+__all__ = ["TILE", "columns_per_panel", "pack", "product", "add_product"]
 
 #: the width of the host's vector registers the tiles use
 VECTOR_BITS = 512 if llvmlite.binding.get_host_cpu_features().get("avx512f", False) else 256
@@ -205,3 +206,67 @@ def product(a: Any, panels: Any, out: Any) -> None:
         while row < rows:
             _tile_one(a, panels, out, row, panel, width)
             row += 1
+
+
+# ---- out += a @ b by BLAS, from compiled code -----------------------------------------------
+def _typed_blas_add_product(typingctx: Any, a: Any, b: Any, out: Any) -> Any:
+    """out [M, N] += a [M, K] @ b [K, N] by the BLAS numba's ``np.dot`` calls (SciPy's, through numba's
+    ``numba_xxgemm``) with beta = 1: no temporary, and the GIL stays released. Each array C- or F-contiguous,
+    one dtype (float32 or float64); the shapes checked by the caller."""
+    linalg: Any = importlib.import_module("numba.np.linalg")  # numba's BLAS glue (untyped)
+    arrays = (a, b, out)
+    if not all(isinstance(t, types.Array) and t.ndim == 2 and t.layout in "CF" for t in arrays):
+        return None
+    if len({t.dtype for t in arrays}) != 1 or a.dtype not in (types.float32, types.float64):
+        return None
+    linalg.ensure_blas()
+    signature = types.none(a, b, out)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        char, pointer, count = ir.IntType(8), ir.IntType(8).as_pointer(), cgutils.intp_t
+        gemm = _declare(builder.module, ir.FunctionType(ir.IntType(32), [
+            char, char, char, count, count, count, pointer, pointer, count, pointer, count, pointer, pointer, count]),
+            "numba_xxgemm")
+        views = [context.make_array(t)(context, builder, value) for t, value in zip(sig.args, args)]
+        shapes = [_unpack(builder, view.shape, 2) for view in views]
+
+        def operand(index: int) -> tuple[Any, Any, Any]:
+            """(transposed or not, leading dimension, data) of a or b as BLAS sees it, in out's storage order."""
+            layout = sig.args[index].layout
+            flag = ir.Constant(char, ord("n" if layout == out.layout else "t"))
+            lead = shapes[index][1] if layout == "C" else shapes[index][0]
+            return flag, lead, builder.bitcast(views[index].data, pointer)
+
+        def scalar(value: float) -> Any:
+            return builder.bitcast(linalg.make_constant_slot(context, builder, a.dtype, value), pointer)
+
+        (m, k), (_, n) = shapes[0], shapes[1]
+        out_lead = shapes[2][1] if out.layout == "C" else shapes[2][0]
+        kind = ir.Constant(char, ord(linalg.get_blas_kind(a.dtype)))
+        c_data = builder.bitcast(views[2].data, pointer)
+        if out.layout == "C":  # row-major out: BLAS computes out^T (column-major) += b^T a^T
+            (flag_1, lead_1, data_1), (flag_2, lead_2, data_2) = operand(1), operand(0)
+            sizes = (n, m, k)
+        else:
+            (flag_1, lead_1, data_1), (flag_2, lead_2, data_2) = operand(0), operand(1)
+            sizes = (m, n, k)
+        status = builder.call(gemm, (kind, flag_1, flag_2, *sizes, scalar(1.0), data_1, lead_1, data_2, lead_2,
+                                     scalar(1.0), c_data, out_lead))
+        linalg.check_blas_return(context, builder, status)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+_blas_add_product: Any = intrinsic(_typed_blas_add_product)
+_unpack: Any = cgutils.unpack_tuple
+
+
+@njit(cache=True, nogil=True)
+def add_product(a: Any, b: Any, out: Any) -> None:
+    """out [M, N] += a [M, K] @ b [K, N] (each C- or F-contiguous, one dtype): BLAS with beta = 1, in place."""
+    if a.shape[1] != b.shape[0] or out.shape[0] != a.shape[0] or out.shape[1] != b.shape[1]:
+        raise ValueError("add_product: the shapes of a, b and out do not agree")
+    if a.shape[0] == 0 or b.shape[1] == 0 or a.shape[1] == 0:
+        return
+    _blas_add_product(a, b, out)
