@@ -2,6 +2,7 @@
 
     panels = pack(b)              # b [K, N] -> panels [ceil(N / NR), K, NR], zero past N
     product(a, panels, out)       # out [M, N] <- a [M, K] @ b  (compiled; callable from compiled code)
+    add_product(a, b, out)        # out [M, N] += a @ b by BLAS (beta = 1): backprop's weight gradients
 
 Per step the cells multiply a few rows (the batch) by the same matrix: R^T forward, R in backprop. A BLAS
 packs its operand on every call and is tuned for large M; at M = 4-64 it reaches 25-80 GFLOP/s on one
@@ -11,6 +12,10 @@ over k (``_tile``): its MR x NV accumulators stay in vector registers, and each 
 panel and broadcasts MR values of ``a``: out[m, j] = sum_k a[m, k] * b[k, j], one fused multiply-add
 per term, k in order. The vectors are LLVM's (``llvm.fma``, a masked store for the last panel's
 columns): as wide as the host's registers, narrower ones where it has no AVX-512 (``VECTOR_BITS``).
+
+``add_product`` is for the large products of backprop, each chunk's share of a weight gradient: BLAS's own
+GEMM, called from compiled code with beta = 1, adds into the gradient in place, where ``target += a @ b``
+would make a temporary of the gradient's size.
 """
 
 from __future__ import annotations
