@@ -47,15 +47,14 @@ _T = TypeVar("_T")
 
 def _compute_dtype(dtype: DTypeLike) -> np.dtype:
     """float16 and bfloat16 compute in float32 (``config.COMPUTE_DTYPES``); the others in themselves."""
-    given = np.dtype(dtype)
-    if given not in _COMPUTED_IN:
-        wider = COMPUTE_DTYPES.get(given.name)
-        _COMPUTED_IN[given] = given if wider is None else np.dtype(wider)
-    return _COMPUTED_IN[given]
+    return _computed_in(np.dtype(dtype))
 
 
-#: each data dtype met so far -> the dtype it computes in (a few: the supported dtypes, in each byte order)
-_COMPUTED_IN: dict[np.dtype, np.dtype] = {}
+@functools.lru_cache(maxsize=16)
+def _computed_in(given: np.dtype) -> np.dtype:
+    """The dtype data of dtype ``given`` computes in (looked up once per dtype: every call asks)."""
+    wider = COMPUTE_DTYPES.get(given.name)
+    return given if wider is None else np.dtype(wider)
 
 
 #: time steps per chunk: input GEMMs and weight-gradient GEMMs run a chunk at a time, so no
