@@ -251,8 +251,8 @@ def signature(input_shape: Shape | None, input_h_shape: Shape | None, input_c_sh
               seed2, given.dtype.name, algo)
     try:
         config = _config(*fields)
-    except TypeError:  # an unhashable attribute: the constructor says what is wrong with it
-        config = RNNConfig(*fields[:4], **dict(zip(_CONFIG_KEYWORDS, fields[4:])))
+    except TypeError:  # an unhashable attribute: the constructor, uncached, says what is wrong with it
+        config = _config.__wrapped__(*fields)
     sig = _fit(config, time_major, given, lengths_shape, lengths_dtype)
     flag("is_training", is_training)
     return sig
