@@ -273,10 +273,7 @@ class ParamsLayout:
             ValueError: ``pseudo_layers`` not consecutive inside one run, or ``count`` entries from
                 ``lin_layer_id`` on that are not all there with one shape.
         """
-        if pseudo_layers.step != 1 or not any(pseudo_layers.start in run and pseudo_layers.stop - 1 in run
-                                              for run in self.runs()):
-            raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
-                             f"got {pseudo_layers}")
+        self._check_consecutive(pseudo_layers)
         found = self._head(pseudo_layers.start, lin_layer_id, kind, count)
         if found is None:
             return None
@@ -285,6 +282,13 @@ class ParamsLayout:
         parts = params[base:base + len(pseudo_layers) * stride].reshape(len(pseudo_layers), stride)
         block = parts[:, head.offset:head.offset + count * head.size]
         return block.reshape(len(pseudo_layers), count * head.shape[0], *head.shape[1:])
+
+    def _check_consecutive(self, pseudo_layers: range) -> None:
+        """ValueError unless ``pseudo_layers`` are consecutive pseudo-layers inside one of :meth:`runs`."""
+        if pseudo_layers.step != 1 or not any(pseudo_layers.start in run and pseudo_layers.stop - 1 in run
+                                              for run in self.runs()):
+            raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
+                             f"got {pseudo_layers}")
 
     def _head(self, pseudo_layer: int, lin_layer_id: int, kind: str, count: int) -> tuple[_Region, _Slot] | None:
         """The region and slot of the first of ``count`` entries of consecutive linLayerIDs that lie end to end with
@@ -304,14 +308,14 @@ class ParamsLayout:
         where the layout has none. Worked out once per layout and arguments: a call's weights cost a slice each."""
         key = (pseudo_layer, side == "input", kind == "bias")
         if key not in self._spans:
-            if not 0 <= pseudo_layer < self.config.num_pseudo_layers:
-                raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
-                                 f"got {range(pseudo_layer, pseudo_layer + 1)}")
+            self._check_consecutive(range(pseudo_layer, pseudo_layer + 1))
             g = self.config.num_gates
             found = self._head(pseudo_layer, 0 if side == "input" else g, kind, g)
-            region, head = (None, None) if found is None else found
-            self._spans[key] = None if region is None or head is None else (
-                region.begin(pseudo_layer) + head.offset, (g * head.shape[0], *head.shape[1:]))
+            span = None
+            if found is not None:
+                region, head = found
+                span = (region.begin(pseudo_layer) + head.offset, (g * head.shape[0], *head.shape[1:]))
+            self._spans[key] = span
         return self._spans[key]
 
     @functools.cached_property
