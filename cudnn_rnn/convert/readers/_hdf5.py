@@ -51,11 +51,6 @@ class H5File:
                                 "re-save the model so that it holds its weights itself")
             return group[name]
 
-    def lookup(self, group: Any, path: str) -> Any:
-        for part in path.split("/"):
-            group = self.child(group, part)
-        return group
-
     def groups(self, group: Any) -> dict[str, Any]:
         """The child groups of ``group`` ({} when it is no group)."""
         if not isinstance(group, self.h5py.Group):
@@ -88,8 +83,7 @@ class H5File:
 
     def array(self, dataset: Any) -> np.ndarray:
         """The dataset's data, once its storage and its declared size (against the bytes stored) are checked."""
-        dtype = self.dtype(dataset)
-        name = dataset.name
+        dtype, name = self.dtype(dataset), dataset.name
         if dataset.is_virtual or dataset.external:
             raise self.fail(f"dataset {name} keeps its data in other files, which are not read")
         bfloat16 = self.marked_bfloat16(dataset)
@@ -107,8 +101,6 @@ def h5py_errors(path: str, where: str) -> Iterator[None]:
     """h5py's errors on a damaged file (a TypeError for an unknown string encoding, ...) as FileReadError."""
     try:
         yield
-    except FileReadError:
-        raise
     except (TypeError, OSError, RuntimeError, KeyError) as error:
         raise FileReadError(path, f"{where}a damaged HDF5 file ({type(error).__name__}: {one_line(error, 160)})") \
             from None

@@ -77,12 +77,8 @@ def activation_name(value: Any) -> str:
         return "linear"
     if isinstance(value, dict):
         inner = value.get("config")
-        if isinstance(inner, str):
-            return inner
-        name = inner.get("name") if isinstance(inner, dict) else None
-        if isinstance(name, str):
-            return name
-        return str(value.get("registered_name") or value.get("class_name"))
+        name = inner.get("name") if isinstance(inner, dict) else inner
+        return name if isinstance(name, str) else str(value.get("registered_name") or value.get("class_name"))
     return str(value)
 
 

@@ -66,8 +66,7 @@ WEIGHTS_MEMBER, CONFIG_MEMBER, METADATA_MEMBER = "model.weights.h5", "config.jso
 
 # ---- from a layer to a FoundRNN ---------------------------------------------------------------------------
 def _format(layer: RNNLayer) -> str:
-    """The format that holds the layer's weights exactly: ``torch`` (CuDNN layers), ``gru_block_cell`` (a
-    GRU(reset_after=False), the same function) or ``keras``."""
+    """The format that holds the layer's weights exactly: ``torch``, ``gru_block_cell`` or ``keras``."""
     if layer.kind.cudnn_layout:
         return "torch"
     if layer.kind.rnn_mode == "gru" and layer.reset_after is False and len(layer.configs) == 1:
@@ -132,10 +131,9 @@ def _shape_fields(layer: RNNLayer) -> dict[str, Any]:
 def _check_weights(h5: H5File, layer: RNNLayer) -> None:
     """Every direction holds the kernel and recurrent_kernel of the layer's G (and a CuDNN layer its bias),
     before any data is read."""
-    gates = layer.kind.gates
+    gates, needed = layer.kind.gates, FIELDS if layer.kind.cudnn_layout else FIELDS[:2]
     for side, weights in zip(DIRECTION_NAMES, layer.weights):
         which = f"the {side} layer of " if len(layer.weights) == 2 else ""
-        needed = FIELDS if layer.kind.cudnn_layout else FIELDS[:2]
         missing = [name for name in needed if name not in weights]
         if missing:
             raise h5.fail(f"{which}layer {layer.name!r} ({layer.display}) has no {missing[0]} stored")
@@ -155,9 +153,8 @@ def _config_refusal(layer: RNNLayer) -> str | None:
 
 
 def _read_layer(h5: H5File, layer: RNNLayer, version: str) -> tuple[Any, ...]:
-    """The FoundRNN of a layer, as its arguments (in the child process: a FoundRNN's read-only mappings do not
-    pickle): its tensors in the format that holds them exactly, checked by infer, or only what its shapes tell when
-    it is refused. Names from the file are shown as one printable line."""
+    """The FoundRNN arguments of a layer (a FoundRNN's read-only mappings do not pickle back from the child): its
+    tensors in the format that holds them exactly, or only what its shapes tell when it is refused."""
     source = f"Keras {version} {layer.display}" + (" (weights only)" if layer.weights_only else "")
     config = layer.configs[0]
     refusal = _config_refusal(layer)

@@ -16,6 +16,7 @@ legacy ``.h5`` model, ``save_weights``    <layer>/<weight name> in the order of 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Mapping, Sequence
 
@@ -65,34 +66,19 @@ def store_unit(h5: H5File, group: Any) -> dict[str, Any]:
     return {name: dataset for name, dataset in zip(FIELDS, datasets) if isinstance(dataset, h5.h5py.Dataset)}
 
 
-def _store_directions(h5: H5File, layer: RNNLayer, group: Any) -> list[dict[str, Any]]:
-    if len(layer.configs) == 2:
-        return [store_unit(h5, h5.child(group, side)) for side in DIRECTION_LAYERS]
-    return [store_unit(h5, group)]
-
-
 def _store_children(h5: H5File, group: Any, entries: Sequence[dict[str, Any]]) -> dict[int, Any]:
-    """entry index -> the group holding that layer's weights in a Keras 3 store.
-
-    Keras 3 records each layer's name in ``<group>/vars`` (attribute ``name``); files that do not
-    (tf_keras, early Keras 3) name the groups by class, in order: lstm, lstm_1, ...
-    """
-    container = next((h5.child(group, name) for name in LAYER_GROUPS if h5.child(group, name) is not None), None)
-    children = h5.groups(container)
-    by_name = {}
-    for child in children.values():
-        recorded = recorded_name(h5, child)
-        if recorded is not None:
-            by_name[recorded] = child
+    """entry index -> the group holding that layer's weights in a Keras 3 store: the group whose ``vars`` record
+    the layer's name, or (tf_keras, early Keras 3: no names recorded) by class, in order: lstm, lstm_1, ..."""
+    containers = (h5.child(group, name) for name in LAYER_GROUPS)
+    children = h5.groups(next((container for container in containers if container is not None), None))
+    by_name = {name: child for child in children.values() if (name := recorded_name(h5, child)) is not None}
+    if by_name:
+        return {index: by_name.get(name_of(entry)) for index, entry in enumerate(entries)}
     located: dict[int, Any] = {}
     counts: dict[str, int] = {}
     for index, entry in enumerate(entries):
-        if by_name:
-            located[index] = by_name.get(name_of(entry))
-            continue
         snake = _snake_case(class_of(entry))
-        count = counts.get(snake, -1) + 1
-        counts[snake] = count
+        counts[snake] = count = counts.get(snake, -1) + 1
         located[index] = children.get(snake if count == 0 else f"{snake}_{count}")
     return located
 
@@ -102,7 +88,7 @@ def legacy_weights(h5: H5File, group: Any) -> list[tuple[str, Any]]:
     names = h5.attribute(group, "weight_names") if group is not None else None
     if not isinstance(names, list):
         return []
-    return [(name, h5.lookup(group, name)) for name in names]
+    return [(name, functools.reduce(h5.child, name.split("/"), group)) for name in names]
 
 
 def _legacy_directions(h5: H5File, layer: RNNLayer, items: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
@@ -130,8 +116,7 @@ def _legacy_directions(h5: H5File, layer: RNNLayer, items: Sequence[tuple[str, A
 def _belongs(weight_name: str, layer_name: str, scopes: Sequence[str]) -> bool:
     """Whether a nested model's weight ('lstm/lstm_cell/kernel:0', Keras 3: 'inner/lstm/lstm_cell/kernel')
     is layer ``layer_name``'s: its name, after any of the enclosing models' names."""
-    parts = weight_name.split("/")
-    for part in parts[:-1]:
+    for part in weight_name.split("/")[:-1]:
         if part == layer_name:
             return True
         if part not in scopes:
@@ -182,7 +167,10 @@ def store_layers(h5: H5File, model: dict[str, Any], group: Any, scope: tuple[str
 
     def weights_of(index: int, name: str, layer: RNNLayer) -> list[dict[str, Any]] | None:
         where = located.get(index)
-        return None if where is None else _store_directions(h5, layer, where)
+        if where is None:
+            return None
+        sides = [h5.child(where, side) for side in DIRECTION_LAYERS] if len(layer.configs) == 2 else [where]
+        return [store_unit(h5, side) for side in sides]
 
     return _walk(h5, model, entries, scope, "the config", nested, weights_of)
 

@@ -12,9 +12,9 @@ What only a config tells (activations, go_backwards, merge_mode) is Keras's defa
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
-from ...formats.keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS, LayerKind
+from ...formats.keras import CLASS_BY_GATES, CUDNN_ACTIVATIONS, DIRECTION_LAYERS, FIELDS, LAYER_KINDS
 from ._hdf5 import H5File
 from ._keras_config import RNNLayer
 from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, gate_blocks, legacy_weights, recorded_name, store_unit
@@ -22,22 +22,18 @@ from ._keras_layout import LAYER_GROUPS, WEIGHT_SUFFIX, gate_blocks, legacy_weig
 __all__ = ["store_weights_only", "legacy_weights_only"]
 
 
-def _kind_from_shapes(weights: Mapping[str, Any]) -> tuple[LayerKind, bool | None]:
-    """A weights-only layer's class (and a GRU's reset_after) from its shapes: the bias tells CuDNN layers
-    (two biases, [2*G*N]) and reset-before GRUs ([3N]) apart."""
-    units, columns = weights["recurrent_kernel"].shape
-    kind = LAYER_KINDS[CLASS_BY_GATES[columns // units]]
-    bias = tuple(weights["bias"].shape) if "bias" in weights else None
-    if kind.rnn_mode and bias == (2 * columns,):  # Keras 2's CuDNNLSTM / CuDNNGRU
-        return LAYER_KINDS["CuDNN" + kind.class_name], None
-    return kind, (bias != (columns,) if kind.rnn_mode == "gru" else None)
-
-
 WEIGHTS_ONLY = "the file holds weights only"
 
 
 def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str = WEIGHTS_ONLY) -> RNNLayer:
-    kind, reset_after = _kind_from_shapes(directions[0])
+    """The layer's class (and a GRU's reset_after) from its shapes: the bias tells CuDNN layers (two biases,
+    [2*G*N]) and reset-before GRUs ([3N]) apart."""
+    units, columns = directions[0]["recurrent_kernel"].shape
+    kind = LAYER_KINDS[CLASS_BY_GATES[columns // units]]
+    bias = tuple(directions[0]["bias"].shape) if "bias" in directions[0] else None
+    reset_after = bias != (columns,) if kind.rnn_mode == "gru" else None
+    if kind.rnn_mode and bias == (2 * columns,):  # Keras 2's CuDNNLSTM / CuDNNGRU
+        kind, reset_after = LAYER_KINDS["CuDNN" + kind.class_name], None
     display = f"Bidirectional({kind.class_name})" if len(directions) == 2 else kind.class_name
     layer = RNNLayer(name, display, kind, [{} for _ in directions], {}, weights=directions, reset_after=reset_after,
                    weights_only=True)
@@ -53,15 +49,13 @@ def _weights_only_layer(name: str, directions: list[dict[str, Any]], reason: str
 #: the first part of a weight's parent path that names a Bidirectional's side ('bi/forward_lstm/lstm_cell')
 _SIDE = re.compile(r"(?:^|/)(forward|backward)_")
 _OTHER_SIDE = {"forward": "backward", "backward": "forward"}
-_NUMBERED = re.compile(r"^(.*?)(?:_(\d+))?$")
 
 
 def creation_order(name: str) -> tuple[str, int]:
     """A sort key that puts Keras's auto-numbered names in the order Keras made them: ``lstm``, ``lstm_1``,
     ``lstm_2``, ..., ``lstm_10`` (HDF5 lists groups by name, which puts ``lstm_10`` before ``lstm_2``)."""
-    match = _NUMBERED.match(name)
-    assert match is not None  # (the pattern matches every string)
-    return match.group(1), int(match.group(2) or 0)
+    stem, _, number = name.rpartition("_")
+    return (stem, int(number)) if number.isdecimal() else (name, 0)
 
 
 def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen: set[Any] | None = None,
@@ -74,16 +68,17 @@ def store_weights_only(h5: H5File, group: Any, scope: tuple[str, ...] = (), seen
             continue
         seen.add(child.id)
         label = recorded_name(h5, child) or key
+        name = "/".join(scope + (label,))
         sides = [h5.child(child, side) for side in DIRECTION_LAYERS]
         if all(side is not None for side in sides):
             directions = [store_unit(h5, side) for side in sides]
             if all(gate_blocks(direction) in CLASS_BY_GATES for direction in directions):
-                yield _weights_only_layer("/".join(scope + (label,)), directions, reason)
+                yield _weights_only_layer(name, directions, reason)
                 continue
         if h5.child(child, "cell") is not None or key.startswith("cu_dnn"):
             direction = store_unit(h5, child)
             if gate_blocks(direction) in CLASS_BY_GATES:
-                yield _weights_only_layer("/".join(scope + (label,)), [direction], reason)
+                yield _weights_only_layer(name, [direction], reason)
                 continue
         yield from store_weights_only(h5, child, scope if key in LAYER_GROUPS else scope + (label,), seen, reason)
 

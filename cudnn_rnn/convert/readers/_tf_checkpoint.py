@@ -28,23 +28,15 @@ cuDNN-compatible cells, which our ``tf_cell`` format holds once the scope ``S`` 
     S/rnn/multi_rnn_cell/cell_{l}/{cell}/{leaf}                                  unidirectional
     S/stack_bidirectional_rnn/cell_{l}/bidirectional_rnn/{fw|bw}/{cell}/{leaf}   bidirectional
 
-{cell} and {leaf} as in :data:`CELL_LEAVES`. How these names were established (TF 1.15,
-``tensorflow/contrib/cudnn_rnn/python``; the layers cannot run in TF 2, which has no contrib):
-``CudnnOpaqueParamsSaveable._tf_canonical_name_prefix`` builds the two prefixes with the cell
-name ``to_snake_case`` of ``CudnnCompatibleLSTMCell`` / ``CudnnCompatibleGRUCell`` /
-``BasicRNNCell``; ``_tf_canonical_names_single_layer`` appends ``kernel``, ``bias`` (LSTM, RNN)
-or the six ``gates/...``, ``candidate/...`` names (GRU); the saveable prefixes each name with
-``"{scope}/"``, the variable scope current when ``_CudnnRNN._create_saveable`` runs at the end
-of ``build``. Through ``Layer.__call__`` that is the layer's own scope (default names
-``cudnn_lstm``, ``cudnn_gru``, ``cudnn_rnn_tanh``, ``cudnn_rnn_relu``, inside any enclosing
-scopes: ``encoder/cudnn_lstm``); a layer built by calling ``build`` outside any scope saves the
-names bare. The 1.15 saveable is built without ``num_proj``, so no projection is ever saved
-(``projection/kernel`` is read if present). Public checkpoints show the same names (e.g.
-``cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel`` beside
-``cudnn_lstm/opaque_kernel`` in DeepSpeech's). A ``basic_rnn_cell`` does not say tanh or
-relu: ``rnn_mode`` is a question, defaulted from a scope with the layer's default name. A scope
-holding only ``S/opaque_kernel`` (a Saver given an explicit ``var_list``) is found as a bare
-params buffer (format ``params``): cuDNN's layout, every size a question.
+{cell} and {leaf} as in :data:`CELL_LEAVES`, as TF 1.15's ``CudnnOpaqueParamsSaveable`` writes them
+(public checkpoints such as DeepSpeech's show the same names; TF 2 has no contrib to run them). ``S``
+is the layer's variable scope when it was built (default names ``cudnn_lstm``, ``cudnn_gru``,
+``cudnn_rnn_tanh``, ``cudnn_rnn_relu``, inside any enclosing scopes: ``encoder/cudnn_lstm``), none
+for a layer built outside any scope. No projection is ever saved (``projection/kernel`` is read if
+present). A ``basic_rnn_cell`` does not say tanh or relu: ``rnn_mode`` is a question, defaulted from
+a scope with the layer's default name. A scope holding only ``S/opaque_kernel`` (a Saver given an
+explicit ``var_list``) is found as a bare params buffer (format ``params``): cuDNN's layout, every
+size a question.
 
 **Keras layers** (``tf.train.Checkpoint(model=...)``, ``save_weights`` in TF format,
 SavedModels): a node of the checkpoint's object graph (:mod:`._tf_object_graph`) whose edge
@@ -93,7 +85,6 @@ __all__ = ["read", "locate", "Location", "CELL_LEAVES", "CUDNN_LAYERS"]
 
 STATE_FILE = "checkpoint"
 SAVED_MODEL_FILE = "saved_model.pb"
-FLOAT_DTYPES = BUILTIN_PARAMS
 
 # ---- TF1 CudnnRNN layers: the canonical names of TF's cuDNN-compatible cells --------------------
 #: rnn_mode -> the TF1 layer and its default scope name (tf.layers numbers repeats: cudnn_lstm_1)
@@ -125,7 +116,7 @@ _CUDNN_NAME = re.compile(
 # ---- Keras layers (their classes, cells and weights: convert/_keras.py) -------------------------
 _KERAS_NAME = re.compile(r"^(?P<layer>.+)/(?P<cell>" + "|".join(CELL_SCOPES) + r")(?:_\d+)?/(?P<field>"
                          + "|".join(FIELDS) + r")$")
-_DIRECTION_LAYER = re.compile(r"^(?P<outer>.+)/(?P<direction>forward|backward)_(?P<inner>[^/]+)$")
+_FORWARD_LAYER = re.compile(r"^(?P<outer>.+)/forward_(?P<inner>[^/]+)$")
 
 #: object-graph edge names that only Keras 3 / only tf_keras (Keras 2) use
 _KERAS3_EDGES = frozenset({"_operations", "_functional", "_layers", "_tracked"})
@@ -175,15 +166,6 @@ def _latest(folder: str) -> str:
                      "prefix itself (PREFIX, with PREFIX.index beside it)")
 
 
-def _saved_model_beside(prefix: str) -> str | None:
-    variables = os.path.dirname(prefix)
-    candidate = os.path.join(os.path.dirname(variables), SAVED_MODEL_FILE)
-    if os.path.basename(prefix) == "variables" and os.path.basename(variables) == "variables" and \
-            os.path.isfile(candidate):
-        return candidate
-    return None
-
-
 def locate(path: str) -> Location:
     """The checkpoint ``path`` stands for (see the module docstring's table).
 
@@ -209,7 +191,10 @@ def locate(path: str) -> Location:
     if not os.path.isfile(prefix + ".index"):
         raise ValueError(f"the checkpoint index {os.path.basename(prefix) + '.index'!r} is missing: a TensorFlow "
                          "checkpoint is PREFIX.index with its PREFIX.data-* files beside it")
-    return Location(prefix, _saved_model_beside(prefix))
+    variables = os.path.dirname(prefix)
+    saved_model = os.path.join(os.path.dirname(variables), SAVED_MODEL_FILE)
+    in_saved_model = os.path.basename(prefix) == os.path.basename(variables) == "variables"
+    return Location(prefix, saved_model if in_saved_model and os.path.isfile(saved_model) else None)
 
 
 # ---- what a reader found, before its values are read --------------------------------------------
@@ -236,7 +221,7 @@ def _cudnn_candidates(names: dict[str, str]) -> list[_Candidate]:
         scope = match.group("scope")
         groups.setdefault(scope, {})[name[len(scope) + 1:] if scope else name] = key
         cells.setdefault(scope, match.group("cell"))
-    labels = {scope: scope or next(iter(sorted(tensors))).split("/")[0] for scope, tensors in groups.items()}
+    labels = {scope: scope or min(tensors).split("/")[0] for scope, tensors in groups.items()}
     result = []
     for scope in sorted(groups, key=labels.__getitem__):  # the index's (alphabetical) order
         tensors, label = groups[scope], labels[scope]
@@ -269,16 +254,13 @@ def _opaque_candidates(names: dict[str, str], scopes: set[str | None]) -> list[_
         if (scope is None and name != OPAQUE_VARIABLE) or scope in scopes:
             continue
         mode = _scope_mode(scope)
-        layer = TF1_LAYERS[mode][0] if mode else "CudnnRNN"
-        candidate = _Candidate(scope or name, f"TF1 {layer} opaque buffer (no canonical variables)", "params",
-                               {"params": names[name]}, [
-                                   "only the opaque buffer was saved: it is cuDNN's params buffer as laid out on the "
-                                   "GPU that wrote it, and the checkpoint does not say its sizes"])
-        candidate.mode_default = mode
+        notes = ["only the opaque buffer was saved: it is cuDNN's params buffer as laid out on the GPU that wrote it, "
+                 "and the checkpoint does not say its sizes"]
         if mode:
-            candidate.notes.append(f"rnn_mode={mode} is assumed from the scope name {scope!r} (the layer's default "
-                                   "name)")
-        result.append(candidate)
+            notes.append(f"rnn_mode={mode} is assumed from the scope name {scope!r} (the layer's default name)")
+        layer = TF1_LAYERS[mode][0] if mode else "CudnnRNN"
+        result.append(_Candidate(scope or name, f"TF1 {layer} opaque buffer (no canonical variables)", PARAMS_FORMAT,
+                                 {"params": names[name]}, notes, mode))
     return result
 
 
@@ -301,22 +283,20 @@ def _keras_name_candidates(names: dict[str, str], origin: str) -> list[_Candidat
         if match is not None:
             layers.setdefault(match.group("layer"), {}).setdefault(match.group("field"), key)
             classes[match.group("layer")] = CELL_SCOPES[match.group("cell")]
-    wrappers: dict[str, tuple[str, str, str]] = {}   # each direction's layer -> (wrapper, forward, backward)
+    wrappers: dict[str, tuple[str, str, str | None]] = {}   # each direction's layer -> (wrapper, forward, backward)
     for layer in layers:
-        match = _DIRECTION_LAYER.match(layer)
-        if match is not None and match.group("direction") == "forward":
-            backward = f"{match.group('outer')}/backward_{match.group('inner')}"
-            if backward in layers and classes[backward] == classes[layer]:
-                wrappers[layer] = wrappers[backward] = (match.group("outer"), layer, backward)
+        match = _FORWARD_LAYER.match(layer)
+        partner = None if match is None else f"{match.group('outer')}/backward_{match.group('inner')}"
+        if match is not None and partner in layers and classes[partner] == classes[layer]:
+            wrappers[layer] = wrappers[partner] = (match.group("outer"), layer, partner)
     result, done = [], set()
-    for layer, fields in layers.items():
-        if layer not in wrappers:
-            result.append(_keras_candidate(layer, "Keras", classes[layer], fields, None, [], f" ({origin})"))
-        elif wrappers[layer] not in done:
-            done.add(wrappers[layer])
-            wrapper, forward, backward = wrappers[layer]
-            result.append(_keras_candidate(wrapper, "Keras", classes[layer], layers[forward], layers[backward], [],
-                                           f" ({origin})"))
+    for layer in layers:
+        found = wrappers.get(layer, (layer, layer, None))
+        if found not in done:
+            done.add(found)
+            name, forward, backward = found
+            result.append(_keras_candidate(name, "Keras", classes[layer], layers[forward],
+                                           None if backward is None else layers[backward], [], f" ({origin})"))
     return result
 
 
@@ -411,9 +391,9 @@ def _read_contents(location: Location) -> _Contents:
         for key in candidate.keys.values():
             if key not in shapes:
                 raise ValueError(f"{candidate.name}: variable {key!r} is listed but not stored in the checkpoint")
-            if dtypes[key] not in FLOAT_DTYPES or not 1 <= len(shapes[key]) <= 2:
+            if dtypes[key] not in BUILTIN_PARAMS or not 1 <= len(shapes[key]) <= 2:
                 raise ValueError(f"{candidate.name}: variable {key!r} is {dtypes[key]} of shape {shapes[key]}; RNN "
-                                 f"weights are 1-D or 2-D arrays of {', '.join(FLOAT_DTYPES)}")
+                                 f"weights are 1-D or 2-D arrays of {', '.join(BUILTIN_PARAMS)}")
             contents.values[key] = np.asarray(value(key))
     return contents
 
@@ -443,10 +423,9 @@ def _found(contents: _Contents, candidate: _Candidate) -> FoundRNN:
     tensors = {name: contents.values[key] for name, key in candidate.keys.items()}
     if candidate.fmt == PARAMS_FORMAT:
         return _opaque_found(candidate, tensors["params"])
-    if candidate.fmt == "keras":
-        special = _reset_before_gru(candidate, tensors)
-        if special is not None:
-            return special
+    special = _reset_before_gru(candidate, tensors) if candidate.fmt == "keras" else None
+    if special is not None:
+        return special
     inferred = infer(candidate.fmt, tensors, f"{candidate.name} ({candidate.source})")
     notes = list(candidate.notes)
     if candidate.fmt == "keras" and inferred.fields.get("rnn_mode") == "gru" and not any(
@@ -474,8 +453,7 @@ def _opaque_found(candidate: _Candidate, params: np.ndarray) -> FoundRNN:
 
 # ---- Keras GRU(reset_after=False): a reset-before GRU -------------------------------------------
 def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> FoundRNN | None:
-    """A Keras GRU whose bias is (3N,) in the ``gru_block_cell`` format (unidirectional), refused
-    when bidirectional; None for every other Keras layer."""
+    """A Keras GRU with a (3N,) bias, in the ``gru_block_cell`` format (refused when bidirectional); else None."""
     kernel, recurrent = tensors[KERAS_NAMES.name("kernel")], tensors[KERAS_NAMES.name("recurrent_kernel")]
     bias = tensors.get(KERAS_NAMES.name("bias"))
     units = recurrent.shape[0]
@@ -492,15 +470,13 @@ def _reset_before_gru(candidate: _Candidate, tensors: dict[str, np.ndarray]) -> 
                             "with reset_after=True, or run each direction with cudnn_rnn.gru_block_cell"))
     inferred = infer("gru_block_cell", keras_reset_before_to_gru_block_cell(kernel, recurrent, bias, np),
                      f"{candidate.name} ({candidate.source})")
-    return FoundRNN(candidate.name, source, "gru_block_cell",
-                    inferred.tensors, inferred.fields, inferred.questions,
+    return FoundRNN(candidate.name, source, "gru_block_cell", inferred.tensors, inferred.fields, inferred.questions,
                     tuple(candidate.notes) + (RESET_BEFORE_NOTE,))
 
 
 # ---- the reader --------------------------------------------------------------------------------
 def _holdings(shapes: dict[str, tuple[int, ...]]) -> str:
-    names = sorted(key[:-len(OBJECT_KEY_SUFFIX)] if key.endswith(OBJECT_KEY_SUFFIX) else key
-                   for key in shapes if key != OBJECT_GRAPH_KEY)
+    names = sorted(key.removesuffix(OBJECT_KEY_SUFFIX) for key in shapes if key != OBJECT_GRAPH_KEY)
     if not names:
         return "it holds no variables"
     shown = ", ".join(f"{name} {list(shapes.get(name, shapes.get(name + OBJECT_KEY_SUFFIX, ())))}"
