@@ -19,15 +19,12 @@ Layout (as far as public sources tell; see :data:`UNCONFIRMED` for the rest)::
 
 The canonical form (TF's ``CudnnRNNParamsToCanonical``) lists, per pseudo-layer, the
 matrices in linLayerID order followed by the projection, and the 2G biases.
-
-The table holds each loop above (a region) as two patterns, a pseudo-layer of layer 0's and one of
-a layer above's: every pseudo-layer of a run has the same entries, so where an entry sits is
-arithmetic, and a layout costs the same however many layers it has (:class:`ParamsLayout`).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
@@ -143,9 +140,6 @@ class _Slot(_Sized):
 class _Region:
     """A stretch of the buffer that holds one part per pseudo-layer, k = 0 .. L*D-1 in turn, end to end.
 
-    Layer 0's D pseudo-layers have one pattern of entries, every pseudo-layer above another, so where
-    pseudo-layer k's part starts is arithmetic: the table holds two patterns, not L*D of them.
-
     Args:
         start: the element offset of the region.
         directions: D.
@@ -173,11 +167,9 @@ _Where = dict[tuple[str, int], tuple[_Region, _Slot]]
 class ParamsLayout:
     """Every entry of one configuration's params buffer, from a table of two patterns per region.
 
-    The table walks cuDNN's buffer order
-    for one pseudo-layer of layer 0 and one of a layer above, per region of the buffer (the matrices,
-    the projections where they come after all matrices, the biases); where pseudo-layer k's entries
-    sit follows by arithmetic, so looking one up costs the same however many layers there are. Only
-    :attr:`weights` and :attr:`biases` list them all (made when first asked for).
+    Each loop of the layout above (a region) is held as two patterns, a pseudo-layer of layer 0's and one
+    of a layer above's, so where pseudo-layer k's entries sit is arithmetic and a lookup costs the same
+    however many layers there are. Only :attr:`weights` and :attr:`biases` list them all (when first asked).
 
     The methods take ``params``, a [size] params buffer of this layout (NumPy or CuPy) or its
     gradient, and ``pseudo_layer``, k = layer * D + dir, and return views into ``params`` (writes go
@@ -371,13 +363,9 @@ def _regions(config: RNNConfig, facts: LayoutAssumptions) -> tuple[tuple[_Region
     regions: list[_Region] = []
     start = 0
     for first, above in zip(_patterns(config, facts, 0), _patterns(config, facts, 1)):
-        patterns: list[tuple[_Slot, ...]] = []
-        for walk in (first, above):
-            slots, offset = [], 0
-            for kind, lin_id, shape in walk:
-                slots.append(_Slot(kind, lin_id, shape, offset))
-                offset += math.prod(shape)
-            patterns.append(tuple(slots))
+        patterns = tuple(tuple(_Slot(kind, lin_id, shape, offset) for (kind, lin_id, shape), offset in
+                               zip(walk, itertools.accumulate((math.prod(shape) for _, _, shape in walk), initial=0)))
+                         for walk in (first, above))
         strides = (sum(s.size for s in patterns[0]), sum(s.size for s in patterns[1]))
         if strides != (0, 0):
             regions.append(_Region(start, d, (patterns[0], patterns[1]), strides))
@@ -524,14 +512,11 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
     if len(dtypes) > 1:
         raise TypeError(f"weights and biases must share one dtype; got {sorted(dtypes)}")
     dtype = dtype_name(next(iter(dtypes)) if dtypes else "float32", "weights dtype")
-    pairs = [(name, i, array, entry) for name, given, expected in (("weights", weights, layout.weights),
-                                                                   ("biases", biases, layout.biases))
-             for i, (array, entry) in enumerate(zip(given, expected))]
-    for name, i, array, entry in pairs:  # every shape before the buffer is made
+    pairs = list(zip(arrays.items(), layout.weights + layout.biases))  # the counts are checked above
+    for (label, array), entry in pairs:  # every shape before the buffer is made
         if tuple(array.shape) != entry.shape:
-            raise ValueError(f"{name}[{i}] ({entry.describe()}) must have shape {entry.shape}; "
-                             f"got {tuple(array.shape)}")
+            raise ValueError(f"{label} ({entry.describe()}) must have shape {entry.shape}; got {tuple(array.shape)}")
     params = xp.zeros(layout.size, dtype=dtype)
-    for _, _, array, entry in pairs:
+    for (_, array), entry in pairs:
         layout.view(params, entry)[...] = array
     return params

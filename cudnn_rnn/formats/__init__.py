@@ -37,15 +37,12 @@ Round trips: format -> params -> format is bit-exact for every format; params ->
 params is bit-exact for formats that keep both biases (canonical, torch, onnx, keras GRU),
 and the same function (the bias sums unchanged) for the others. Values keep their dtype.
 
-**Where it sits.** These conversions take arrays and give arrays: the layers build on them for
-``export``, and :mod:`cudnn_rnn.convert` adds the model-file readers and writers on top (its
-``from cudnn_rnn.convert import to_format`` imports the names the guides use from here). Imports run one way::
+**Where it sits.** These conversions take arrays and give arrays; the layers build ``export`` on them, and
+:mod:`cudnn_rnn.convert` adds the model-file readers and writers (and re-exports these names). Imports run one way::
 
     config, layout  ->  formats  ->  layers  ->  convert (the file readers and writers)
 
-Each format is one module of this package (``_table.FORMAT_MODULES``), whose docstring and tables give its
-names, shapes and gate order, and which defines what ``_core.FormatModule`` says; ``_table`` makes one
-``FormatSpec`` of each, and walks them.
+Each format is one module of this package, whose docstring and tables give its names, shapes and gate order.
 """
 
 from __future__ import annotations
@@ -64,9 +61,7 @@ from ._table import PREFIXED_TORCH_NAME as PREFIXED_TORCH_NAME, guess_format as 
 #: The format names, in the order of the table above (``"canonical"``, ``"torch"``, ...).
 FORMATS: tuple[str, ...] = _table.FORMATS
 
-#: Format name -> its spec (a ``FormatSpec``, the one record of a format's facts: its tensor names and
-#: shapes, what it cannot hold, both directions, how a reader recognises its files), in the order of
-#: :data:`FORMATS`.
+#: Format name -> its ``FormatSpec`` (the one record of a format's facts), in the order of :data:`FORMATS`.
 #:
 #: :meta hide-value:
 FORMAT_SPECS = _table.FORMAT_SPECS

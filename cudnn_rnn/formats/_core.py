@@ -2,7 +2,7 @@
 
 A params buffer is unpacked (through :mod:`cudnn_rnn.layout`, the one source of truth for
 where things sit) into a tuple of :class:`CellWeights`, one per pseudo-layer
-k = layer * D + dir. Each format (its module: :class:`FormatModule`) is then a pure rearrangement of
+k = layer * D + dir. Each format (its module's :class:`FormatSpec`) is then a pure rearrangement of
 those arrays: gate blocks reordered, transposed, concatenated or summed, as its table says.
 
 Shapes (G gates, N num_units, P = num_proj or N, width = I for layer 0 and D*P above)::
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from .._arrays import Array, array_module
 from .._checks import flag
@@ -100,13 +100,28 @@ class OmittedBiases:
     per_layer: bool = False
 
 
+def no_refusal(config: RNNConfig) -> None:
+    """The refusal of a format that holds every configuration."""
+    return None
+
+
 @dataclass(frozen=True)
-class FormatFacts:
-    """What a format's module says of the format beside its code (:class:`FormatModule`).
+class FormatSpec:
+    """One named format, the one record of its facts: what it can hold, its tensor names and shapes, its
+    two directions, and how a reader recognises its files and reads their configuration (each format's
+    module makes its ``SPEC``).
 
     Attributes:
         name: the format's name in :data:`cudnn_rnn.formats.FORMATS`.
         summary: one line for help texts.
+        shapes: ``shapes(config)`` -> ``{tensor name: shape}``, in the format's own order.
+        encode: ``encode(cells, config, notes, xp)`` -> ``{tensor name: array}``.
+        decode: ``decode(tensors, config, notes, xp)`` -> cells (tensors already checked
+            against ``shapes``).
+        refusal: ``refusal(config)`` is None when the format can hold ``config``, else the
+            reason it cannot (no approximation exists, so this is always an error).
+        names: the tensor names by field, layer and direction; None where they depend on more
+            (tf_cell's cell scopes).
         omitted_biases: the biases its files may leave out, or None.
         reading: ``reading(spec, tensors)`` -> the :class:`ConfigRead` that the names and shapes
             of ``tensors`` (:class:`TensorShapes`) tell, raising a ValueError where they do not
@@ -117,69 +132,18 @@ class FormatFacts:
 
     name: str
     summary: str
+    shapes: Callable[[RNNConfig], dict[str, tuple[int, ...]]]
+    encode: Callable[..., dict[str, Array]]
+    decode: Callable[..., tuple[CellWeights, ...]]
+    refusal: Callable[[RNNConfig], str | None] = no_refusal
+    names: TensorNames | None = None
     omitted_biases: OmittedBiases | None = None
     reading: Callable[["FormatSpec", TensorShapes], ConfigRead] | None = None
     signature: re.Pattern[str] | None = None
 
-
-class FormatModule(Protocol):
-    """A format's module: the names every format's module defines (as :class:`FormatSpec` says), of which
-    :meth:`FormatSpec.of` makes its spec."""
-
-    @property
-    def FACTS(self) -> FormatFacts: ...
-
-    @property
-    def TENSOR_NAMES(self) -> TensorNames | None: ...
-
-    def refusal(self, config: RNNConfig) -> str | None: ...
-
-    def shapes(self, config: RNNConfig) -> dict[str, tuple[int, ...]]: ...
-
-    def encode(self, cells: Sequence[CellWeights], config: RNNConfig, notes: Notes, xp: Any) -> dict[str, Array]: ...
-
-    def decode(self, tensors: Mapping[str, Array], config: RNNConfig, notes: Notes,
-               xp: Any) -> tuple[CellWeights, ...]: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class FormatSpec(FormatFacts):
-    """One named format, the one record of its facts: what it can hold, its tensor names and
-    shapes, its two directions, and how a reader recognises its files and reads their configuration.
-    :meth:`of` makes it of the format's module.
-
-    Attributes:
-        refusal: ``refusal(config)`` is None when the format can hold ``config``, else the
-            reason it cannot (no approximation exists, so this is always an error).
-        shapes: ``shapes(config)`` -> ``{tensor name: shape}``, in the format's own order.
-        encode: ``encode(cells, config, notes, xp)`` -> ``{tensor name: array}``.
-        decode: ``decode(tensors, config, notes, xp)`` -> cells (tensors already checked
-            against ``shapes``).
-        names: the tensor names by field, layer and direction; None where they depend on more
-            (tf_cell's cell scopes).
-        name, summary, omitted_biases, reading, signature: as :class:`FormatFacts`.
-    """
-
-    refusal: Callable[[RNNConfig], str | None]
-    shapes: Callable[[RNNConfig], dict[str, tuple[int, ...]]]
-    encode: Callable[..., dict[str, Array]]
-    decode: Callable[..., tuple[CellWeights, ...]]
-    names: TensorNames | None = None
-
     def __post_init__(self) -> None:
         if self.signature is None and self.names is not None:
             object.__setattr__(self, "signature", self.names.signature())
-
-    @classmethod
-    def of(cls, module: FormatModule) -> "FormatSpec":
-        """The spec of the format whose module is ``module``: its facts, names and functions."""
-        return cls(**vars(module.FACTS), refusal=module.refusal, shapes=module.shapes, encode=module.encode,
-                   decode=module.decode, names=module.TENSOR_NAMES)
-
-
-def no_refusal(config: RNNConfig) -> None:
-    """The refusal of a format that holds every configuration."""
-    return None
 
 
 def projection_refusal(fmt: str, why: str) -> Callable[[RNNConfig], str | None]:
@@ -227,21 +191,21 @@ def to_gate_order(cells: Sequence[CellWeights], config: RNNConfig, orders: Mappi
                   xp: Any) -> tuple[CellWeights, ...]:
     """``cells`` as a format that reorders gates holds them: skip_input's identities written out, the gate
     blocks of every matrix and bias in the format's order (its table ``orders``, read by :func:`gate_order`)."""
-    order = gate_order(orders, config)
-    return tuple(_reordered(cell, config.mode.gates, order, xp) for cell in with_explicit_skip_input(cells, config, xp))
+    return _reordered(with_explicit_skip_input(cells, config, xp), config.mode.gates, gate_order(orders, config), xp)
 
 
 def from_gate_order(cells: Sequence[CellWeights], config: RNNConfig, orders: Mapping[str, Sequence[str]],
                     xp: Any) -> tuple[CellWeights, ...]:
     """The cells of such a format (gate blocks in the order of its table ``orders``) in cuDNN's gate order."""
-    order = gate_order(orders, config)
-    return tuple(_reordered(cell, order, config.mode.gates, xp) for cell in cells)
+    return _reordered(cells, gate_order(orders, config), config.mode.gates, xp)
 
 
-def _reordered(cell: CellWeights, src: Sequence[str], dst: Sequence[str], xp: Any) -> CellWeights:
-    """``cell`` with the gate blocks of its matrices and biases reordered from ``src`` to ``dst`` (new arrays)."""
+def _reordered(cells: Sequence[CellWeights], src: Sequence[str], dst: Sequence[str],
+               xp: Any) -> tuple[CellWeights, ...]:
+    """``cells`` with the gate blocks of their matrices and biases reordered from ``src`` to ``dst`` (new arrays)."""
     fields = ("input", "recurrent", "input_bias", "recurrent_bias")
-    return dataclasses.replace(cell, **{field: reorder_gates(getattr(cell, field), src, dst, xp) for field in fields})
+    return tuple(dataclasses.replace(cell, **{field: reorder_gates(getattr(cell, field), src, dst, xp)
+                                              for field in fields}) for cell in cells)
 
 
 def pseudo_layers(config: RNNConfig) -> list[tuple[int, int, int]]:
@@ -366,16 +330,12 @@ def check_tensors(fmt: str, tensors: object, shapes: dict[str, tuple[int, ...]],
     (the errors ``from_format`` lists)."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of name -> array for format {fmt!r}; got {type(tensors).__name__}")
-    missing = [name for name in shapes if name not in tensors]
-    unexpected = [name for name in tensors if name not in shapes]
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected}")
+    mismatched = {"missing": [name for name in shapes if name not in tensors],
+                  "unexpected": [name for name in tensors if name not in shapes]}
+    if any(mismatched.values()):
+        parts = "; ".join(f"{label} {names}" for label, names in mismatched.items() if names)
         raise ValueError(f"format {fmt!r} tensors do not match the configuration ({describe(config)}): "
-                         f"{'; '.join(parts)}; expected exactly {list(shapes)}")
+                         f"{parts}; expected exactly {list(shapes)}")
     xp = array_module(**{f"tensors[{name!r}]": tensors[name] for name in shapes})
     for name, shape in shapes.items():
         actual = tuple(tensors[name].shape)

@@ -7,7 +7,10 @@ import functools
 import re
 import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from ._core import FormatSpec
 
 __all__ = ["MODE_BY_GATES", "TensorNames", "ParsedName", "name_pattern", "TensorShapes", "ConfigRead", "ShapeReading"]
 
@@ -142,16 +145,6 @@ class ConfigRead:
     mode_question: str | None = None
 
 
-class NamedFormat(Protocol):
-    """What a reading asks of a format's spec (``_core.FormatSpec``): its name and its tensor names."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def names(self) -> TensorNames | None: ...
-
-
 @dataclass(frozen=True)
 class ShapeReading:
     """How a format whose tensors are alike in every layer tells its configuration.
@@ -186,7 +179,7 @@ class ShapeReading:
     mode_question: str = ""
     refuse: Callable[[TensorShapes, Mapping[str, Any]], str | None] | None = None
 
-    def __call__(self, spec: NamedFormat, tensors: TensorShapes) -> ConfigRead:
+    def __call__(self, spec: FormatSpec, tensors: TensorShapes) -> ConfigRead:
         """Read ``tensors`` as format ``spec``'s (the one reading all such formats share)."""
         names = spec.names
         assert names is not None, f"format {spec.name!r} reads its shapes by its names"
@@ -203,9 +196,8 @@ class ShapeReading:
         units = read.get("num_units", read.get("state_size"))
         assert units is not None, f"format {spec.name!r} reads num_units or state_size"
         state = read.get("state_size", units)
-        mode = self.mode
-        if mode is None:
-            mode = MODE_BY_GATES[self._gates(tensors, read["gate_rows"], units, names.name(self.sizes["gate_rows"][0]))]
+        mode = self.mode or MODE_BY_GATES[self._gates(tensors, read["gate_rows"], units,
+                                                      names.name(self.sizes["gate_rows"][0]))]
         fields: dict[str, Any] = {"rnn_mode": mode} if self.mode else {}  # a format's one mode comes first
         fields.update(num_layers=layers, num_units=units,
                       input_size=read["input_size"] if "input_size" in read else read["stitched_rows"] - state,

@@ -11,7 +11,6 @@ from ..config import RNNConfig, check_config
 from . import canonical, gru_block_cell, keras, mygrad, onnx, tf_cell, torch
 from ._core import (
     Converted,
-    FormatModule,
     FormatSpec,
     Notes,
     cells_from_params,
@@ -27,10 +26,8 @@ __all__ = ["FORMATS", "FORMAT_SPECS", "PREFIXED_TORCH_NAME", "guess_format", "ex
            "from_format", "convert_between"]
 
 
-#: the formats' modules, in the order formats are listed
-FORMAT_MODULES: tuple[FormatModule, ...] = (canonical, torch, keras, tf_cell, onnx, gru_block_cell, mygrad)
-
-FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in map(FormatSpec.of, FORMAT_MODULES)}
+FORMAT_SPECS: dict[str, FormatSpec] = {spec.name: spec for spec in (
+    canonical.SPEC, torch.SPEC, keras.SPEC, tf_cell.SPEC, onnx.SPEC, gru_block_cell.SPEC, mygrad.SPEC)}
 
 FORMATS: tuple[str, ...] = tuple(FORMAT_SPECS)
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from ..layout import ParamEntry, params_layout
-from ._core import CellWeights, FormatFacts, Notes, cells_from_params, no_refusal, params_from_cells
+from ._core import CellWeights, FormatSpec, Notes, cells_from_params, params_from_cells
 from ._reading import TensorNames
 
 TENSOR_NAMES = TensorNames({"weights": "weights/{index}", "biases": "biases/{index}"})
@@ -43,6 +43,5 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
     return cells_from_params(params, config, xp)
 
 
-refusal = no_refusal
-
-FACTS = FormatFacts("canonical", "TF's CudnnRNNParamsToCanonical lists: weights/{i}, biases/{i}")
+SPEC = FormatSpec("canonical", "TF's CudnnRNNParamsToCanonical lists: weights/{i}, biases/{i}", shapes, encode, decode,
+                  names=TENSOR_NAMES)

@@ -4,7 +4,7 @@ TF's ``GRUBlockCell`` (and ``tf.compat.v1.nn.rnn_cell.GRUCell``) computes the fu
 :mod:`cudnn_rnn.gru_block` spells out, from ``w_ru`` = [[U_r, U_u], [W_r, W_u]] and ``w_c`` =
 [[U_c], [W_c]] (rows x then h: U acts on x [B, I], W on h [B, N]), ``b_ru`` = [b_r, b_u] and
 ``b_c``. It holds one unidirectional layer. mygrad's gru is the same function in other tensors
-(:mod:`._mygrad`, converting exactly to and from this format), and so is Keras's
+(:mod:`.mygrad`, converting exactly to and from this format), and so is Keras's
 ``GRU(reset_after=False)``, whose weights the readers of Keras files and TensorFlow checkpoints
 give in this format (:func:`keras_reset_before_to_gru_block_cell`, exact).
 
@@ -29,7 +29,7 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatFacts,
+    FormatSpec,
     Notes,
     reorder_gates,
     with_explicit_skip_input,
@@ -111,7 +111,7 @@ def keras_reset_before_to_gru_block_cell(kernel: Array, recurrent_kernel: Array,
 
     ``kernel`` [I, 3N], ``recurrent_kernel`` [N, 3N] and ``bias`` [3N] (None for use_bias=False:
     zeros) hold their gate blocks in Keras's order z, r, h (cuDNN's u, r, n:
-    :data:`._keras.GATE_ORDERS`); stacked rows x then h, they are w_ru's and w_c's columns.
+    :data:`.keras.GATE_ORDERS`); stacked rows x then h, they are w_ru's and w_c's columns.
     """
     if bias is None:
         bias = xp.zeros(kernel.shape[1], kernel.dtype)
@@ -120,5 +120,6 @@ def keras_reset_before_to_gru_block_cell(kernel: Array, recurrent_kernel: Array,
 
 refusal = refusal_for("gru_block_cell")
 
-FACTS = FormatFacts("gru_block_cell", "TF GRUBlockCell: w_ru, w_c, b_ru, b_c (reset-before GRU: approximate)",
-                    reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"))
+SPEC = FormatSpec("gru_block_cell", "TF GRUBlockCell: w_ru, w_c, b_ru, b_c (reset-before GRU: approximate)", shapes,
+                  encode, decode, refusal=refusal, names=TENSOR_NAMES,
+                  reading=ShapeReading(sizes={"stitched_rows": ("w_c", 0), "num_units": ("w_c", 1)}, mode="gru"))

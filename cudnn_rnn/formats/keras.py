@@ -23,7 +23,7 @@ from .._arrays import Array
 from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
-    FormatFacts,
+    FormatSpec,
     Notes,
     OmittedBiases,
     from_gate_order,
@@ -156,8 +156,9 @@ def _cell(tensors: Mapping[str, Array], config: RNNConfig, layer: int, direction
     return CellWeights(kernel.T, recurrent_kernel.T, input_bias, recurrent_bias)
 
 
-FACTS = FormatFacts(
-    "keras", "Keras LSTM, GRU(reset_after=True), SimpleRNN: layer_{l}/forward/kernel, ...",
+SPEC = FormatSpec(
+    "keras", "Keras LSTM, GRU(reset_after=True), SimpleRNN: layer_{l}/forward/kernel, ...", shapes, encode, decode,
+    refusal=refusal, names=TENSOR_NAMES,
     omitted_biases=OmittedBiases(
         ("bias",), "the layers have no biases (use_bias=False): zero biases are used, the same function"),
     reading=ShapeReading(

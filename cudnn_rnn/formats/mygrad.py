@@ -1,6 +1,6 @@
 """``mygrad``: the weights of ``mygrad.nnet.layers.gru``, a reset-*before* GRU.
 
-mygrad's gru computes TF's ``GRUBlockCell`` function (:mod:`._gru_block_cell`, whose docstring
+mygrad's gru computes TF's ``GRUBlockCell`` function (:mod:`.gru_block_cell`, whose docstring
 has the equations), its weights in nine tensors (:data:`MYGRAD_FROM_BLOCK`; z = u, h = c), so it
 and ``gru_block_cell`` convert into each other exactly (:func:`gru_block_cell_to_mygrad`,
 :func:`mygrad_to_gru_block_cell`). It holds one unidirectional layer, and converts to and from
@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from .._arrays import Array
 from ..config import RNNConfig
 from . import gru_block_cell as block
-from ._core import CellWeights, FormatFacts, Notes, check_tensors, reorder_gates
+from ._core import CellWeights, FormatSpec, Notes, check_tensors, reorder_gates
 from ._reading import ShapeReading, TensorNames
 
 #: mygrad tensor -> (gru_block_cell tensor, its rows ("x", "h" or None for a bias), its column gate)
@@ -37,31 +37,25 @@ def shapes(config: RNNConfig) -> dict[str, tuple[int, ...]]:
 
 
 # ---- the exact pair ----------------------------------------------------------------------------
-#: format -> its tensor names
-NAMES: dict[str, TensorNames] = {"gru_block_cell": block.TENSOR_NAMES, "mygrad": TENSOR_NAMES}
-
-#: format -> (the tensor whose length is N, the tensor whose row count is I (+ N for gru_block_cell))
-SIZE_PROBES: dict[str, tuple[str, str]] = {"gru_block_cell": ("b_c", "w_c"), "mygrad": ("bh", "Uh")}
+#: format -> (its tensor names, the tensor whose length is N, the tensor whose row count is I (+ N for gru_block_cell))
+SIZE_PROBES: dict[str, tuple[TensorNames, str, str]] = {"gru_block_cell": (block.TENSOR_NAMES, "b_c", "w_c"),
+                                                        "mygrad": (TENSOR_NAMES, "bh", "Uh")}
 
 
 def _implied_config(tensors: Mapping[str, Array], fmt: str) -> RNNConfig:
     """The single-layer GRU configuration that the tensors' shapes imply."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of name -> array for format {fmt!r}; got {type(tensors).__name__}")
-    bias, matrix = SIZE_PROBES[fmt]
+    names, bias, matrix = SIZE_PROBES[fmt]
     for name in (bias, matrix):
         if getattr(tensors.get(name), "ndim", 0) < 1:
             raise ValueError(f"format {fmt!r} tensors need an array {name!r} (expected names "
-                             f"{list(NAMES[fmt].templates)}); got {type(tensors.get(name)).__name__}")
+                             f"{list(names.templates)}); got {type(tensors.get(name)).__name__}")
     n = int(tensors[bias].shape[0])
     i = int(tensors[matrix].shape[0]) - (n if fmt == "gru_block_cell" else 0)
     if n < 1 or i < 1:
         raise ValueError(f"format {fmt!r} tensor shapes imply num_units={n}, input_size={i}; both must be >= 1")
     return RNNConfig("gru", 1, n, i)
-
-
-def _row_slices(config: RNNConfig) -> dict[str | None, slice]:
-    return {"x": slice(0, config.input_size), "h": slice(config.input_size, None), None: slice(None)}
 
 
 def gru_block_cell_to_mygrad(tensors: Mapping[str, Array]) -> dict[str, Array]:
@@ -82,7 +76,7 @@ def gru_block_cell_to_mygrad(tensors: Mapping[str, Array]) -> dict[str, Array]:
     """
     config = _implied_config(tensors, "gru_block_cell")
     xp, _ = check_tensors("gru_block_cell", tensors, block.shapes(config), config)
-    rows = _row_slices(config)
+    rows = {"x": slice(0, config.input_size), "h": slice(config.input_size, None), None: slice(None)}
     result = {}
     for name, (source, part, gate) in MYGRAD_FROM_BLOCK.items():
         column = reorder_gates(tensors[source], block.BLOCK_COLUMNS[source], (gate,), xp, axis=-1)
@@ -121,5 +115,6 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
 
 refusal = block.refusal_for("mygrad")
 
-FACTS = FormatFacts("mygrad", "mygrad's gru: Uz, Wz, bz, Ur, ... (reset-before GRU: approximate)",
-                    reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"))
+SPEC = FormatSpec("mygrad", "mygrad's gru: Uz, Wz, bz, Ur, ... (reset-before GRU: approximate)", shapes, encode,
+                  decode, refusal=refusal, names=TENSOR_NAMES,
+                  reading=ShapeReading(sizes={"input_size": ("Uz", 0), "num_units": ("Uz", 1)}, mode="gru"))

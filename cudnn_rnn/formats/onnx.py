@@ -15,7 +15,7 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatFacts,
+    FormatSpec,
     Notes,
     OmittedBiases,
     from_gate_order,
@@ -98,8 +98,9 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
                            config, GATE_ORDERS, xp)
 
 
-FACTS = FormatFacts(
-    "onnx", "ONNX LSTM/GRU/RNN node inputs: layer_{l}/W, layer_{l}/R, layer_{l}/B",
+SPEC = FormatSpec(
+    "onnx", "ONNX LSTM/GRU/RNN node inputs: layer_{l}/W, layer_{l}/R, layer_{l}/B", shapes, encode, decode,
+    refusal=refusal, names=TENSOR_NAMES,
     omitted_biases=OmittedBiases(("B",), "layer {layer} has no B: zero biases are used, the same function",
                                  per_layer=True),
     reading=ShapeReading(

@@ -26,11 +26,9 @@ from .._arrays import Array
 from ..config import MODES, RNNConfig
 from ._core import (
     CellWeights,
-    FormatFacts,
     FormatSpec,
     Notes,
     gate_order,
-    no_refusal,
     pseudo_layers,
     reorder_gates,
     with_explicit_skip_input,
@@ -71,6 +69,11 @@ def _split_sum(bias: Array) -> tuple[Array, Array]:
     return half, half.copy()
 
 
+def _stitched_kernel(cell: CellWeights, src: Sequence[str], dst: Sequence[str], xp: Any) -> Array:
+    """[width + P, len(dst)*N]: [W | R] with its gate blocks reordered from ``src`` to ``dst``, transposed."""
+    return xp.ascontiguousarray(reorder_gates(xp.concatenate([cell.input, cell.recurrent], axis=1), src, dst, xp).T)
+
+
 # ---- LSTM and basic RNN cells: one stitched kernel, one summed bias ----------------------------
 STITCHED_NAMES: dict[str, str] = {
     "kernel": "{prefix}/kernel",
@@ -89,9 +92,7 @@ def _stitched_shapes(config: RNNConfig, layer: int, prefix: str) -> dict[str, tu
 
 def _stitched_encode(cell: CellWeights, config: RNNConfig, prefix: str, xp: Any) -> dict[str, Array]:
     cudnn, tf = config.mode.gates, gate_order(GATE_ORDERS, config)
-    kernel = xp.concatenate([reorder_gates(cell.input, cudnn, tf, xp), reorder_gates(cell.recurrent, cudnn, tf, xp)],
-                            axis=1)
-    values = {"kernel": xp.ascontiguousarray(kernel.T),
+    values = {"kernel": _stitched_kernel(cell, cudnn, tf, xp),
               "bias": reorder_gates(cell.input_bias + cell.recurrent_bias, cudnn, tf, xp)}
     if cell.projection is not None:
         values["projection"] = xp.ascontiguousarray(cell.projection.T)
@@ -135,10 +136,8 @@ def _gru_shapes(config: RNNConfig, layer: int, prefix: str) -> dict[str, tuple[i
 
 def _gru_encode(cell: CellWeights, config: RNNConfig, prefix: str, xp: Any) -> dict[str, Array]:
     gates, ru, n = config.mode.gates, ("r", "u"), ("n",)
-    gates_kernel = xp.concatenate([reorder_gates(cell.input, gates, ru, xp),
-                                   reorder_gates(cell.recurrent, gates, ru, xp)], axis=1)
     values = {
-        "gates_kernel": xp.ascontiguousarray(gates_kernel.T),
+        "gates_kernel": _stitched_kernel(cell, gates, ru, xp),
         "gates_bias": reorder_gates(cell.input_bias + cell.recurrent_bias, gates, ru, xp),
         "input_kernel": xp.ascontiguousarray(reorder_gates(cell.input, gates, n, xp).T),
         "input_bias": reorder_gates(cell.input_bias, gates, n, xp),
@@ -264,11 +263,7 @@ def read_config(spec: FormatSpec, tensors: TensorShapes) -> ConfigRead:
     return ConfigRead(fields, f"a {cell}'s variables do not say its activation")
 
 
-refusal = no_refusal
-
-#: the names depend on the cell scopes: RECOGNISED tells a file, read_config reads it
-TENSOR_NAMES = None
-
-FACTS = FormatFacts(
-    "tf_cell", "TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...",
+#: the names depend on the cell scopes (no TensorNames): RECOGNISED tells a file, read_config reads it
+SPEC = FormatSpec(
+    "tf_cell", "TF CudnnCompatibleLSTMCell / GRUCell variables: .../cell_{l}/.../kernel, ...", shapes, encode, decode,
     reading=read_config, signature=RECOGNISED)

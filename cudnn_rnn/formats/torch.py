@@ -14,10 +14,9 @@ from .._arrays import Array
 from ..config import RNNConfig
 from ._core import (
     CellWeights,
-    FormatFacts,
+    FormatSpec,
     Notes,
     OmittedBiases,
-    no_refusal,
     pseudo_layers,
     with_explicit_skip_input,
 )
@@ -92,10 +91,9 @@ def decode(tensors: Mapping[str, Array], config: RNNConfig, notes: Notes, xp: An
         for _, layer, direction in pseudo_layers(config))
 
 
-refusal = no_refusal
-
-FACTS = FormatFacts(
-    "torch", "nn.LSTM/GRU/RNN state_dict: weight_ih_l{k}[_reverse], bias_hh_l{k}, ...",
+SPEC = FormatSpec(
+    "torch", "nn.LSTM/GRU/RNN state_dict: weight_ih_l{k}[_reverse], bias_hh_l{k}, ...", shapes, encode, decode,
+    names=TENSOR_NAMES,
     omitted_biases=OmittedBiases(
         ("input_bias", "recurrent_bias"),
         "the state_dict has no biases (bias=False): zero biases are used, the same function"),
