@@ -13,14 +13,11 @@ tensors in the config's dtype. It computes what :func:`cudnn_rnn.cudnn_rnn_v3` c
 is cuDNN's, and past a sequence's end a unidirectional layer repeats its last output (Keras's
 ``zero_output_for_mask=False``) where cuDNN writes zeros. Needs h5py, not Keras.
 
-Why not Keras's own saving API (build the model, ``set_weights``, ``model.save``)? Measured with
-Keras 3.15.1 on TensorFlow 2.21 (CPU), LSTM and GRU of 2-3 layers of 64 units, bidirectional and
-not, float32 and bfloat16: both files load and compute the same, with the same weights store byte
-for byte and the same config.json (Keras adds ``shared_object_id``). This writer takes 3-6 ms a
-file; Keras 50-90 ms after importing Keras and TensorFlow (2.4 s), names the layers after what the
-session built before (``lstm_1``), and cannot build a bfloat16 model with the default
-``Orthogonal`` initializer. Keras is the oracle that checks these files
-(``tests/oracle/test_export_keras_live.py``).
+Not through Keras's own saving API (``set_weights``, ``model.save``): with Keras 3.15.1 both write the
+same weights store byte for byte and the same config.json (Keras adds ``shared_object_id``), but Keras
+takes 50-90 ms a file (this writer 3-6 ms) after 2.4 s of imports, names the layers after what the
+session built before (``lstm_1``), and cannot build a bfloat16 model with the default ``Orthogonal``
+initializer. Keras is the oracle that checks these files (``tests/oracle/test_export_keras_live.py``).
 """
 
 from __future__ import annotations
@@ -99,20 +96,6 @@ DEFAULT_INITIALIZERS: dict[str, str] = {"kernel_initializer": "GlorotUniform",
 #: dtype -> initializers that differ: TensorFlow's QR, which Orthogonal runs, has no bfloat16 kernel
 DTYPE_INITIALIZERS: dict[str, dict[str, str]] = {"bfloat16": {"recurrent_initializer": "GlorotUniform"}}
 
-#: layer class -> the keyword arguments Keras records for its call in the model's graph
-CALL_KWARGS: dict[str, dict[str, Any]] = {
-    "Bidirectional": {"mask": None},
-    **{layer.class_name: {"training": False, "mask": None} for layer in MODE_LAYERS.values()},
-}
-
-
-def _import_h5py() -> Any:  # h5py has no type information
-    try:
-        import h5py
-    except ImportError as error:  # pragma: no cover - exercised only where h5py is absent
-        raise ImportError("export_keras needs the 'h5py' package: pip install cudnn_rnn[convert]") from error
-    return h5py
-
 
 def _ending(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
@@ -154,7 +137,10 @@ def write_keras(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     tensors = to_format("keras", params, config).value  # (which checks params against config)
     if np.dtype(params.dtype).name != config.dtype:
         raise TypeError(f"params.dtype must be config.dtype ({config.dtype}); got {np.dtype(params.dtype).name}")
-    h5py = _import_h5py()
+    try:
+        import h5py
+    except ImportError as error:  # pragma: no cover - exercised only where h5py is absent
+        raise ImportError("export_keras needs the 'h5py' package: pip install cudnn_rnn[convert]") from error
     weights = {name: np.ascontiguousarray(to_host(value)) for name, value in tensors.items()}
     layers = _layers(config)
     if weights_only:  # through a path, as save_weights writes it: libhdf5 lays out a file on disk
@@ -249,18 +235,15 @@ def _policy(dtype: str) -> dict[str, Any]:
     return {"module": "keras", "class_name": "DTypePolicy", "config": {"name": dtype}, "registered_name": None}
 
 
-def _initializer(class_name: str) -> dict[str, Any]:
-    return {"module": "keras.initializers", "class_name": class_name, "config": dict(INITIALIZERS[class_name]),
-            "registered_name": None}
-
-
 def _rnn_config(layer: _Layer, name: str, units: int, dtype: str, backwards: bool) -> dict[str, Any]:
     """An RNN layer's config; Bidirectional sets zero_output_for_mask in the layers it wraps."""
     initializers = {**DEFAULT_INITIALIZERS, **DTYPE_INITIALIZERS.get(dtype, {})}
     own: dict[str, Any] = {"name": name, "dtype": _policy(dtype), "go_backwards": backwards,
                            "zero_output_for_mask": layer.directions == 2, "units": units,
                            "activation": ACTIVATIONS[layer.mode],
-                           **{key: _initializer(value) for key, value in initializers.items()}}
+                           **{key: {"module": "keras.initializers", "class_name": value,
+                                    "config": dict(INITIALIZERS[value]), "registered_name": None}
+                              for key, value in initializers.items()}}
     values = {**CONFIG_VALUES, **own}
     return {key: values[key] for key in CONFIG_KEYS[layer.kind.class_name]}
 
@@ -270,25 +253,20 @@ def _entry(class_name: str, config: dict[str, Any], width: int) -> dict[str, Any
             "build_config": {"input_shape": [None, None, width]}}
 
 
-def _tensor(width: int, dtype: str, producer: str) -> dict[str, Any]:
-    return {"class_name": "__keras_tensor__",
-            "config": {"shape": [None, None, width], "dtype": dtype, "keras_history": [producer, 0, 0]}}
-
-
 def _layer_entry(layer: _Layer, units: int, dtype: str, producer: str) -> dict[str, Any]:
     def rnn(name: str, backwards: bool) -> dict[str, Any]:
         return _entry(layer.kind.class_name, _rnn_config(layer, name, units, dtype, backwards), layer.width)
 
-    if layer.directions == 1:
-        entry, class_name = rnn(layer.name, False), layer.kind.class_name
+    if layer.directions == 1:  # (the keyword arguments Keras records for the layer's call in the model's graph)
+        entry, kwargs = rnn(layer.name, False), {"training": False, "mask": None}
     else:
-        class_name = "Bidirectional"
-        entry = _entry(class_name, {"name": layer.name, "trainable": True, "dtype": _policy(dtype),
-                                    "merge_mode": "concat", "layer": rnn(f"forward_{layer.rnn_name}", False),
-                                    "backward_layer": rnn(f"backward_{layer.rnn_name}", True)}, layer.width)
+        entry, kwargs = _entry("Bidirectional", {
+            "name": layer.name, "trainable": True, "dtype": _policy(dtype), "merge_mode": "concat",
+            "layer": rnn(f"forward_{layer.rnn_name}", False),
+            "backward_layer": rnn(f"backward_{layer.rnn_name}", True)}, layer.width), {"mask": None}
     entry["name"] = layer.name
-    entry["inbound_nodes"] = [{"args": [_tensor(layer.width, dtype, producer)],
-                               "kwargs": dict(CALL_KWARGS[class_name])}]
+    entry["inbound_nodes"] = [{"args": [{"class_name": "__keras_tensor__", "config": {
+        "shape": [None, None, layer.width], "dtype": dtype, "keras_history": [producer, 0, 0]}}], "kwargs": kwargs}]
     return entry
 
 

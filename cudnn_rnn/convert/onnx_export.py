@@ -105,11 +105,9 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
         warnings.warn(f"export_onnx: the model is {dtype}, but ONNX Runtime's CPU LSTM, GRU and RNN kernels take only "
                       "float32 (and float16); convert params to float32 first to run it there",
                       UserWarning, stacklevel=2)
-    elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(params.dtype))
-    builder = _GraphBuilder(config, time_major, with_initial_state, elem_type)
-    graph = builder.build()
-    initializers = {**weights, **builder.constants}
-    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in initializers.items())
+    graph, constants = _graph(config, time_major, with_initial_state,
+                              helper.np_dtype_to_tensor_dtype(np.dtype(params.dtype)))
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in {**weights, **constants}.items())
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="cudnn_rnn",
                               ir_version=helper.find_min_ir_version_for(opsets),  # readable by older runtimes
@@ -119,90 +117,77 @@ def export_onnx(params: Array, config: RNNConfig, path: str | os.PathLike[str], 
     return model
 
 
-class _GraphBuilder:
-    """Builds the node list; ``constants`` collects the small int64 initializers it needs."""
+def _graph(config: RNNConfig, time_major: bool, with_initial_state: bool,
+           elem_type: int) -> tuple[onnx.GraphProto, dict[str, np.ndarray]]:
+    """The graph (its initializers aside), and the small int64 initializers its nodes take besides the weights."""
+    from onnx import TensorProto, helper
 
-    def __init__(self, config: RNNConfig, time_major: bool, with_initial_state: bool, elem_type: int) -> None:
-        self.config = config
-        self.time_major = time_major
-        self.with_initial_state = with_initial_state
-        self.elem_type = elem_type
-        self.nodes: list[onnx.NodeProto] = []
-        self.constants: dict[str, np.ndarray] = {}
+    nodes: list[onnx.NodeProto] = []
+    constants: dict[str, np.ndarray] = {}
+    d, n = config.num_directions, config.num_units
 
-    def constant(self, name: str, values: list[int], dtype: type = np.int64) -> str:
-        self.constants[name] = np.asarray(values, dtype=dtype)
+    def constant(name: str, values: list[int], dtype: type = np.int64) -> str:
+        constants[name] = np.asarray(values, dtype=dtype)
         return name
 
-    def node(self, op: str, inputs: list[str], outputs: list[str], **attributes: Any) -> None:
-        from onnx import helper
+    def node(op: str, inputs: list[str], outputs: list[str], **attributes: Any) -> None:
+        nodes.append(helper.make_node(op, inputs, outputs, name=outputs[0], **attributes))
 
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=outputs[0], **attributes))
+    def value_info(name: str, first: int | str, width: int) -> onnx.ValueInfoProto:
+        """A [first, B, width] input or output ([B, first, width] batch-major)."""
+        shape = [first, "B", width] if time_major else ["B", first, width]
+        return helper.make_tensor_value_info(name, elem_type, shape)
 
-    def seq_shape(self, width: int | str) -> list[int | str]:
-        return ["T", "B", width] if self.time_major else ["B", "T", width]
-
-    def state_shape(self, width: int) -> list[int | str]:
-        k = self.config.num_pseudo_layers
-        return [k, "B", width] if self.time_major else ["B", k, width]
-
-    def to_time_major(self, name: str) -> str:
+    def to_time_major(name: str) -> str:
         """Transpose a batch-major [B, T or L*D, F] input to [T or L*D, B, F] (no-op when time-major)."""
-        if self.time_major:
+        if time_major:
             return name
-        self.node("Transpose", [name], [f"{name}_time_major"], perm=[1, 0, 2])
+        node("Transpose", [name], [f"{name}_time_major"], perm=[1, 0, 2])
         return f"{name}_time_major"
 
-    def to_caller_layout(self, name: str, output: str) -> None:
-        self.node("Identity" if self.time_major else "Transpose", [name], [output],
-                  **({} if self.time_major else {"perm": [1, 0, 2]}))
+    def to_caller_layout(name: str, output: str) -> None:
+        node("Identity" if time_major else "Transpose", [name], [output], **({} if time_major else {"perm": [1, 0, 2]}))
 
-    def build(self) -> onnx.GraphProto:
-        from onnx import TensorProto, helper
-
-        config = self.config
-        d, n = config.num_directions, config.num_units
-        states = ["initial_h", "initial_c"] if config.has_cell else ["initial_h"]
-        inputs = [helper.make_tensor_value_info("X", self.elem_type, self.seq_shape(config.input_size)),
-                  helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["B"])]
-        if self.with_initial_state:
-            inputs += [helper.make_tensor_value_info(s, self.elem_type, self.state_shape(n)) for s in states]
-        op, attributes = onnx_format.node_attributes(config)
-        layer_input = self.to_time_major("X")
-        state_inputs = {s: self.to_time_major(s) for s in states} if self.with_initial_state else {}
-        final: dict[str, list[str]] = {s: [] for s in ("Y_h", "Y_c")[:len(states)]}
-        for layer in range(config.num_layers):
-            node_states = []
-            for state in states:
-                if not state_inputs:
-                    node_states.append("")
-                    continue
-                sliced = f"layer_{layer}/{state}"
-                self.node("Slice", [state_inputs[state], self.constant(f"layer_{layer}/state_start", [layer * d]),
-                                    self.constant(f"layer_{layer}/state_end", [(layer + 1) * d]),
-                                    self.constant("state_axis", [0])], [sliced])
-                node_states.append(sliced)
-            node_outputs = [f"layer_{layer}/Y"] + [f"layer_{layer}/{out}" for out in final]
-            weights = [onnx_format.key(layer, field) for field in ("W", "R", "B")]
-            self.node(op, [layer_input, *weights, "sequence_lens", *node_states], node_outputs,
-                      direction=DIRECTIONS[d], hidden_size=n, **attributes)
-            for out, name in zip(final, node_outputs[1:]):
-                final[out].append(name)
-            self.node("Transpose", [node_outputs[0]], [f"layer_{layer}/Y_tbdn"], perm=[0, 2, 1, 3])
-            self.node("Reshape", [f"layer_{layer}/Y_tbdn", self.constant("sequence_shape", [0, 0, d * n])],
-                      [f"layer_{layer}/output"])
-            layer_input = f"layer_{layer}/output"
-        self.to_caller_layout(layer_input, "Y")
-        outputs = [helper.make_tensor_value_info("Y", self.elem_type, self.seq_shape(d * n))]
-        if state_inputs:  # ONNX Runtime zeroes the final state of a length-0 sequence; cudnn_rnn_v3 keeps it
-            self.node("Equal", ["sequence_lens", self.constant("zero_length", [0], np.int32)], ["is_empty"])
-            self.node("Reshape", ["is_empty", self.constant("state_mask_shape", [1, -1, 1])], ["is_empty_state"])
-        for (out, names), state in zip(final.items(), states):
-            self.node("Concat", names, [f"{out}_all_layers"], axis=0)
-            if state_inputs:
-                self.node("Where", ["is_empty_state", state_inputs[state], f"{out}_all_layers"], [f"{out}_time_major"])
-            else:
-                self.node("Identity", [f"{out}_all_layers"], [f"{out}_time_major"])
-            self.to_caller_layout(f"{out}_time_major", out)
-            outputs.append(helper.make_tensor_value_info(out, self.elem_type, self.state_shape(n)))
-        return helper.make_graph(self.nodes, "cudnn_rnn_v3", inputs, outputs)
+    states = ["initial_h", "initial_c"] if config.has_cell else ["initial_h"]
+    inputs = [value_info("X", "T", config.input_size),
+              helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, ["B"])]
+    if with_initial_state:
+        inputs += [value_info(s, config.num_pseudo_layers, n) for s in states]
+    op, attributes = onnx_format.node_attributes(config)
+    layer_input = to_time_major("X")
+    state_inputs = {s: to_time_major(s) for s in states} if with_initial_state else {}
+    final: dict[str, list[str]] = {s: [] for s in ("Y_h", "Y_c")[:len(states)]}
+    for layer in range(config.num_layers):
+        node_states = []
+        for state in states:
+            if not state_inputs:
+                node_states.append("")
+                continue
+            sliced = f"layer_{layer}/{state}"
+            node("Slice", [state_inputs[state], constant(f"layer_{layer}/state_start", [layer * d]),
+                           constant(f"layer_{layer}/state_end", [(layer + 1) * d]), constant("state_axis", [0])],
+                 [sliced])
+            node_states.append(sliced)
+        node_outputs = [f"layer_{layer}/Y"] + [f"layer_{layer}/{out}" for out in final]
+        weights = [onnx_format.key(layer, field) for field in ("W", "R", "B")]
+        node(op, [layer_input, *weights, "sequence_lens", *node_states], node_outputs,
+             direction=DIRECTIONS[d], hidden_size=n, **attributes)
+        for out, name in zip(final, node_outputs[1:]):
+            final[out].append(name)
+        node("Transpose", [node_outputs[0]], [f"layer_{layer}/Y_tbdn"], perm=[0, 2, 1, 3])
+        node("Reshape", [f"layer_{layer}/Y_tbdn", constant("sequence_shape", [0, 0, d * n])], [f"layer_{layer}/output"])
+        layer_input = f"layer_{layer}/output"
+    to_caller_layout(layer_input, "Y")
+    outputs = [value_info("Y", "T", d * n)]
+    if state_inputs:  # ONNX Runtime zeroes the final state of a length-0 sequence; cudnn_rnn_v3 keeps it
+        node("Equal", ["sequence_lens", constant("zero_length", [0], np.int32)], ["is_empty"])
+        node("Reshape", ["is_empty", constant("state_mask_shape", [1, -1, 1])], ["is_empty_state"])
+    for (out, names), state in zip(final.items(), states):
+        node("Concat", names, [f"{out}_all_layers"], axis=0)
+        if state_inputs:
+            node("Where", ["is_empty_state", state_inputs[state], f"{out}_all_layers"], [f"{out}_time_major"])
+        else:
+            node("Identity", [f"{out}_all_layers"], [f"{out}_time_major"])
+        to_caller_layout(f"{out}_time_major", out)
+        outputs.append(value_info(out, config.num_pseudo_layers, n))
+    return helper.make_graph(nodes, "cudnn_rnn_v3", inputs, outputs), constants

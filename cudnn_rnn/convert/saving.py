@@ -7,14 +7,11 @@
     write_file("params.npz", layer)            # a params file (cudnn_rnn.LSTM.load)
     write_file("gru.pt", (params, config))     # torch.save of an nn.GRU state_dict
 
-``rnn`` is what :func:`write_file` takes; ``fmt`` names the format of the tensors written. Each container takes
-the formats it can hold, and defaults to its framework's own. :data:`CONTAINERS` is the table: one row per
-ending, which knows what the file holds, what reads it back and how it is written (:func:`write_file` and
-``cudnn-rnn convert`` look the ending up there and call its writer).
-
-Every file is written whole or not at all (:mod:`cudnn_rnn.files`). A conversion that would
-change the function is refused unless ``allow_approximation=True`` (then
-:attr:`Written.approximations` says what changed), as in :func:`~cudnn_rnn.convert.to_format`.
+``fmt`` names the format of the tensors written; each container holds some formats, its framework's own by
+default. :data:`CONTAINERS` has one row per ending: what the file holds, what reads it back and how it is
+written. Every file is written whole or not at all (:mod:`cudnn_rnn.files`). A conversion that would change
+the function is refused unless ``allow_approximation=True`` (then :attr:`Written.approximations` says what
+changed), as in :func:`~cudnn_rnn.convert.to_format`.
 """
 
 from __future__ import annotations
@@ -77,10 +74,8 @@ class Container:
         writer: how it is written.
         writes_from: the format its writer takes (the params buffer, for the model exporters); None: the
             format written.
-        default_loader: the framework's loader that takes only the default format from such a file,
-            ``{layer}`` standing for the class name of the RNN (``"LSTM"``): where another format is
-            written, the command line says so. Empty where none is (a container of one format; an .npz,
-            which holds any format's named tensors for ``np.load``).
+        default_loader: the framework's loader that takes only the default format (``{layer}``: the RNN's
+            class name), named by the command line where another format is written; empty where none is.
     """
 
     suffix: str
@@ -112,23 +107,14 @@ def _save_npz(path: str, tensors: dict[str, np.ndarray]) -> None:
         np.savez(handle, allow_pickle=False, **tensors)
 
 
-def _torch_tensor(torch: Any, value: np.ndarray) -> Any:
-    """``value`` as a CPU tensor; bfloat16 through its bit patterns (torch takes no ml_dtypes array), exactly."""
-    value = np.ascontiguousarray(value)
-    return torch.from_numpy(as_bits(value)).view(getattr(torch, value.dtype.name))
-
-
 def _save_pt(path: str, tensors: dict[str, np.ndarray]) -> None:
     try:
         import torch
     except ImportError:
         raise ImportError("writing a .pt file needs the 'torch' package: pip install torch", name="torch") from None
-    state = {name: _torch_tensor(torch, value) for name, value in tensors.items()}
+    state = {name: torch.from_numpy(as_bits(np.ascontiguousarray(value))).view(getattr(torch, value.dtype.name))
+             for name, value in tensors.items()}  # (bfloat16 through its bit patterns: torch takes no ml_dtypes array)
     write_through_path(path, lambda partial: torch.save(state, partial))
-
-
-def _save_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-    write_bytes(path, encode(tensors))  # (encode writes each array little-endian in C order)
 
 
 def _named(save: Callable[[str, dict[str, np.ndarray]], None]) -> Writer:
@@ -140,13 +126,10 @@ def _named(save: Callable[[str, dict[str, np.ndarray]], None]) -> Writer:
     return write
 
 
-_write_named_npz = _named(_save_npz)
-
-
 def _write_npz(request: Request) -> str:
     """A params file (the params format), or the named tensors of another format."""
     if request.fmt != PARAMS_FORMAT:
-        return _write_named_npz(request)
+        return _named(_save_npz)(request)
     config = request.config
     write_params_file(request.path, request.tensors[PARAMS_FORMAT], config)
     return f"a params file (params and configuration: cudnn_rnn.{layer_class_name(config)}.load reads it)"
@@ -191,7 +174,7 @@ CONTAINERS: dict[str, Container] = {container.suffix: container for container in
     _TORCH_SAVE,
     replace(_TORCH_SAVE, suffix=PTH),
     Container(SAFETENSORS, _first("torch"), "a safetensors file", "safetensors.torch.load_file", "safetensors",
-              _named(_save_safetensors), default_loader=_STATE_DICT_LOADER),
+              _named(lambda path, tensors: write_bytes(path, encode(tensors))), default_loader=_STATE_DICT_LOADER),
     Container(KERAS, ("keras",), "a Keras 3 model", "keras.saving.load_model", "keras", _keras(False),
               writes_from=PARAMS_FORMAT),
     Container(KERAS_WEIGHTS, ("keras",), "a Keras 3 weights file", "keras.Model.load_weights", "hdf5", _keras(True),
@@ -268,18 +251,6 @@ def converted(found: FoundRNN, fmt: str, *, allow_approximation: bool = False) -
     return convert_between(found.fmt, fmt, found.tensors, config, allow_approximation=allow_approximation)
 
 
-def _check_format(container: Container, fmt: str | None) -> str:
-    if fmt is None:
-        return container.default
-    if fmt not in ANY_FORMAT:
-        raise ValueError(f"fmt must be None or one of {ANY_FORMAT}; got {fmt!r}")
-    if fmt not in container.formats:
-        held = " or ".join(repr(name) for name in container.formats)
-        raise ValueError(f"a {container.suffix} file is {container.description}, which holds the {held} format, "
-                         f"not {fmt!r}: choose another format, or a file name ending in {suffixes_for(fmt)}")
-    return fmt
-
-
 def suffixes_for(fmt: str) -> str:
     """The endings whose containers hold format ``fmt``, for messages: ``".npz or .pt or .pth or .safetensors"``."""
     return " or ".join(suffix for suffix, container in CONTAINERS.items() if fmt in container.formats)
@@ -315,7 +286,13 @@ def write_file(path: str | os.PathLike[str], rnn: Any, fmt: str | None = None, *
     if not isinstance(opset, int) or isinstance(opset, bool):
         raise TypeError(f"opset must be an int; got {type(opset).__name__} {opset!r:.40}")
     container = container_of(target)
-    fmt = _check_format(container, fmt)
+    fmt = container.default if fmt is None else fmt
+    if fmt not in ANY_FORMAT:
+        raise ValueError(f"fmt must be None or one of {ANY_FORMAT}; got {fmt!r}")
+    if fmt not in container.formats:
+        held = " or ".join(repr(name) for name in container.formats)
+        raise ValueError(f"a {container.suffix} file is {container.description}, which holds the {held} format, "
+                         f"not {fmt!r}: choose another format, or a file name ending in {suffixes_for(fmt)}")
     found = as_found(rnn)
     result = converted(found, container.writes_from or fmt, allow_approximation=allow_approximation)
     what = container.writer(Request(target, container, fmt, dict(result.value), found.config, time_major, opset))

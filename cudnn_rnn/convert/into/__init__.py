@@ -10,18 +10,13 @@ MODEL's kinds and the format of their RNNs are :data:`INTO_KINDS`; :func:`write_
 the RNN, which is otherwise the only one, or the only one of the converted RNN's shapes (Keras: as many
 layers as the network has).
 
-Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the
-members holding them): every other tensor and the rest of the file stay byte for byte, and
-MODEL itself is never written. A torch.save file may keep another tensor in bytes of the RNN's
-(weights tied to one of the RNN's, a view of one saved beside it), which would change with them:
-such a MODEL is refused, naming both tensors, unless ``change_shared=True`` lets the tensors that
-share the RNN's storage take its new values. Two of the RNN's own tensors may share storage only
-where their new values agree. (A safetensors file cannot share storage, nor can an HDF5 file.)
-
-The replaced tensors must have the shapes of MODEL's tensors: otherwise a one-line refusal names
-the first tensor that differs (a gate count, a direction, a size). Values are stored in MODEL's
-dtype, exactly or (with ``allow_approximation``) rounded. Before OUT takes its name, it is read
-back and the replaced tensors compared.
+Only the bytes of the replaced tensors change (and, in a zip archive, the checksums of the members
+holding them); MODEL itself is never written. A torch.save file may keep another tensor in bytes of
+the RNN's (tied weights, a view): such a MODEL is refused, naming both tensors, unless
+``change_shared=True`` lets them take the new values; two of the RNN's own tensors may share storage
+only where their new values agree. The replaced tensors must have MODEL's shapes (a refusal names
+the first that differs); values are stored in MODEL's dtype, exactly or (with ``allow_approximation``)
+rounded. Before OUT takes its name, it is read back and the replaced tensors compared.
 """
 
 from __future__ import annotations
@@ -121,8 +116,11 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
                              "use name=")
         target, slots = _keras_slots(model_path, kind.name, name, tensors, config.num_layers)
     writes, notes = _values(slots, tensors, allow_approximation)
-    if trail is not None and not change_shared:
-        _refuse_shared(model_path, trail, writes)
+    shared = shared_tensor(model_path, trail, list(writes)) if trail is not None and not change_shared else None
+    if shared is not None:
+        raise ValueError(f"tensor {shared[0]!r} of model {model_path!r} shares its storage with tensor {shared[1]!r} "
+                         "(tied weights, or a view), which would change with the RNN: pass change_shared=True to let "
+                         "the tensors that share the RNN's storage take its new values")
     members = sorted({stored.member for stored, _ in writes.values() if stored.member})
 
     def write(partial: str) -> None:
@@ -139,16 +137,12 @@ def write_into(model: str | os.PathLike[str], out: str | os.PathLike[str], rnn: 
 
 
 # ---- which tensors -------------------------------------------------------------------------------------------
-def _fits(found: FoundRNN, tensors: Mapping[str, np.ndarray]) -> bool:
-    return set(found.tensors) == set(tensors) and all(
-        tuple(found.tensors[name].shape) == tuple(tensors[name].shape) for name in tensors)
-
-
 def _pick_one(path: str, candidates: list[FoundRNN], tensors: Mapping[str, np.ndarray], option: str) -> FoundRNN:
     """The one candidate to replace: the only one, or the only one of the converted tensors' shapes."""
     if len(candidates) == 1:
         return candidates[0]
-    fitting = [found for found in candidates if _fits(found, tensors)]
+    fitting = [found for found in candidates if set(found.tensors) == set(tensors) and all(
+        tuple(found.tensors[name].shape) == tuple(tensors[name].shape) for name in tensors)]
     if len(fitting) == 1:
         return fitting[0]
     how = "none has" if not fitting else f"{len(fitting)} have"
@@ -186,16 +180,6 @@ def _torch_places(path: str, chosen: FoundRNN, key: str | None) -> tuple[tuple[s
         if name == first or name.startswith(f"{chosen.name}."):
             raise FileReadError(path, f"tensor {name!r} cannot be replaced in place: {why}")
     return mapping.trail, mapping.tensors
-
-
-def _refuse_shared(path: str, trail: tuple[str, ...], writes: Mapping[str, tuple[StoredTensor, np.ndarray]]) -> None:
-    """Refuse a torch.save MODEL in which another tensor shares storage with a replaced one, naming both."""
-    shared = shared_tensor(path, trail, list(writes))
-    if shared is not None:
-        mine, other = shared
-        raise ValueError(f"tensor {mine!r} of model {path!r} shares its storage with tensor {other!r} (tied "
-                         "weights, or a view), which would change with the RNN: pass change_shared=True to let "
-                         "the tensors that share the RNN's storage take its new values")
 
 
 def _keras_slots(path: str, kind: str, name: str | Sequence[str] | None, tensors: Mapping[str, np.ndarray],

@@ -8,6 +8,7 @@ zip member holding them stored, not compressed). The bytes a tensor's elements t
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 import zipfile
@@ -88,7 +89,8 @@ class StoredTensor(Extent):
         not an RNN's)."""
         itemsize = numpy_dtype(dtype).itemsize if itemsize is None else itemsize
         shape = tuple(int(size) for size in shape)
-        return cls(member, offset, shape, c_strides(shape, itemsize), itemsize, dtype, byteorder)
+        strides = tuple(itemsize * math.prod(max(size, 1) for size in shape[axis + 1:]) for axis in range(len(shape)))
+        return cls(member, offset, shape, strides, itemsize, dtype, byteorder)
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -101,15 +103,6 @@ class StoredTensor(Extent):
         view: np.ndarray = np.ndarray(self.shape, self.numpy_dtype, buffer=buffer, offset=self.offset,
                                       strides=self.strides)
         return view
-
-
-def c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
-    """The strides of a C-ordered array of ``shape``."""
-    strides, step = [], itemsize
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return tuple(reversed(strides))
 
 
 def patch(mapped: mmap.mmap, writes: Mapping[str, tuple[StoredTensor, np.ndarray]]) -> None:

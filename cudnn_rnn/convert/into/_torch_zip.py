@@ -2,17 +2,13 @@
 
     state_dicts(path) -> [StateDict(trail=("model",), tensors={"rnn.weight_ih_l0": StoredTensor(...), ...}), ...]
 
-``torch.save`` writes ``<top>/data.pkl`` and one stored member ``<top>/data/<key>`` per storage.
-Each tensor in the pickle is ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride,
-...)``, its storage the persistent id ``("storage", <dtype>Storage, key, location, numel)``: so
-the tensor's elements lie in member ``data/<key>`` from element ``offset`` on, ``stride``
-elements apart. The archive and its pickle are checked as the PyTorch reader checks them
-(``_torch_file.inspect_zip``). Every mapping of the pickle (a state_dict, or one inside a checkpoint dict,
-``SEARCH_DEPTH`` deep, as the reader searches) whose values include tensors is listed.
-
-Tensors may share a storage (tied weights, a view saved beside its base), and the pickle may name one
-tensor, or one mapping, in several places: :func:`shared_tensor` finds another tensor, anywhere in
-the pickle, whose elements share bytes with one of a mapping's tensors.
+``torch.save`` writes ``<top>/data.pkl`` and one stored member ``<top>/data/<key>`` per storage. Each tensor
+in the pickle is ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)``, its storage the
+persistent id ``("storage", <dtype>Storage, key, location, numel)``: its elements lie in member ``data/<key>``
+from element ``offset`` on, ``stride`` elements apart. The archive and its pickle are checked as the PyTorch
+reader checks them (``_torch_file.inspect_zip``); every mapping of tensors, ``SEARCH_DEPTH`` deep, is listed.
+:func:`shared_tensor` finds another tensor, anywhere in the pickle, whose elements share bytes with one of a
+mapping's (tied weights, a view saved beside its base, or the same tensor or mapping in several places).
 """
 
 from __future__ import annotations
@@ -89,6 +85,12 @@ def _rebuild_args(value: Pickled) -> tuple[Any, int, tuple[int, ...], tuple[int,
     return record, offset, shape, strides
 
 
+def _storage(record: Any, layout: Layout, mapped: mmap.mmap) -> tuple[zipfile.ZipInfo, int, int]:
+    """The member holding a storage record's elements, where they start, and their size in bytes (1: unknown)."""
+    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
+    return info, member_data_offset(mapped, info), STORAGE_ITEMSIZES.get(getattr(record[1], "name", ""), 1)
+
+
 def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
     """The bytes a pickled tensor of any type takes, all its storage's for a storage record met alone (or a
     tensor of an unknown kind, whose record is met inside it); None for anything else."""
@@ -96,8 +98,7 @@ def _extent(value: Any, layout: Layout, mapped: mmap.mmap) -> Extent | None:
     record = value.args[0] if tensor else value
     if not _is_record(record):
         return None
-    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
-    start, itemsize = member_data_offset(mapped, info), STORAGE_ITEMSIZES.get(getattr(record[1], "name", ""), 1)
+    info, start, itemsize = _storage(record, layout, mapped)
     parts = _rebuild_args(value) if tensor else None
     if parts is None:
         return Extent(info.filename, start, (info.compress_size,), (1,), 1)
@@ -119,11 +120,9 @@ def _tensor(value: Any, layout: Layout, mapped: mmap.mmap) -> StoredTensor | str
     dtype = STORAGE_DTYPES.get(storage)
     if dtype is None:
         return f"its storage is {storage or record[1]!s:.40}, not a float type"
-    info = layout.members[f"{layout.top}/data/{record[2]}"]  # (inspect_zip found every storage record's member)
+    info, start, itemsize = _storage(record, layout, mapped)
     if info.compress_type != zipfile.ZIP_STORED:
         return "its storage is compressed in the archive"
-    itemsize = STORAGE_ITEMSIZES[storage]
-    start = member_data_offset(mapped, info)
     stored = StoredTensor(info.filename, start + offset * itemsize, shape, tuple(s * itemsize for s in strides),
                           itemsize, dtype)
     low, high = stored.span()

@@ -15,13 +15,11 @@ hold, before its reader runs, naming what to do instead. Anything that goes wron
 out as :class:`FileReadError` (a ValueError), one line, naming the file; a reader never unpickles unless
 ``trust_pickle=True``, and checks declared sizes before reading data (see :mod:`._found`).
 
-Each format is read by its framework's own reader: h5py for Keras and HDF5 files, TensorFlow's
-checkpoint reader, ``onnx`` (with its reference evaluator folding constant subgraphs), ``torch.load``
-and ``np.load``; those that can crash, loop or allocate without bound on a hostile file run in a
-child process (:mod:`._child`). Hand-written parsing stays where no reader of the format's own does
-the job: the zip members and pickles of PyTorch files (:mod:`._zip`, :mod:`._pickle_inspector`),
-inspected before ``torch.load`` and written into (``convert.into``) without being unpickled; and the
-safetensors layout (``cudnn_rnn.files``), which checkpoints write and read with NumPy alone.
+Each format is read by its framework's own reader (h5py, TensorFlow's checkpoint reader, ``onnx``,
+``torch.load``, ``np.load``), those that can crash, loop or allocate without bound on a hostile file
+in a child process (:mod:`._child`). Parsing is hand-written only for the zip members and pickles of
+PyTorch files (:mod:`._zip`, :mod:`._pickle_inspector`), inspected before ``torch.load`` and written
+into without being unpickled, and for the safetensors layout (``cudnn_rnn.files``).
 """
 
 from __future__ import annotations
@@ -149,7 +147,11 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     given = {"key": key is not None, "prefix": prefix is not None, "trust_pickle": trust_pickle}
     for option in OPTION_USES:
         if given[option] and option not in kind.options:
-            raise FileReadError(path, _refusal(option, kind))
+            instead = ("nothing in it is unpickled: leave trust_pickle= out" if option == "trust_pickle" else
+                       f"{kind.naming}: pick one by its name with names=[NAME] (the names are listed by cudnn-rnn "
+                       "inspect)")
+            raise FileReadError(path, f"{option}= applies to {OPTION_USES[option]}, not to {kind.description}; "
+                                      f"{instead}")
     try:
         found = kind.read(path, kind.name, ReadOptions(key=key, prefix=prefix, trust_pickle=trust_pickle, fmt=fmt))
     except (FileReadError, TypeError):
@@ -168,27 +170,16 @@ def read_file(path: str | os.PathLike[str], *, key: str | None = None, prefix: s
     return found
 
 
-def _refusal(option: str, kind: FileKind) -> str:
-    """Why ``kind`` does not take ``option``, and what to do instead."""
-    instead = ("nothing in it is unpickled: leave trust_pickle= out" if option == "trust_pickle" else
-               f"{kind.naming}: pick one by its name with names=[NAME] (the names are listed by cudnn-rnn inspect)")
-    return f"{option}= applies to {OPTION_USES[option]}, not to {kind.description}; {instead}"
-
-
 # ---- choosing and stacking --------------------------------------------------------------------------
-_TORCH_LAYER = re.compile(r"_l(\d+)")
-
-
 def _shift_layer(name: str, offset: int) -> str:
     """A torch tensor name with its layer index moved up by ``offset``: ``weight_ih_l0`` -> ``weight_ih_l2``."""
-    return _TORCH_LAYER.sub(lambda match: f"_l{int(match.group(1)) + offset}", name)
+    return re.sub(r"_l(\d+)", lambda match: f"_l{int(match.group(1)) + offset}", name)
 
 
 def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     """Consecutive RNNs as one multi-layer network (layer i's input is layer i-1's output).
 
-    Each must convert to cuDNN params exactly and stack on the one before, as :func:`stack_problem`
-    says.
+    Each must convert to cuDNN params exactly and stack on the one before (:func:`stack_problem`).
 
     Args:
         found: the RNNs, first layer first (each with every question answered).
@@ -208,7 +199,6 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
     if len(found) == 1:
         return found[0]
     configs = [item.config for item in found]
-    first = configs[0]
     for previous, item in zip(found, found[1:]):
         problem = stack_problem(previous, item, found[0], conversions=False)
         if problem:
@@ -219,8 +209,7 @@ def stack(found: Sequence[FoundRNN]) -> FoundRNN:
             tensors[_shift_layer(name, offset)] = value
         notes += [f"{item.name}: {note}" for note in item.notes]
         offset += config.num_layers
-    fields = {name: getattr(first, name) for name in CONFIG_FIELDS}
-    fields["num_layers"] = offset
+    fields = {**{name: getattr(configs[0], name) for name in CONFIG_FIELDS}, "num_layers": offset}
     return FoundRNN(name="+".join(item.name for item in found),
                     source=f"{len(found)} stacked layers ({', '.join(item.source for item in found)})",
                     fmt="torch", tensors=tensors, fields=fields, notes=tuple(notes),
@@ -235,11 +224,10 @@ def stack_problem(below: FoundRNN, above: FoundRNN, first: FoundRNN | None = Non
                   conversions: bool = True) -> str | None:
     """Why ``above`` cannot be stacked on ``below`` by :func:`stack` (None: it can), as far as the file tells.
 
-    Fields that a file leaves as questions without a default are not compared: the answer will
-    decide. ``first`` is the stack's first layer, whose shared fields (mode, units, projection,
-    direction, dtype) every layer must have (``below`` when None). With ``conversions``, a layer
-    that converts to cuDNN params only approximately, or not at all, is a problem too (as
-    :func:`stack` finds when it converts them).
+    Fields that a file leaves as open questions are not compared. ``first`` is the stack's first layer,
+    whose shared fields (mode, units, projection, direction, dtype) every layer must have (``below``
+    when None). With ``conversions``, a layer that converts to cuDNN params only approximately, or not
+    at all, is a problem too.
 
     Returns:
         The reason in a few words ("rnn_mode is 'gru', the first layer's is 'lstm'"), or None.
@@ -283,8 +271,7 @@ def choose(found: Sequence[FoundRNN], names: Sequence[str] = (), *, stack_all: b
            hints: Mapping[str, Any] | None = None) -> FoundRNN:
     """The one RNN a conversion should take from a file's ``found`` list, with ``hints`` applied.
 
-    RNNs to be stacked get their questions answered first, and the stacked network is checked
-    as a whole.
+    RNNs to be stacked get their questions answered first, then the stacked network is checked.
 
     Args:
         found: what :func:`read_file` returned.

@@ -26,28 +26,20 @@ no answer within the time limit     FileReadError "reading it did not finish in 
                                     module and, in a new child, the Reader's ``imports`` included)
 ==================================  =============================================================
 
-Each read bounds the growth of the child's data segment (``RLIMIT_DATA``: its heap and private
-mappings) to MEMORY_BYTES plus MEMORY_PER_FILE_BYTE times the file's size, counted from what the
-child holds once the imports are done; the soft limit goes back to the inherited hard limit after
-answering. A file that declares an absurd size so fails with a MemoryError instead of exhausting the
-machine; a child that holds more than a read's share after answering is not kept, so that leftovers
-cannot add up. A reader then checks only what its user must be told (data its file does not store),
-not what would make its library allocate, crash or loop.
+Each read bounds the growth of the child's data segment (``RLIMIT_DATA``) to MEMORY_BYTES plus
+MEMORY_PER_FILE_BYTE times the file's size, counted from what the child holds once the imports are
+done, so a file that declares an absurd size fails with a MemoryError instead of exhausting the
+machine; a child that holds more than a read's share after answering is not kept. A reader then
+checks only what its user must be told, not what would make its library allocate, crash or loop.
 
-A ``Reader(warm=True)`` keeps its child between reads, so that a process pays its ``imports``
-(TensorFlow's: about 5 s) once: one idle child per Reader, taken by a read and given back after it;
-a read that finds none (the first, or one while another thread reads) starts its own, and the
-second to give back ends its child. The others' children serve one read. An idle child ends when
-its pipe closes (this process's exit, however it ends); at exit this process kills those left, and
-a read that outlives twice its time limit by a minute ends by SIGALRM, so that no child outlives
-its caller. The child ignores SIGINT (the caller, interrupted, ends it).
+A ``Reader(warm=True)`` keeps one idle child between reads, so that a process pays its ``imports``
+(TensorFlow's: about 5 s) once; a read that finds none (the first, or one while another thread
+reads) starts its own. No child outlives its caller: an idle one ends when its pipe closes, those
+left are killed at exit, and a read that outlives twice its time limit by a minute ends by SIGALRM.
 
-The child is started with :mod:`subprocess`, never forked (unsafe in a process with threads or a
-CUDA context: Python 3.12 warns), and runs only this module, never the caller's ``__main__``
-(multiprocessing's spawn and forkserver children import it again, re-running a script's top level).
-The cost is a new interpreter importing numpy, this package and h5py: a small ``.keras`` file reads
-in about 0.35 s on two cores, where a forked child took 0.03 s. Where there is no POSIX
-``subprocess`` to hand the child a pipe (Windows), ``work`` runs in this process, without bounds.
+The child is started with :mod:`subprocess`, never forked (unsafe with threads or a CUDA context),
+and runs only this module, never the caller's ``__main__`` (as multiprocessing's spawn would).
+Without POSIX ``subprocess`` (Windows), ``work`` runs in this process, without bounds.
 """
 
 from __future__ import annotations

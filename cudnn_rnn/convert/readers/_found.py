@@ -11,10 +11,8 @@ fields the file tells, and a :class:`Question` for each field it cannot tell::
     found.to_params()                        # Converted(params, approximations)
 
 Every message is one line (:func:`one_line`), names the file, tensor or node at fault, and says
-what to do, naming Python arguments as a call spells them (``rnn_mode='rnn_tanh'``,
-``num_units=NUM_UNITS``; the ``cudnn-rnn`` command spells them as its flags). Declared sizes are
-checked against what the file can hold before anything is read (:func:`check_declared_size`), so
-a hostile header never makes a reader allocate it.
+what to do, naming Python arguments as a call spells them (``num_units=NUM_UNITS``). Declared sizes
+are checked against what the file stores before anything is read (:func:`check_declared_size`).
 """
 
 from __future__ import annotations
@@ -110,15 +108,6 @@ def _argument(name: str, value: Any) -> str:
     return f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
 
 
-def ask_all(questions: Mapping[str, Question]) -> str:
-    """One sentence per reason: ``reason: pass field=VALUE, field='a' or field='b'``."""
-    by_reason: dict[str, list[str]] = {}
-    for name, question in questions.items():
-        by_reason.setdefault(question.reason, []).append(name)
-    return "; ".join(f"{reason}: pass {', '.join(questions[name].options(name) for name in names)}"
-                     for reason, names in by_reason.items())
-
-
 @dataclass(frozen=True)
 class ReadOptions:
     """How to read a file, beyond what its content says: :func:`~cudnn_rnn.convert.read_file`'s options."""
@@ -127,10 +116,6 @@ class ReadOptions:
     prefix: str | None = None
     trust_pickle: bool = False
     fmt: str | None = None
-
-
-def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
 
 
 @dataclass(frozen=True)
@@ -175,9 +160,8 @@ class FoundRNN:
         unknown = (set(self.fields) | set(self.questions)) - set(CONFIG_FIELDS)
         if unknown:
             raise ValueError(f"fields and questions must be among {CONFIG_FIELDS}; got {sorted(unknown)}")
-        object.__setattr__(self, "tensors", _frozen(self.tensors))
-        object.__setattr__(self, "fields", _frozen(self.fields))
-        object.__setattr__(self, "questions", _frozen(self.questions))
+        for name in ("tensors", "fields", "questions"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name) or {})))
         object.__setattr__(self, "notes", tuple(self.notes))
         object.__setattr__(self, "parts", tuple(self.parts))
 
@@ -228,9 +212,14 @@ class FoundRNN:
             ValueError: a field the file cannot tell was not given (naming the argument to pass), or
                 the fields do not form a valid configuration.
         """
-        open_questions = {name: question for name, question in self.questions.items() if question.default is None}
-        if open_questions:
-            raise ValueError(f"{self.name} ({self.source}): {ask_all(open_questions)}")
+        by_reason: dict[str, list[str]] = {}  # the open questions, one sentence per reason
+        for name, question in self.questions.items():
+            if question.default is None:
+                by_reason.setdefault(question.reason, []).append(name)
+        if by_reason:
+            raise ValueError(f"{self.name} ({self.source}): " + "; ".join(
+                f"{reason}: pass {', '.join(self.questions[name].options(name) for name in names)}"
+                for reason, names in by_reason.items()))
         fields = known_fields(self)
         missing = [name for name in CONFIG_FIELDS if name not in fields]
         if missing:
@@ -282,17 +271,12 @@ class FoundRNN:
         ``"refused: ..."`` (why not) or ``"needs: ..."`` (the arguments to pass)."""
         if self.refusal:
             return f"refused: {self.refusal}"
-        if not self.complete:
-            try:
-                _ = self.config  # evaluated for the ValueError it raises
-            except ValueError as error:
-                return "needs: " + str(error).split(": ", 1)[-1]
         try:
-            self.to_params()
+            self.to_params()  # (incomplete: its config's ValueError names the arguments to pass)
         except InexactConversionError as error:
             return "approximate: " + str(error).split(" Pass allow_approximation")[0]
         except (TypeError, ValueError) as error:
-            return f"refused: {one_line(error)}"
+            return f"refused: {one_line(error)}" if self.complete else "needs: " + str(error).split(": ", 1)[-1]
         return "exact"
 
     def describe(self) -> str:
