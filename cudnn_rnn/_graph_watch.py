@@ -1,17 +1,10 @@
-"""What a CUDA graph freezes of the op calls it records, and the host check that a replay still fits::
+"""What a CUDA graph freezes of the op calls it records, and the host check that a replay still fits.
 
-    with recording() as frozen:       # cudnn_rnn.cuda_graph, around the run it records
-        step()                        # each op call on CuPy arrays reports saw_call(sequence_lengths, input)
-    frozen.change()                   # None while the watched objects hold what was recorded, else what changed
-
-A graph replays the lengths and shapes it was recorded with, whatever the caller's arrays hold by
-then (why: :mod:`cudnn_rnn.cuda_graph`). A :class:`Frozen` keeps the objects the recorded calls were
-given (the caller's own ``sequence_lengths`` object and ``input`` array) with a copy of the lengths'
-values and the input's shape, and compares them on the host when asked: a few comparisons of [B]
-integers, no device work and no synchronisation.
-
-The ops and layers report here; ``cuda_graph`` records and checks. This module imports no CuPy
-and nothing of the backends: it sits in the ops' layer, beside ``cuda_graph``.
+A graph replays the lengths and shapes it was recorded with (why: :mod:`cudnn_rnn.cuda_graph`). While
+``cuda_graph`` records inside :func:`recording`, each op call on CuPy arrays reports :func:`saw_call`; the
+:class:`Frozen` keeps the caller's own ``sequence_lengths`` object and ``input`` array with a copy of the
+lengths and the shape, and its ``change()`` compares them on the host: no device work, no synchronisation.
+This module imports no CuPy and nothing of the backends.
 """
 
 from __future__ import annotations

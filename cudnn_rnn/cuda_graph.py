@@ -14,19 +14,17 @@
     lengths[...] = other_lengths   # in place: the graph watches the array the step passes
     graph.replay()                 # new lengths: the step runs eagerly now, and is recorded for them
 
-Lengths and shapes. cuDNN takes the sequence lengths from host memory when a call is enqueued,
-so a graph freezes the lengths, and the shapes, of the run it recorded. That run watches what
-each op call on CuPy arrays was given: the ``sequence_lengths`` object as passed (a NumPy array,
-or the list given to a layer) and the ``input`` array. Every :meth:`CapturedStep.replay` first
-checks on the host, with no device work and no wait, that they still hold the recorded lengths
-and shapes. If not, it raises ValueError (``on_new_lengths="raise"``, the default), or
-(``"recapture"``) runs the step eagerly, which is this replay's work (with a new cuDNN plan's upload
-if the lengths are new to the backend too), and records one more graph for the new lengths, which
-this replay does not launch; a later replay with any lengths recorded before launches that graph,
-and the ``max_graphs`` most recently used graphs are kept (one dropped goes with its memory pool).
-The watch sees changes made in place (``lengths[...] = ...``); a step that builds its lengths array
-anew on every call, or a name rebound to another array, is not seen: the graph replays what it
-recorded. CuPy ``sequence_lengths`` are refused while recording (they are read back to the host).
+Lengths and shapes. cuDNN takes the sequence lengths from host memory when a call is enqueued, so a
+graph freezes the lengths, and the shapes, of the run it recorded. That run watches what each op call on
+CuPy arrays was given: the ``sequence_lengths`` object as passed (a NumPy array, or the list given to a
+layer) and the ``input`` array. Every :meth:`CapturedStep.replay` first checks on the host, with no device
+work and no wait, that they still hold the recorded lengths and shapes. If not, it raises ValueError
+(``on_new_lengths="raise"``, the default), or (``"recapture"``) runs the step eagerly as this replay's work
+and records one more graph for the new lengths, which later replays with those lengths launch; the
+``max_graphs`` most recently used graphs are kept (one dropped goes with its memory pool). The watch sees
+changes made in place (``lengths[...] = ...``), not a lengths array built anew on every call or a name
+rebound to another array: the graph replays what it recorded. CuPy ``sequence_lengths`` are refused while
+recording (they are read back to the host).
 
 What a step may do: enqueue device work on arrays that outlive it (inputs, params, gradients and
 optimiser state updated in place with ``a[...] = ...``), with host ``sequence_lengths`` (NumPy).

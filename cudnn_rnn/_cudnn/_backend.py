@@ -1,8 +1,5 @@
-"""The cuDNN backend: cudnn_rnn.ops's backend interface on CuPy arrays, through cuDNN 9::
-
-    forward(config, x, h0, c0, params, lengths, *, is_training, time_major, out=None) -> (y, hy, cy, reserve)
-    backward(config, x, h0, c0, params, lengths, y, dy, dhy, dcy, reserve, *, time_major, out=None,
-             params_grad=None) -> (dx, dh0, dc0, dparams)
+"""The cuDNN backend: cudnn_rnn.ops's backend interface (:func:`forward`, :func:`backward`,
+:func:`reserve_elements`) on CuPy arrays, through cuDNN 9.
 
 Shapes: those of :func:`cudnn_rnn.cudnn_rnn_v3`'s table, with the states always [L*D, B, X] (c0, cy,
 dcy None but for LSTM), ``lengths`` host int32 [B] and ``reserve`` [header | cuDNN reserve bytes] of
@@ -18,7 +15,7 @@ are a ValueError) and on CuPy's current stream of that GPU. The call finds the c
 handle, network and plan for its device in ``_cache`` (binding the handle to the stream, then
 building what is missing), and makes three short cuDNN calls at most: cudnnRNNForward, then in
 backprop cudnnRNNBackwardData_v8 and cudnnRNNBackwardWeights_v8 (ADD into ``params_grad``, or into a
-zeroed buffer). The package's docstring lists the backend's other modules, each importing only those after it.
+zeroed buffer).
 
 No host synchronisation. A call never waits for the device: a new plan uploads its block
 without waiting (CuPy stages it in pinned memory), the reserve header is a device-to-device copy
@@ -34,8 +31,7 @@ What cuDNN refuses or leaves open is handled here:
   straight to dh0/dc0.
 * Padding is never read: unless :data:`CUDNN_IGNORES_PADDING`, x and dy reach cuDNN with every
   position t >= len[b] set to 0 by one select (NaN and inf there included).
-* Arrays on different GPUs raise ValueError; non-contiguous arrays are made contiguous; a params
-  buffer of the wrong size raises ValueError.
+* Non-contiguous arrays are made contiguous; a params buffer of the wrong size raises ValueError.
 
 Dropout masks come from the network's RNG state, rewound to the call's seed before every training
 forward of an op call, or restored from a layer's own advancing RNG (``_cache``,
@@ -56,7 +52,7 @@ from ._cache import BatchPlan, Network, thread_context
 from ._dropout_rng import DropoutRNG
 from ._lib import ForwardMode, WgradMode
 from ._settings import check_dtype_supported
-from ._streams import copy, import_cupy, use
+from ._streams import copy, import_cupy
 
 __all__ = ["forward", "backward", "reserve_elements", "RESERVE_SURVIVES_BACKWARD", "CUDNN_IGNORES_PADDING"]
 
@@ -133,7 +129,7 @@ def _begin(config: RNNConfig, training: bool, device_id: int, x: Any, params: An
         expected = network.weight_space_size // params.itemsize
         raise ValueError(f"params must have {expected} elements for this configuration (cuDNN's weight space); "
                          f"got {params.size}")
-    use(plan.buffers, stream)
+    plan.buffers.use(stream)
     return stream, handle, network, plan
 
 
@@ -152,16 +148,13 @@ def reserve_elements(config: RNNConfig, max_time: int, batch: int, time_major: b
         lengths = np.full(batch, max_time, dtype=np.int32)
         _, plan = thread_context(device_id).network_and_plan(config, True, stream, max_time, batch, time_major,
                                                              lengths)
-        itemsize = numpy_dtype(config.dtype).itemsize
-        return _reserve.header_elements(numpy_dtype(config.dtype)) + -(-plan.reserve_size // itemsize)
+        dtype = numpy_dtype(config.dtype)
+        return _reserve.header_elements(dtype) + -(-plan.reserve_size // dtype.itemsize)
 
 
 def _without_padding(values: Any, plan: BatchPlan) -> Any:
-    """x or dy ([T, B, F] or [B, T, F]) as cuDNN must see it: every padded position set to 0.
-
-    A select (NaN and inf go too), made when a row has length 0 (cuDNN runs it for one step) and,
-    unless CUDNN_IGNORES_PADDING, whenever a row is padded; else ``values`` itself.
-    """
+    """x or dy ([T, B, F] or [B, T, F]) with every padded position set to 0 by a select, when a row has
+    length 0 (cuDNN runs it for one step) and, unless CUDNN_IGNORES_PADDING, whenever a row is padded."""
     if plan.valid is None or (CUDNN_IGNORES_PADDING and plan.zero_rows is None):
         return values
     return import_cupy().where(plan.valid, values, plan.zero)

@@ -4,18 +4,11 @@
     Network    a NetworkKey            RNN descriptor, dropout descriptor and its RNG state
     BatchPlan  (T, B, layout, lengths) descriptors, sizes and one device block (its docstring says which)
 
-    context = thread_context(device_id)                    (with device_id current)
-    network, plan = context.network_and_plan(config, training, stream, max_time, batch, time_major, lengths)
-    clear_caches(); cache_info()
-
-Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context,
-:data:`PLAN_CACHE_SIZE` plans per network) that owns and closes what it evicts;
-:func:`clear_caches` closes everything of the calling thread. Every cuDNN object is destroyed
-with its own GPU current, also when the garbage collector frees it. A new network checks the
-params layout against cuDNN once (``_weight_space``); a new plan uploads its block without
-waiting (``_backend``'s module docstring: no host synchronisation). How a network's dropout state is
-set before a training forward: :class:`_DropoutState`; which algorithm a call's network runs, and
-what a refusal does: :meth:`_Context.network_and_plan`.
+Each cache is a bounded LRU (:data:`NETWORK_CACHE_SIZE` networks per context, :data:`PLAN_CACHE_SIZE` plans
+per network) that closes what it evicts; :func:`clear_caches` closes everything of the calling thread. Every
+cuDNN object is destroyed with its own GPU current, also by the garbage collector. A new network checks the
+params layout against cuDNN once (``_weight_space``); a new plan uploads its block without waiting. Dropout
+state: :class:`_DropoutState`; the algorithm a call runs and what a refusal does: :meth:`_Context.network_and_plan`.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
@@ -37,7 +30,7 @@ from ._descriptors import (DropoutDescriptor, Handle, LRUCache, Resource, RNNDat
 from ._dropout_rng import DropoutRNG, device_identity
 from ._lib import ForwardMode, MathType
 from ._settings import DATA_LAYOUTS, PRECISIONS, choose_algo, current_math_type, rnn_fields
-from ._streams import DeviceBuffers, copy, device_scope, import_cupy, use
+from ._streams import DeviceBuffers, copy, device_scope, import_cupy
 from ._weight_space import layout_differences
 
 __all__ = ["NETWORK_CACHE_SIZE", "PLAN_CACHE_SIZE", "NetworkKey", "Network", "BatchPlan", "thread_context",
@@ -48,39 +41,25 @@ PLAN_CACHE_SIZE = 32     # per network
 
 _D = TypeVar("_D", bound=Resource)
 
-#: where :meth:`_HostBlock.add` placed an array: (byte offset, dtype, shape)
-_Place = tuple[int, np.dtype, tuple[int, ...]]
+_ALIGN = 16  # bytes: where each part of a plan's device block begins
 
 
-class _HostBlock:
-    """Host arrays packed into one uint8 buffer, each at a 16-byte boundary, for one upload."""
-
-    ALIGN = 16
-
-    def __init__(self) -> None:
-        self._parts: list[tuple[int, np.ndarray]] = []
-        self._size = 0
-
-    def add(self, array: np.ndarray) -> _Place:
-        """Append ``array``; returns where it sits (for :meth:`view`)."""
-        array = np.ascontiguousarray(array)
-        offset = self._size
-        self._parts.append((offset, array))
-        self._size = -(-(offset + array.nbytes) // self.ALIGN) * self.ALIGN
-        return offset, array.dtype, array.shape
-
-    def bytes(self) -> np.ndarray:
-        packed = np.zeros(max(self._size, self.ALIGN), dtype=np.uint8)
-        for offset, array in self._parts:
-            packed[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
-        return packed
-
-    @staticmethod
-    def view(block: Any, where: _Place) -> Any:
-        """The part of the uploaded ``block`` that :meth:`add` placed at ``where``."""
-        offset, dtype, shape = where
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return block[offset:offset + size].view(dtype).reshape(shape)
+def _upload(arrays: Sequence[np.ndarray | None]) -> tuple[Any, list[Any]]:
+    """Host ``arrays`` packed into one uint8 block, each at an :data:`_ALIGN` boundary, uploaded with one
+    asynchronous copy: (the device block, a view of it per array, None for None)."""
+    parts = [None if array is None else np.ascontiguousarray(array) for array in arrays]
+    offsets, size = [], 0
+    for part in parts:
+        offsets.append(size)
+        if part is not None:
+            size = -(-(size + part.nbytes) // _ALIGN) * _ALIGN
+    packed = np.zeros(max(size, _ALIGN), dtype=np.uint8)
+    for offset, part in zip(offsets, parts):
+        if part is not None:
+            packed[offset:offset + part.nbytes] = part.reshape(-1).view(np.uint8)
+    block = import_cupy().asarray(packed)
+    return block, [None if part is None else block[offset:offset + part.nbytes].view(part.dtype).reshape(part.shape)
+                   for offset, part in zip(offsets, parts)]
 
 
 class _DropoutState:
@@ -89,14 +68,11 @@ class _DropoutState:
     cuDNN draws masks from ``working`` (device memory) and advances it. With p > 0, before each
     training forward, either
 
-    * :meth:`rewind` (an op call: its masks are a function of its seeds, the same on every call)
-      puts a seed's initial state back: a copy of ``pristine`` when the seed is the one set up last,
-      else the descriptor is re-seeded (cudnnSetDropoutDescriptor: cuRAND's state set-up, from TF's
-      64-bit seed) and a new pristine copy kept, so a loop whose seed changes reuses its
-      descriptors and plans;
-    * or :meth:`restore` (a layer's call) copies the layer's own advanced state in, and
-      :meth:`keep` copies it back out after the forward (``_dropout_rng``): no set-up but the
-      first on each GPU.
+    * :meth:`rewind` (an op call, whose masks depend only on its seeds) puts a seed's initial state
+      back: a copy of ``pristine`` for the seed set up last, else the descriptor is re-seeded (cuRAND's
+      set-up) and a new pristine copy kept, so a loop whose seed changes reuses descriptors and plans;
+    * or :meth:`restore` (a layer's call) copies the layer's own advanced state in, and :meth:`keep`
+      copies it back out after the forward (``_dropout_rng``).
 
     Both halves live in one block; ``buffers`` orders the streams that use it.
     """
@@ -122,7 +98,7 @@ class _DropoutState:
         """Put the initial RNG state of ``seed`` in place, in order on ``stream`` (the handle's stream)."""
         if self.buffers is None:
             return
-        use(self.buffers, stream, exclusive=True)
+        self.buffers.use(stream, exclusive=True)
         if seed == self.descriptor.seed:
             copy(self.working, self.pristine, stream)
         else:
@@ -137,7 +113,7 @@ class _DropoutState:
         if states is None:
             self.rewind(handle, stream, seed)  # cuRAND's set-up: once per layer and GPU
             return
-        use(self.buffers, stream, exclusive=True)
+        self.buffers.use(stream, exclusive=True)
         copy(self.working, states, stream)
 
     def keep(self, stream: Any, rng: DropoutRNG) -> None:
@@ -155,13 +131,12 @@ class _DropoutState:
 class BatchPlan:
     """Everything one batch shape (T, B, layout, lengths) of a network needs: descriptors, sizes, one device block.
 
-    cuDNN rejects length 0, so such rows run with length 1 (``zero_rows`` lists them for the
-    caller to patch). ``padded`` tells whether any row is shorter than T; then ``valid`` is the
-    mask t < len[b], [T, B, 1] (time-major) or [B, T, 1], and ``zero`` a 0-d zero of the dtype.
-    ``header`` is the header of this shape's reserves (``_reserve.header``: the cuDNN backend's
-    leaves the seeds out, so one plan serves every seed). ``dev_lengths`` (cuDNN's devSeqLengths),
-    ``zero_rows``, ``header``, ``valid`` and ``zero`` are views of one block uploaded with one
-    asynchronous copy on the stream that builds the plan.
+    cuDNN rejects length 0, so such rows run with length 1 (``zero_rows`` lists them for the caller
+    to patch). ``padded`` tells whether any row is shorter than T; then ``valid`` is the mask
+    t < len[b], [T, B, 1] (time-major) or [B, T, 1], and ``zero`` a 0-d zero of the dtype. ``header``
+    is this shape's reserve header (without seeds, so one plan serves every seed). ``dev_lengths``
+    (devSeqLengths), ``zero_rows``, ``header``, ``valid`` and ``zero`` are views of one block, uploaded
+    with one asynchronous copy on the stream that builds the plan.
     """
 
     def __init__(self, device_id: int, handle: int, network: "Network", max_time: int, batch: int,
@@ -188,7 +163,14 @@ class BatchPlan:
                 handle, rnn, ForwardMode.TRAINING, self.x_desc.pointer)
             self.c_pointer = (self.c_desc or self.h_desc).pointer
             self.padded = bool((lengths < max_time).any())
-            self._upload(device_id, config, max_time, batch, time_major, lengths, run_lengths, stream)
+            zero_rows = np.flatnonzero(lengths == 0).astype(np.int32)
+            valid = np.arange(max_time)[:, None] < lengths[None, :]  # [T, B]
+            header = _reserve.header(_reserve.ForwardKey("cudnn", config, max_time, batch, time_major, lengths))
+            block, views = _upload((run_lengths, zero_rows if zero_rows.size else None, header,
+                                    (valid if time_major else valid.T)[:, :, None] if self.padded else None,
+                                    np.zeros((), dtype=numpy_dtype(config.dtype))))
+            self.dev_lengths, self.zero_rows, self.header, self.valid, self.zero = views
+            self.buffers = DeviceBuffers(device_id, stream, block)
         except BaseException:
             self.close()
             raise
@@ -197,26 +179,6 @@ class BatchPlan:
         """Keep ``descriptor`` for :meth:`close` and return it."""
         self._descriptors.append(descriptor)
         return descriptor
-
-    def _upload(self, device_id: int, config: RNNConfig, max_time: int, batch: int, time_major: bool,
-                lengths: np.ndarray, run_lengths: np.ndarray, stream: Any) -> None:
-        """Build the device block (one asynchronous host-to-device copy on ``stream``) and its views."""
-        zero_rows = np.flatnonzero(lengths == 0).astype(np.int32)
-        valid = np.arange(max_time)[:, None] < lengths[None, :]  # [T, B]
-        reserve_key = _reserve.ForwardKey("cudnn", config, max_time, batch, time_major, lengths)
-        host = _HostBlock()
-        lengths_at = host.add(run_lengths)
-        zero_rows_at = host.add(zero_rows) if zero_rows.size else None
-        header_at = host.add(_reserve.header(reserve_key))
-        valid_at = host.add((valid if time_major else valid.T)[:, :, None]) if self.padded else None
-        zero_at = host.add(np.zeros((), dtype=numpy_dtype(config.dtype)))
-        block = import_cupy().asarray(host.bytes())
-        self.dev_lengths: Any = host.view(block, lengths_at)
-        self.zero_rows: Any = None if zero_rows_at is None else host.view(block, zero_rows_at)
-        self.header: Any = host.view(block, header_at)
-        self.valid: Any = None if valid_at is None else host.view(block, valid_at)
-        self.zero: Any = host.view(block, zero_at)
-        self.buffers = DeviceBuffers(device_id, stream, block)
 
     def close(self) -> None:
         """Close the descriptors and release the device block (idempotent)."""
@@ -367,14 +329,12 @@ def _started_by_python() -> bool:
 def _contexts() -> dict[int, _Context]:
     """The calling thread's contexts, by device.
 
-    Keyed by the thread's identity rather than held in a ``threading.local``: a thread that Python
-    did not start (XLA's workers, which call ``cudnn_rnn.jax``'s handler) gets a new Python thread
-    state, and so an empty ``threading.local``, at every call, which would build a handle and destroy
-    it (cudnnDestroy waits for the whole device) at every call. A Python thread's contexts are
-    dropped when it ends; those of the other threads (a pool's, which live as long as the process)
-    stay, for at most :data:`MAX_FOREIGN_THREADS` threads; one beyond that gets contexts that last for
-    one call, as if each call came from a new thread. An identity the system reuses belongs to a
-    thread that has ended, so no two live threads ever share a context.
+    Keyed by the thread's identity rather than held in a ``threading.local``: a thread that Python did not
+    start (XLA's workers, which call ``cudnn_rnn.jax``'s handler) gets an empty ``threading.local`` at every
+    call, which would build a handle and destroy it (cudnnDestroy waits for the whole device) every call. A
+    Python thread's contexts are dropped when it ends; those of the others (a pool's, as long-lived as the
+    process) stay, for at most :data:`MAX_FOREIGN_THREADS` threads, beyond which each call gets contexts of
+    its own. A reused identity belongs to a thread that has ended, so no two live threads share a context.
     """
     ident = threading.get_ident()
     contexts = _by_thread.get(ident)

@@ -1,23 +1,18 @@
 """cuDNN objects with one owner each, and the bounded cache that owns them.
 
-Every class here is built complete in its constructor (create + set) and never changes
-afterwards. ``close()`` frees it and is idempotent; a ``weakref.finalize`` backstop frees it
-if its owner forgets (there is no ``__del__``), and ``with`` closes it on exit. Nothing here
-touches a GPU by itself: creating a handle needs a device, setting a dropout descriptor needs
-a handle, everything else is host-side bookkeeping inside cuDNN.
+Every class here is built complete in its constructor (create + set) and never changes afterwards.
+``close()`` (or ``with``) frees it, idempotently; a ``weakref.finalize`` backstop frees it if its owner
+forgets. Only a handle needs a device, and a dropout descriptor a handle; the rest is host-side in cuDNN.
 
-An object made for a GPU is given that GPU as a ``device`` scope (a callable returning a
-context manager that makes it current, such as ``functools.partial(cupy.cuda.Device, 1)``), and
-is destroyed inside it: by ``close()`` or by the garbage collector, on whatever thread and with
-whatever device current at the time.
-
-:func:`live_counts` tells how many objects of each kind are alive, so tests can prove that a
-steady loop creates nothing new.
+An object made for a GPU is given a ``device`` scope (such as ``functools.partial(cupy.cuda.Device, 1)``)
+and is destroyed inside it, by ``close()`` or by the garbage collector, whatever thread or device is current.
+:func:`live_counts` lets tests prove that a steady loop creates nothing new.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import weakref
 from typing import Any, Callable, ContextManager, Generic, Hashable, Sequence, TypeVar
@@ -47,19 +42,16 @@ def live_counts() -> dict[str, int]:
 def _release(kind: str, pointer: int, destroy: Callable[[int], None], device: DeviceScope | None) -> None:
     with _live_lock:
         _live[kind] -= 1
-    if device is None:
-        destroy(pointer)
-        return
-    with device():
+    with device() if device is not None else contextlib.nullcontext():
         destroy(pointer)
 
 
 class Resource:
-    """Something that must be freed exactly once: a pointer plus the function that frees it.
+    """Something that must be freed exactly once: a pointer plus the function that frees it (inside ``device()``
+    when a device scope is given).
 
-    Subclasses create the object, finish setting it up, then call ``super().__init__`` (:meth:`_own`
-    does all three for a class named as its cuDNN type); if the setup fails the pointer is freed
-    (:meth:`_adopt`). ``destroy`` runs inside ``device()`` when a device scope is given.
+    Subclasses create the object, set it up, then call ``super().__init__``; :meth:`_own` does all three, and
+    frees the pointer if the setup fails (:meth:`_adopt`).
     """
 
     __slots__ = ("_pointer", "_finalizer", "__weakref__")
@@ -84,10 +76,11 @@ class Resource:
             raise
         return pointer
 
-    def _own(self, setup: Callable[[int], None], device: DeviceScope | None) -> None:
-        """``cudnnCreate<class name>`` set up by ``setup(pointer)`` (:meth:`_adopt`), owned from then on."""
-        kind = type(self).__name__
-        Resource.__init__(self, self._adopt(kind, setup), _destroyer(kind), device)
+    def _own(self, setup: Callable[[int], None], device: DeviceScope | None, kind: str | None = None) -> None:
+        """``cudnnCreate<kind>`` (default: the class name) set up by ``setup(pointer)`` (:meth:`_adopt`), owned
+        from then on."""
+        name = type(self).__name__ if kind is None else kind
+        Resource.__init__(self, self._adopt(name, setup), lambda pointer: _lib.destroy(name, pointer), device)
 
     @property
     def pointer(self) -> int:
@@ -121,17 +114,13 @@ class Handle(Resource):
 
     def __init__(self, device_id: int, device: DeviceScope | None = None) -> None:
         self.device_id = device_id
-        super().__init__(_lib.create(""), _destroyer(""), device)
+        self._own(lambda pointer: None, device, kind="")
 
     def bind(self, stream: int) -> int:
         """Point the handle at ``stream`` (a ``cudaStream_t`` address) and return the handle address."""
         pointer = self.pointer
         _lib.set_stream(pointer, stream)
         return pointer
-
-
-def _destroyer(kind: str) -> Callable[[int], None]:
-    return lambda pointer: _lib.destroy(kind, pointer)
 
 
 def packed_strides(dims: Sequence[int]) -> tuple[int, ...]:
@@ -172,10 +161,8 @@ class DropoutDescriptor(Resource):
     """A ``cudnnDropoutDescriptor_t`` set with cudnnSetDropoutDescriptor.
 
     With ``probability > 0`` cuDNN initialises the RNG ``states`` buffer (device memory of
-    :func:`_lib.dropout_states_size` bytes, owned by the caller) from ``seed`` on the
-    handle's current stream. With ``probability == 0`` no states are needed (address 0).
-    Probability and state buffer never change; :meth:`reseed` starts the states anew from
-    another seed.
+    :func:`_lib.dropout_states_size` bytes, owned by the caller) from ``seed`` on the handle's current
+    stream; with ``probability == 0`` no states are needed (address 0). Only :meth:`reseed` changes it.
     """
 
     __slots__ = ("probability", "seed", "states", "states_size")

@@ -1,26 +1,21 @@
-"""A layer's dropout RNG on cuDNN: seeded once per layer and GPU, then advancing from step to step::
+"""A layer's dropout RNG on cuDNN: seeded once per layer and GPU, then advancing from step to step.
 
-    rng = DropoutRNG()                     one per layer (layers.py); holds nothing before a GPU training forward
-    ops.forward_with_rng(..., dropout_rng=rng)   on cuDNN: the network's dropout state is restored from the
-                                           layer's (a device copy) before the forward and kept after it; the
-                                           first forward on a GPU seeds it from (seed, step) instead
-    rng.state() -> {"device": str, "states": uint8 [S]} | None    for the layer's state dict and checkpoints
-    rng.load(saved)                        the state of another run (where it is used: below)
+Each layer holds a :class:`DropoutRNG` (empty before its first GPU training forward). On cuDNN the network's
+dropout state is restored from it (a device copy) before a training forward and kept back in it after; the
+first forward on a GPU seeds it from (seed, step) instead. ``state()`` and ``load()`` carry it through the
+layer's state dict and checkpoints.
 
-Why: cudnnSetDropoutDescriptor sets up cuRAND's state over the whole buffer (S is a few MB), which
-PyTorch calls very expensive and does once per device; TensorFlow seeds once per kernel and lets
-the masks advance. Seeding at every step would pay that set-up every step, and a CUDA graph would
-replay the recorded seed (the same masks on every replay); with an RNG per layer, a step costs two
-device copies of S bytes and a replayed graph draws new masks, as eager steps do. The reference
-backend keeps its masks per (seed, step).
+Why: cudnnSetDropoutDescriptor sets up cuRAND's state over the whole buffer (a few MB), which PyTorch does
+once per device. Seeding at every step would pay that every step, and a CUDA graph would replay the recorded
+seed (the same masks on every replay); with an RNG per layer a step costs two device copies, and a replayed
+graph draws new masks, as eager steps do. The reference backend keeps its masks per (seed, step).
 
-The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and S). A
-loaded state is used as it is on the same GPU model and cuDNN (an exact resume); a state saved
-elsewhere is not used: the masks then start anew from (seed, step), deterministic but not those of
-the uninterrupted run (a warning says so).
+The states are cuRAND's, laid out for one GPU model by one cuDNN: ``device`` names both (and the size). A
+loaded state is used as it is on the same GPU model and cuDNN (an exact resume); one saved elsewhere is not:
+the masks start anew from (seed, step), deterministic but not those of the uninterrupted run (a warning says so).
 
-Every layer holds one, so this module imports nothing of the GPU's side: its methods that run on a
-GPU import ``_streams`` (and with it cuDNN's library) when first called.
+Every layer holds one, so this module imports nothing of the GPU's side: its GPU methods import ``_streams``
+(and with it cuDNN's library) when first called.
 """
 
 from __future__ import annotations
@@ -121,17 +116,15 @@ class DropoutRNG:
             copy_into(live.states, saved["states"])  # one copy, at the first forward after a load
         if live is None:
             return None
-        from ._streams import use
-
-        use(live.buffers, stream, exclusive=True)
+        live.buffers.use(stream, exclusive=True)
         return live.states
 
     def keep(self, device_id: int, device: str, working: Any, stream: Any) -> None:
         """After a training forward: the advanced state ``working`` (the network's) becomes the layer's."""
-        from ._streams import copy, use
+        from ._streams import copy
 
         live = self._live or self._adopt(device_id, device, working.shape, stream)
-        use(live.buffers, stream, exclusive=True)
+        live.buffers.use(stream, exclusive=True)
         copy(live.states, working, stream)
 
     def _adopt(self, device_id: int, device: str, shape: tuple[int, ...], stream: Any) -> _Live:

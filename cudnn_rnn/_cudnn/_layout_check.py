@@ -1,12 +1,7 @@
-"""The params layout table against cuDNN's own answer, on the current GPU (scripts/check_layout.py runs it)::
+"""The params layout table against cuDNN's own answer, on the current GPU (scripts/check_layout.py runs it).
 
-    check_layout_against_cudnn(config) -> the differences in words ([] when the table is right)
-    layout_check_configs()             -> the grid: every mode, 1-3 layers, both directions, ...
-    check_layout_grid(configs)         -> one GridResult per configuration; grid_summary(results)
-    cudnn_layout_facts()               -> LayoutAssumptions: what public sources leave open, as cuDNN answers
-
-Each check builds an uncached RNN descriptor on the calling thread's cached handle
-(:func:`_standalone_rnn`) and asks cuDNN where every matrix and bias sits (``_weight_space``).
+Each check builds an uncached RNN descriptor on the calling thread's cached handle (:func:`_standalone_rnn`)
+and asks cuDNN where every matrix and bias sits (``_weight_space``).
 """
 
 from __future__ import annotations

@@ -641,8 +641,6 @@ def get_tensor_nd(desc: int, max_dims: int = 8) -> tuple[DataType, tuple[int, ..
     return DataType(data_type.value), tuple(dims[:n]), tuple(strides[:n])
 
 
-
-
 @dataclass(frozen=True)
 class RNNDescriptorFields:
     """Every argument of cudnnSetRNNDescriptor_v8 after the descriptor itself."""
@@ -706,16 +704,13 @@ def _bytes_value(data_type: DataType, raw: bytes) -> float:
     return float(np.frombuffer(raw[:dtype.itemsize], dtype=dtype)[0])
 
 
-def _padding_bytes(data_type: DataType, value: float) -> Any:
-    # One value of dataType, in an 8-byte buffer (large enough for any type cuDNN may read).
-    return ctypes.create_string_buffer(_value_bytes(data_type, value).ljust(8, b"\0"), 8)
-
-
 def set_rnn_data_descriptor(desc: int, fields: RNNDataFields) -> None:
     """See ``cudnnSetRNNDataDescriptor`` (the lengths and padding value are host memory)."""
     f = fields
+    # paddingFill: one value of dataType, in an 8-byte buffer (large enough for any type cuDNN may read)
+    fill = ctypes.create_string_buffer(_value_bytes(f.data_type, f.padding_fill).ljust(8, b"\0"), 8)
     _call("cudnnSetRNNDataDescriptor", desc, f.data_type, f.layout, f.max_seq_length, f.batch_size,
-          f.vector_size, _int_array(f.seq_lengths), ctypes.cast(_padding_bytes(f.data_type, f.padding_fill), c_void_p))
+          f.vector_size, _int_array(f.seq_lengths), ctypes.cast(fill, c_void_p))
 
 
 def get_rnn_data_descriptor(desc: int, capacity: int) -> RNNDataFields:
@@ -726,10 +721,8 @@ def get_rnn_data_descriptor(desc: int, capacity: int) -> RNNDataFields:
     _call("cudnnGetRNNDataDescriptor", desc, ctypes.byref(data_type), ctypes.byref(layout), ctypes.byref(max_seq),
           ctypes.byref(batch), ctypes.byref(vector), capacity, lengths, ctypes.cast(fill, c_void_p))
     kind = DataType(data_type.value)
-    padding = _bytes_value(kind, fill.raw)
-    count = min(capacity, batch.value)
     return RNNDataFields(kind, RNNDataLayout(layout.value), max_seq.value, batch.value, vector.value,
-                         tuple(lengths[:count]), padding)
+                         tuple(lengths[:min(capacity, batch.value)]), _bytes_value(kind, fill.raw))
 
 
 def rnn_weight_params(handle: int, rnn: int, pseudo_layer: int, weight_space_size: int, weight_space: int,

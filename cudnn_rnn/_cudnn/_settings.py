@@ -108,9 +108,6 @@ DATA_LAYOUTS = {True: RNNDataLayout.SEQ_MAJOR_UNPACKED, False: RNNDataLayout.BAT
 #: algorithm name (config.ALGOS but "auto") -> cudnnRNNAlgo_t
 CUDNN_ALGOS: dict[str, RNNAlgo] = {algo.name.lower(): algo for algo in RNNAlgo}
 
-PersistentAlgo = Literal["persist_static", "persist_dynamic", "persist_static_small_h"]
-
-
 @dataclass(frozen=True)
 class AutoRule:
     """One case in which the GPU benchmark measured a persistent algorithm faster than the standard one.
@@ -120,7 +117,7 @@ class AutoRule:
     (persistent kernels are slow unless the batch is a multiple of 8 on most GPUs).
     """
 
-    algo: PersistentAlgo
+    algo: Literal["persist_static", "persist_dynamic", "persist_static_small_h"]
     rnn_modes: tuple[str, ...]
     dtypes: tuple[str, ...]
     max_num_units: int
@@ -129,7 +126,6 @@ class AutoRule:
     batch_multiple: int = 1
 
     def matches(self, config: RNNConfig, batch: int) -> bool:
-        """Whether a call of ``config`` on ``batch`` sequences falls in this rule."""
         return (config.rnn_mode in self.rnn_modes and config.dtype in self.dtypes
                 and config.num_units <= self.max_num_units and config.num_layers <= self.max_num_layers
                 and batch <= self.max_batch and batch % self.batch_multiple == 0)
@@ -142,20 +138,12 @@ AUTO_RULES: tuple[AutoRule, ...] = ()
 
 
 def choose_algo(config: RNNConfig, batch: int, uniform_lengths: bool, time_major: bool) -> str:
-    """The algorithm a call of ``config`` on ``batch`` sequences runs.
+    """The algorithm (a key of :data:`CUDNN_ALGOS`) a call of ``config`` on ``batch`` sequences runs.
 
-    Which calls a persistent algorithm runs: :data:`cudnn_rnn.config.PERSISTENT_ALGOS` (pytorch PR 73211
-    met NOT_SUPPORTED with mixed lengths); ``"auto"`` picks one only where the call already fits.
-
-    Args:
-        config: the call's configuration; its ``algo`` is used as it is unless it is ``"auto"``.
-        batch: B.
-        uniform_lengths: whether every sequence of the call has the same length, at least 1.
-        time_major: whether the call's data is time-major.
-
-    Returns:
-        A key of :data:`CUDNN_ALGOS`: for ``"auto"``, the first of :data:`AUTO_RULES` that the call
-        matches, where a persistent algorithm can run it; else ``"standard"``.
+    ``config.algo`` unless it is ``"auto"``; then the first of :data:`AUTO_RULES` that the call matches, where a
+    persistent algorithm can run it (:data:`cudnn_rnn.config.PERSISTENT_ALGOS`: without projection, time-major,
+    and ``uniform_lengths``, every length the same and >= 1; pytorch PR 73211 met NOT_SUPPORTED with mixed
+    lengths); else ``"standard"``.
     """
     if config.algo != "auto":
         return config.algo
@@ -165,6 +153,7 @@ def choose_algo(config: RNNConfig, batch: int, uniform_lengths: bool, time_major
         if rule.matches(config, batch):
             return rule.algo
     return "standard"
+
 
 TF32_ENV = "CUDNN_RNN_ALLOW_TF32"
 _tf32 = os.environ.get(TF32_ENV, "").strip().lower() in ("1", "true", "yes", "on")

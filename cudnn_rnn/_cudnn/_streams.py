@@ -1,16 +1,7 @@
-"""CuPy, devices and stream ordering for the cuDNN backend's cached device arrays::
+"""CuPy, devices and stream ordering for the cuDNN backend's cached device arrays.
 
-    import_cupy()                       CuPy, or CudnnNotAvailableError saying what to install
-    device_scope(device_id)             makes a GPU current: ``with device_scope(1)(): ...``
-    device_name(device_id)              the GPU's name, e.g. "NVIDIA H100 80GB HBM3"
-    external_stream(pointer, device_id) CuPy's stream for one another framework owns (XLA's, PyTorch's)
-    copy(destination, source, stream)   device-to-device, in order on ``stream``
-    buffers = DeviceBuffers(device_id, home_stream, *arrays)
-    use(buffers, stream[, exclusive])   order a use of them on ``stream`` (and keep them for a graph)
-    keeping_buffers_alive()             collects every array ``use`` sees while a CUDA graph is recorded
-
-A plan's block and a dropout state may be used from several streams of the thread: how they are
-ordered is :class:`DeviceBuffers`'s docstring.
+A plan's block and a dropout state may be used from several streams of the thread: :class:`DeviceBuffers`
+orders them, and :func:`keeping_buffers_alive` keeps them for a CUDA graph being recorded.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ from ..errors import CudnnNotAvailableError
 from . import _lib
 from ._descriptors import DeviceScope
 
-__all__ = ["import_cupy", "device_scope", "device_name", "external_stream", "copy", "DeviceBuffers", "use",
+__all__ = ["import_cupy", "device_scope", "device_name", "external_stream", "copy", "DeviceBuffers",
            "keeping_buffers_alive"]
 
 #: ``kept``: the list :func:`keeping_buffers_alive` collects into on this thread, if any
@@ -33,6 +24,7 @@ _local = threading.local()
 
 
 def import_cupy() -> Any:
+    """CuPy, or CudnnNotAvailableError saying what to install."""
     try:
         import cupy
     except ImportError as error:
@@ -115,7 +107,7 @@ class DeviceBuffers:
 
     def use(self, stream: Any, exclusive: bool = False) -> None:
         """Order a read on ``stream`` (the current stream of the arrays' device), or a read-write use after the
-        previous one (which waited for home)."""
+        previous one (which waited for home); keep the arrays for a CUDA graph being recorded."""
         if exclusive and stream.ptr != self._last.ptr:
             _wait(stream, self._last)
             self._last = stream
@@ -123,6 +115,9 @@ class DeviceBuffers:
             _wait(stream, self._home)
         if stream.ptr != self._home.ptr:
             self._users[stream.ptr] = stream
+        kept = getattr(_local, "kept", None)
+        if kept is not None:
+            kept.extend(self.arrays)
 
     def close(self) -> None:
         """Release the arrays (idempotent): home waits for the other streams, then they are dropped."""
@@ -139,17 +134,9 @@ def _release_buffers(device_id: int, home: Any, users: dict[int, Any], arrays: l
     arrays.clear()  # the last references: the memory returns to the pool after the waits
 
 
-def use(buffers: DeviceBuffers, stream: Any, exclusive: bool = False) -> None:
-    """Order a use of ``buffers`` on ``stream``, and keep them for a CUDA graph being recorded."""
-    buffers.use(stream, exclusive)
-    kept = getattr(_local, "kept", None)
-    if kept is not None:
-        kept.extend(buffers.arrays)
-
-
 @contextlib.contextmanager
 def keeping_buffers_alive() -> Iterator[list[Any]]:
-    """While inside (on this thread), the cached device arrays every call uses are also added to
+    """While inside (on this thread), the cached device arrays every :meth:`DeviceBuffers.use` sees are added to
     the yielded list, so that whoever holds the list keeps them: a CUDA graph recorded meanwhile
     reads them on every replay, even after their plan leaves the cache."""
     previous = getattr(_local, "kept", None)

@@ -1,15 +1,10 @@
-"""Where cuDNN puts each matrix and bias of an RNN descriptor's weight space, against the layout table::
+"""Where cuDNN puts each matrix and bias of an RNN descriptor's weight space, against the layout table.
 
-    cudnn_weights(handle, rnn, config) -> WeightSpace: bytes, {(pseudo-layer, linLayerID, kind): reported},
-                                          {(pseudo-layer, linLayerID, kind): cuDNN's status where it refused}
-    layout_differences(handle, rnn, config) -> the differences in words ([] when the table is right)
-
-What it asks and compares: :func:`cudnn_rnn.check_layout_against_cudnn`. cuDNN answers an absent
-entry with a NULL address; where it refuses a query instead, its status is kept and named wherever the table
-has that entry, so a systematic refusal (every query, say) shows as itself rather than as missing
-weights. Every new network of the backend runs this once (``_cache``), so that a params
-layout that disagrees with cuDNN fails loudly instead of computing garbage; ``_layout_check``
-runs it for any configuration.
+What it asks and compares: :func:`cudnn_rnn.check_layout_against_cudnn`. cuDNN answers an absent entry with a
+NULL address; where it refuses a query instead, its status is named wherever the table has that entry, so a
+systematic refusal shows as itself rather than as missing weights. Every new network of the backend runs
+this once (``_cache``), so that a params layout that disagrees with cuDNN fails loudly instead of computing
+garbage.
 """
 
 from __future__ import annotations
@@ -57,12 +52,11 @@ def cudnn_weights(handle: int, rnn: RNNDescriptor, config: RNNConfig) -> WeightS
                     continue  # the projection has no bias
                 asked = (desc.pointer, 0) if kind == "matrix" else (0, desc.pointer)
                 try:
-                    m_addr, b_addr = _lib.rnn_weight_params(handle, rnn.pointer, pseudo_layer, size, base, lin_id,
-                                                            *asked)
+                    addresses = _lib.rnn_weight_params(handle, rnn.pointer, pseudo_layer, size, base, lin_id, *asked)
                 except CudnnError as error:
                     refused[pseudo_layer, lin_id, kind] = f"{error.status_name} ({error.status})"
                     continue
-                address = m_addr if kind == "matrix" else b_addr
+                address = addresses[0 if kind == "matrix" else 1]
                 if address:
                     data_type, dims, _ = desc.read()
                     reported[pseudo_layer, lin_id, kind] = (address - base, data_type, dims)
