@@ -8,12 +8,11 @@ every array is updated in place, NumPy or CuPy alike.
 Each class's docstring gives its update rule (``g`` the gradient, ``p`` the parameter, ``t`` the
 1-based step count): PyTorch's ``torch.optim.SGD`` (dampening 0, no weight decay) and
 ``torch.optim.Adam`` (no weight decay, no amsgrad). Optimiser state is kept in at least
-float32, so float16 and bfloat16 parameters are updated from float32 moments (each step computes
-in float32 and rounds the parameters once).
+float32: each step computes in float32 and rounds float16 and bfloat16 parameters once.
 
-``state_dict()`` returns everything a step depends on, as plain values and lists of arrays
-(one per parameter array; the optimiser's own, not copies), and ``load_state_dict`` checks
-and restores it in place, hyperparameters included (as PyTorch does)::
+``state_dict()`` returns everything a step depends on (the state lists are the optimiser's own
+arrays, one per parameter array), and ``load_state_dict`` checks and restores it in place,
+hyperparameters included (as PyTorch does)::
 
     SGD:   {"kind": "SGD", "steps": t, "lr": ..., "momentum": ..., "nesterov": ..., "velocity": [v...]}
     Adam:  {"kind": "Adam", "steps": t, "lr": ..., "betas": [b1, b2], "eps": ...,
@@ -50,11 +49,6 @@ def _betas(name: str, value: object) -> tuple[float, float]:
     return (_unit_interval(f"{name}[0]", value[0]), _unit_interval(f"{name}[1]", value[1]))
 
 
-def _is_floating(dtype: DTypeLike) -> bool:
-    """NumPy's floating types, and bfloat16 (ml_dtypes' type, of NumPy kind "V")."""
-    return np.dtype(dtype).kind == "f" or np.dtype(dtype).name in DTYPES
-
-
 def _array_list(name: str, arrays: Sequence[Array], *, updated: bool = False) -> list[Array]:
     """Check a list of floating NumPy/CuPy arrays (writable ones where ``updated`` in place) and return it as a list."""
     if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Sequence):
@@ -63,7 +57,7 @@ def _array_list(name: str, arrays: Sequence[Array], *, updated: bool = False) ->
     for i, array in enumerate(arrays):
         if array_kind(array) is None:
             raise TypeError(f"{name}[{i}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
-        if not _is_floating(array.dtype):
+        if array.dtype.kind != "f" and array.dtype.name not in DTYPES:  # (bfloat16 is of NumPy kind "V")
             raise TypeError(f"{name}[{i}] must have a floating dtype; got {array.dtype}")
         if updated and array_kind(array) == "numpy" and not array.flags.writeable:
             raise ValueError(f"{name}[{i}] is read-only (a broadcast array, or a view of read-only memory), but it "
@@ -103,18 +97,6 @@ class _Optimizer:
                 zeros.append(array_module(p=p).zeros(p.shape, dtype=_state_dtype(p.dtype)))
         return zeros
 
-    def _checked(self, grads_list: Sequence[Array]) -> list[Array]:
-        grads = _array_list("grads_list", grads_list)
-        if len(grads) != len(self.params_list):
-            raise ValueError(f"grads_list must have one gradient per parameter array ({len(self.params_list)}); "
-                             f"got {len(grads)}")
-        for i, (p, g) in enumerate(zip(self.params_list, grads)):
-            if tuple(g.shape) != tuple(p.shape):
-                raise ValueError(f"grads_list[{i}] must have the shape of params_list[{i}], {tuple(p.shape)}; "
-                                 f"got {tuple(g.shape)}")
-            array_module(**{f"params_list[{i}]": p, f"grads_list[{i}]": g})
-        return grads
-
     def step(self, grads_list: Sequence[Array]) -> None:
         """Update every array of ``params_list`` in place from the matching gradient.
 
@@ -127,7 +109,15 @@ class _Optimizer:
                 the parameters.
             ValueError: a different number of gradients, or a gradient of another shape.
         """
-        grads = self._checked(grads_list)
+        grads = _array_list("grads_list", grads_list)
+        if len(grads) != len(self.params_list):
+            raise ValueError(f"grads_list must have one gradient per parameter array ({len(self.params_list)}); "
+                             f"got {len(grads)}")
+        for i, (p, g) in enumerate(zip(self.params_list, grads)):
+            if tuple(g.shape) != tuple(p.shape):
+                raise ValueError(f"grads_list[{i}] must have the shape of params_list[{i}], {tuple(p.shape)}; "
+                                 f"got {tuple(g.shape)}")
+            array_module(**{f"params_list[{i}]": p, f"grads_list[{i}]": g})
         self.steps += 1
         for i, (p, g) in enumerate(zip(self.params_list, grads)):
             with beside(p):  # the update's temporaries live on p's GPU, whichever is current
@@ -142,14 +132,12 @@ class _Optimizer:
 
     # -- state dict ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything a step depends on (see the module docstring for the keys).
-
-        Returns:
-            The kind, step count and hyperparameters as plain values, and the state lists (the
-            optimiser's own arrays, not copies).
-        """
+        """Everything a step depends on (the module docstring gives the keys): plain values (tuples as lists) and
+        the state lists (the optimiser's own arrays, not copies)."""
         state: dict[str, Any] = {"kind": type(self).__name__, "steps": self.steps}
-        state.update({name: _plain(getattr(self, name)) for name in self.hyperparameters})
+        for name in self.hyperparameters:
+            value = getattr(self, name)
+            state[name] = list(value) if isinstance(value, tuple) else value
         state.update({name: list(getattr(self, name)) for name in self.state_lists})
         return state
 
@@ -171,11 +159,8 @@ class _Optimizer:
 
     def state_loader(self, state: dict[str, Any], where: str = "state_dict") -> Callable[[], None]:
         """Check ``state`` as ``load_state_dict`` does, with its errors (``where`` names the source in their
-        messages), and return the function that loads it.
-
-        Nothing changes until the returned function runs, so several objects can be checked
-        before any is changed.
-        """
+        messages), and return the function that loads it: nothing changes until it runs, so several objects
+        can be checked before any is changed."""
         values = self.checked_state(state, where)
         lists = {name: self._checked_list(state[name], where, name, self._list_in_use(name, values))
                  for name in self.state_lists}
@@ -198,12 +183,8 @@ class _Optimizer:
     def checked_state(cls, state: Any, where: str = "state_dict") -> dict[str, Any]:
         """The hyperparameters of ``state`` by name, after checking everything that needs no parameters to compare
         with: kind, keys, step count, each hyperparameter (as the constructor checks it) and that each state list
-        is a list of arrays (empty when the hyperparameters use none). ``where`` names the source in the errors.
-
-        Raises:
-            ValueError: the first thing that is wrong, named: what ``load_state_dict`` refuses that needs
-                no parameters, and a state list that is not a list or should be empty.
-            TypeError: as ``load_state_dict``, or a state list entry that is not an array.
+        is a list of arrays (empty when the hyperparameters use none). ``where`` names the source in the errors,
+        which are ``load_state_dict``'s (a state list that is not a list, or should be empty: ValueError).
         """
         kind = cls.__name__
         expected = {"kind", "steps", *cls.hyperparameters, *cls.state_lists}
@@ -238,11 +219,10 @@ class _Optimizer:
         return True
 
     def _checked_list(self, arrays: Sequence[Array], where: str, name: str, in_use: bool) -> list[Array]:
-        """A state list that :meth:`checked_state` found to be a list of arrays, against ``params_list``."""
-        count = len(self.params_list) if in_use else 0
-        if len(arrays) != count:
-            raise ValueError(f"{where}[{name!r}] must be a list of {count} arrays (one per parameter array"
-                             f"{'' if in_use else ', none under these hyperparameters'}); got {len(arrays)}")
+        """A state list that :meth:`checked_state` passed (empty unless ``in_use``), against ``params_list``."""
+        if in_use and len(arrays) != len(self.params_list):
+            raise ValueError(f"{where}[{name!r}] must be a list of {len(self.params_list)} arrays (one per parameter "
+                             f"array); got {len(arrays)}")
         for i, (array, p) in enumerate(zip(arrays, self.params_list)):
             what = f"{where}[{name!r}][{i}]"
             if tuple(array.shape) != tuple(p.shape):
@@ -254,11 +234,6 @@ class _Optimizer:
         return list(arrays)
 
 
-def _plain(value: Any) -> Any:
-    """A hyperparameter as a JSON-ready value (tuples as lists)."""
-    return list(value) if isinstance(value, tuple) else value
-
-
 class SGD(_Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum.
 
@@ -267,9 +242,7 @@ class SGD(_Optimizer):
         v <- momentum * v + g
         p <- p - lr * (g + momentum * v)   if nesterov else   p <- p - lr * v
 
-    Methods (shared with :class:`Adam`): ``step(grads_list)`` updates every array in place;
-    ``state_dict()`` and ``load_state_dict(state)`` save and restore the step count, the
-    hyperparameters and the state lists (see the module docstring).
+    Methods (shared with :class:`Adam`): ``step(grads_list)``, ``state_dict()`` and ``load_state_dict(state)``.
 
     Args:
         params_list: arrays updated in place (e.g. ``[layer.params, w_out, b_out]``).
@@ -303,8 +276,7 @@ class SGD(_Optimizer):
 
     @classmethod
     def _list_in_use(cls, name: str, values: dict[str, Any]) -> bool:
-        momentum: float = values["momentum"]
-        return momentum > 0.0
+        return bool(values["momentum"] > 0.0)
 
     def _updated(self, i: int, p: Array, g: Array) -> Array:
         if not self.momentum:
@@ -358,10 +330,9 @@ class Adam(_Optimizer):
 def clip_grad_norm(grads_list: Sequence[Array], max_norm: float) -> float:
     """Scale all gradients in place so that their global L2 norm is at most ``max_norm``.
 
-    ``total_norm = sqrt(sum over arrays of sum(g**2))`` (accumulated in at least float32).
-    If ``total_norm > max_norm`` every gradient is multiplied by ``max_norm / total_norm``;
-    otherwise (and when the norm is not finite, which is left for the caller to notice)
-    nothing changes.
+    ``total_norm = sqrt(sum over arrays of sum(g**2))`` (accumulated in at least float32). If
+    ``total_norm > max_norm`` every gradient is multiplied by ``max_norm / total_norm``; otherwise (and
+    when the norm is not finite, left for the caller to notice) nothing changes.
 
     Args:
         grads_list: the gradients (NumPy or CuPy floating arrays, any shapes), scaled in place.

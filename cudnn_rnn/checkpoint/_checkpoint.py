@@ -165,10 +165,7 @@ def load(path: PathLike, *, comm: Communicator | None = None) -> Checkpoint:
             NaN, infinite, too large for a float or outside its range, a bool where a number goes);
             the message names the file and the field.
     """
-    def read() -> tuple[str, bytes]:
-        return os.fspath(path), read_checkpoint_bytes(path)
-
-    found = share_from_root(comm, read)
+    found = share_from_root(comm, lambda: (os.fspath(path), read_checkpoint_bytes(path)))
     assert found is not None
     return from_bytes(*found)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 import numpy as np
 
@@ -93,16 +92,7 @@ def decode(blob: bytes | bytearray, where: str) -> tuple[dict[str, np.ndarray], 
         layout, arrays = _decode(blob)
     except SafetensorsError as error:
         raise CheckpointError(where, error.reason) from None
-    metadata = _metadata(layout.metadata, where)
-    _check_digest(view, bytes(view[_LENGTH.size:layout.data_start]), metadata["checksum"], where)
-    return arrays, metadata["contents"]
-
-
-def _quoted(digest: str) -> bytes:
-    return f'"{_CHECKSUM_PREFIX}{digest}"'.encode("ascii")
-
-
-def _metadata(metadata: dict[str, Any], where: str) -> dict[str, str]:
+    metadata = layout.metadata
     if metadata.get("format") != FORMAT:
         raise CheckpointError(where, f"a safetensors file, but not a cudnn_rnn checkpoint (no __metadata__ with "
                                      f"format {FORMAT!r})")
@@ -113,20 +103,20 @@ def _metadata(metadata: dict[str, Any], where: str) -> dict[str, str]:
         if not isinstance(metadata.get(key), str):
             raise CheckpointError(where, f"its metadata has no {key!r} text")
     checksum = metadata["checksum"]
-    digits = checksum[len(_CHECKSUM_PREFIX):]
-    if not checksum.startswith(_CHECKSUM_PREFIX) or len(digits) != 64 or set(digits) - set("0123456789abcdef"):
-        raise CheckpointError(where, f"its checksum must be 'sha256:' and 64 hex digits; got {checksum[:80]!r}")
-    return metadata
-
-
-def _check_digest(view: memoryview, header_bytes: bytes, checksum: str, where: str) -> None:
     stored = checksum[len(_CHECKSUM_PREFIX):]
-    quoted = _quoted(stored)
+    if not checksum.startswith(_CHECKSUM_PREFIX) or len(stored) != 64 or set(stored) - set("0123456789abcdef"):
+        raise CheckpointError(where, f"its checksum must be 'sha256:' and 64 hex digits; got {checksum[:80]!r}")
+    header_bytes, quoted = bytes(view[_LENGTH.size:layout.data_start]), _quoted(stored)
     if header_bytes.count(quoted) != 1:
         raise CheckpointError(where, "its checksum does not appear exactly once in its header")
     digest = hashlib.sha256(_LENGTH.pack(len(header_bytes)))
     digest.update(header_bytes.replace(quoted, _quoted(_ZERO_DIGEST), 1))
-    digest.update(view[_LENGTH.size + len(header_bytes):])
+    digest.update(view[layout.data_start:])
     if digest.hexdigest() != stored:
         raise CheckpointError(where, "the file is damaged: its SHA-256 checksum does not match its contents "
                                      "(changed or cut short after it was written)")
+    return arrays, metadata["contents"]
+
+
+def _quoted(digest: str) -> bytes:
+    return f'"{_CHECKSUM_PREFIX}{digest}"'.encode("ascii")

@@ -75,11 +75,7 @@ class CheckpointManager:
         return self.directory / f"{self.prefix}-{step:09d}{EXTENSION}"
 
     def steps(self) -> list[int]:
-        """The steps of the checkpoint files in the folder, oldest first (damaged ones included).
-
-        Returns:
-            The step numbers, ascending; empty when the folder does not exist yet.
-        """
+        """The steps of the checkpoint files in the folder, ascending (damaged ones included; none before it exists)."""
         if not self.directory.is_dir():
             return []
         found = (self._name.fullmatch(entry.name) for entry in self.directory.iterdir())
@@ -122,26 +118,24 @@ class CheckpointManager:
 
         def read() -> tuple[str, bytes] | None:
             while True:
-                vanished = False
                 for step in reversed(self.steps()):
-                    path = self.path_for(step)
+                    path = os.fspath(self.path_for(step))
                     try:
                         blob = read_checkpoint_bytes(path)
-                        checkpoint = from_bytes(os.fspath(path), blob)
+                        checkpoint = from_bytes(path, blob)
                         if checkpoint.step != step:
-                            raise CheckpointError(os.fspath(path), f"it holds step {checkpoint.step}, not the step "
-                                                                   f"{step} its name says")
-                    except FileNotFoundError:  # rotated away since the listing
-                        vanished = True
+                            raise CheckpointError(path, f"it holds step {checkpoint.step}, not the step {step} its "
+                                                        "name says")
+                    except FileNotFoundError:  # rotated away since the listing: list the folder again
                         break
                     except CheckpointError as error:
-                        if os.fspath(path) not in warned:
-                            warned.add(os.fspath(path))
+                        if path not in warned:
+                            warned.add(path)
                             warnings.warn(f"skipping a damaged checkpoint: {error}", CheckpointWarning, stacklevel=3)
                         continue
                     found["checkpoint"] = checkpoint
-                    return os.fspath(path), blob
-                if not vanished:  # every listed file was read: none is whole
+                    return path, blob
+                else:  # every listed file was read: none is whole
                     return None
 
         shared = share_from_root(self.comm, read)

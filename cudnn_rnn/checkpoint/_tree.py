@@ -55,8 +55,8 @@ def unflatten(value: Any, arrays: dict[str, np.ndarray], used: set[str]) -> Any:
 
 def _flatten(value: Any, path: list[str], arrays: dict[str, np.ndarray]) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
-        if isinstance(value, int) and not isinstance(value, bool):
-            _check_int(value, path)
+        if isinstance(value, int) and not isinstance(value, bool) and value and math.log10(abs(value)) > 4000:
+            raise ValueError(f"{_where(path)}: an integer of more than 4000 digits cannot be stored in a checkpoint")
         return value
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return _flatten(value.item(), path, arrays)
@@ -79,11 +79,6 @@ def _flatten(value: Any, path: list[str], arrays: dict[str, np.ndarray]) -> Any:
         return {key: _flatten(item, [*path, key], arrays) for key, item in value.items()}
     raise TypeError(f"{_where(path)}: a {type(value).__name__} cannot be stored in a checkpoint; use None, bool, "
                     "int, float, str, lists, dicts with str keys, and NumPy or CuPy arrays")
-
-
-def _check_int(value: int, path: list[str]) -> None:
-    if value and math.log10(abs(value)) > 4000:
-        raise ValueError(f"{_where(path)}: an integer of more than 4000 digits cannot be stored in a checkpoint")
 
 
 def _where(path: list[str]) -> str:

@@ -8,47 +8,37 @@ the new one, never a torn one::
     os.replace(partial, <folder>/<name>)                                             (atomic on POSIX and Windows)
     fsync(<folder>)                                                                  (the rename survives a power cut)
 
-``<machine>`` is 12 hex digits naming the host and its PID namespace (a hash of the host name and,
-on Linux, ``/proc/self/ns/pid``): processes that share it see each other's process ids. ``<pid>``
-is the writing process's id, ``<random>`` makes the name unique. :func:`write_through_path`'s
-partial file ends in the target's extension too (``.partial.onnx``). Where the partial name would be
-longer than the file system allows (a target name of more than about 210 bytes), ``<name>`` is
-shortened to its start, ``~`` and a hash of the whole name: every name the file system takes can
-be written.
+``<machine>`` is 12 hex digits hashing the host name and, on Linux, ``/proc/self/ns/pid``: processes
+that share it see each other's process ids. ``<pid>`` is the writer's process id, ``<random>`` makes
+the name unique. :func:`write_through_path`'s partial file ends in the target's extension too
+(``.partial.onnx``). Where the partial name would be longer than the file system allows (a target
+name of more than about 210 bytes), ``<name>`` is shortened to its start, ``~`` and a hash of the
+whole name. The partial file gets the permissions ``open(path, "w")`` would leave (those of the file
+it replaces, else 0o666 less the umask).
 
-One path through: :func:`atomic_write` hands out a binary file object (``np.savez(f, ...)``,
-``figure.savefig(f)``); :func:`write_bytes` writes bytes or a sequence of buffers through it, and
-:func:`write_through_path` lends its partial file's *path* to writers that insist on opening a path
-themselves (``onnx.save``, ``torch.save``). :func:`read_bytes` reads a file back
-whole, refusing what is not a regular file with an error that names it; readers check what a file
-declares before they read it (``MAX_COMPRESSION_RATIO``, ``NPY_HEADER_READERS``).
+:func:`atomic_write` hands out a binary file object (``np.savez(f, ...)``); :func:`write_bytes`
+writes bytes or a sequence of buffers through it, and :func:`write_through_path` lends its partial
+file's *path* to writers that open a path themselves (``onnx.save``, ``torch.save``).
+:func:`read_bytes` reads a file back whole, refusing what is not a regular file; readers check what
+a file declares before they read it (``MAX_COMPRESSION_RATIO``, ``NPY_HEADER_READERS``).
 
-The temporary file gets the permissions a plain ``open(path, "w")`` would leave (those of the file
-it replaces, else 0o666 less the umask). A leftover ``.partial`` file is what a killed write leaves;
-it never has the target's name.
-
-Leftovers. Before it creates its partial file, every write removes the leftovers of earlier,
-killed writes of the same target (:func:`remove_leftovers`), so a killed save costs disk space
-only until the next save of that file. A partial file is a leftover when its writer is known to
-be gone:
+Leftovers. Every write first removes the partial files of earlier, killed writes of the same
+target (:func:`remove_leftovers`) whose writer is known to be gone:
 
 * written on this machine (same ``<machine>``) by a process that no longer exists
-  (``os.kill(pid, 0)`` finds none): removed at once. While that process id lives (the writer, or
-  another process that was given the id since) the file is kept, however old: a live writer,
-  even a stopped one, never loses its partial file;
+  (``os.kill(pid, 0)`` finds none): removed at once. While that process id lives, the file is kept,
+  however old: a live writer, even a stopped one, never loses its partial file;
 * where the writer cannot be looked up (another machine or PID namespace sharing the file system,
-  Windows, or the earlier ``.<name>.<random>.partial`` form, which names no writer): removed
-  once it has not been modified for :data:`UNCHECKED_AFTER` seconds (a day). A live write
-  modifies its file all along and lasts seconds to minutes, so a file left alone for a day has
-  no writer; the day also covers clocks that disagree between machines.
+  Windows, or the earlier ``.<name>.<random>.partial`` form, which names no writer): removed once it
+  has not been modified for :data:`UNCHECKED_AFTER` seconds (a day; a live write modifies its file
+  all along, and the day also covers clocks that disagree between machines).
 
 Only the partial files of that exact target are looked at (``.a.npz.*`` never matches
 ``.a.npz.old.*``), only regular files are removed, and a leftover that cannot be examined or
 removed is left as it is: cleaning up never makes a write fail.
 
-The package's own files: :mod:`cudnn_rnn.params_file` (a params buffer with its configuration, this
-package's ``params_file`` module), the safetensors layout (``_safetensors``) and the endings and kinds
-of the model files read and written (``_containers``).
+The package's own files: :mod:`cudnn_rnn.params_file` (a params buffer with its configuration),
+the safetensors layout (``_safetensors``) and the endings and kinds of model files (``_containers``).
 """
 
 from __future__ import annotations
@@ -99,9 +89,6 @@ MAX_COMPRESSION_RATIO = 1100
 NPY_HEADER_READERS: dict[tuple[int, int], Callable[[IO[bytes]], tuple[tuple[int, ...], bool, np.dtype]]] = {
     (1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
-#: the longest file name (bytes) of a file system that cannot be asked (``os.pathconf`` says where it can)
-_NAME_MAX = 255
-
 #: a partial file's name less its target's name and ending: ``.`` ``.<machine>`` ``.<pid>`` (at most 10
 #: digits) ``.<random>`` (8 characters) and the partial suffix
 _PARTIAL_OVERHEAD = 1 + 13 + 11 + 9 + len(PARTIAL_SUFFIX)
@@ -131,15 +118,6 @@ def _mode_for(target: str) -> int:
         return 0o666 & ~_umask()
 
 
-def _fsync(path: str, flags: int = 0) -> None:
-    """fsync ``path``, opened read-only with ``flags``."""
-    descriptor = os.open(path, os.O_RDONLY | flags)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _machine() -> str:
     """12 hex digits naming this host and PID namespace (processes that share them see each other's ids)."""
     identity = socket.gethostname()
@@ -158,11 +136,11 @@ def extension(name: str) -> str:
 
 
 def _name_max(folder: str) -> int:
-    """The longest file name (in bytes) the file system of ``folder`` takes (:data:`_NAME_MAX` where it cannot say)."""
+    """The longest file name (in bytes) the file system of ``folder`` takes (255 where it cannot say)."""
     try:
         return int(os.pathconf(folder, "PC_NAME_MAX"))
     except (AttributeError, OSError, ValueError, TypeError):  # (no pathconf on Windows; a folder that is gone)
-        return _NAME_MAX
+        return 255
 
 
 def _partial_name(folder: str, name: str) -> tuple[str, str]:
@@ -186,34 +164,20 @@ def _partial_name(folder: str, name: str) -> tuple[str, str]:
     return start + mark, ending
 
 
-def _leftover_name(folder: str, name: str) -> re.Pattern[str]:
-    """The names of the partial files of target ``name`` (this form, with machine and pid, and the earlier one)."""
-    stem, ending = _partial_name(folder, name)
-    return re.compile(rf"\.{re.escape(stem)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
-                      rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(ending)})?")
-
-
-def _process_lives(pid: int) -> bool | None:
-    """Whether process ``pid`` of this machine exists; None where that cannot be asked."""
-    if os.name != "posix" or pid <= 0:  # (on Windows, os.kill(pid, 0) would end the process)
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    except (OSError, OverflowError):
-        return None
-    return True
-
-
 def _abandoned(found: re.Match[str], modified: float, machine: str) -> bool:
     """Whether the partial file named ``found``, last modified at ``modified``, has no writer any more."""
-    if found["machine"] == machine:
-        lives = _process_lives(int(found["pid"]))
-        if lives is not None:
-            return not lives
+    # (its process looked up where it is this machine's; on Windows, os.kill(pid, 0) would end the process)
+    if found["machine"] == machine and os.name == "posix" and int(found["pid"]) > 0:
+        try:
+            os.kill(int(found["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's process
+            return False
+        except (OSError, OverflowError):
+            pass  # (it cannot be asked)
+        else:
+            return False
     return time.time() - modified > UNCHECKED_AFTER
 
 
@@ -230,7 +194,10 @@ def remove_leftovers(path: PathLike) -> list[str]:
         The absolute paths of the files removed (empty when there were none).
     """
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    pattern, machine = _leftover_name(folder, name), _machine()
+    stem, ending = _partial_name(folder, name)  # (this form, with machine and pid, and the earlier one)
+    pattern = re.compile(rf"\.{re.escape(stem)}\.(?:(?P<machine>[0-9a-f]{{12}})\.(?P<pid>[0-9]+)\.)?[a-z0-9_]+"
+                         rf"{re.escape(PARTIAL_SUFFIX)}(?:{re.escape(ending)})?")
+    machine = _machine()
     try:
         entries = os.listdir(folder)
     except OSError:
@@ -293,7 +260,11 @@ def atomic_write(path: PathLike, *, keep_extension: bool = False) -> Iterator[IO
             os.remove(partial)
         raise
     if hasattr(os, "O_DIRECTORY"):  # the rename made durable (where folders cannot be opened, nothing to do)
-        _fsync(folder, os.O_DIRECTORY)
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def write_bytes(path: PathLike, data: bytes | bytearray | memoryview | Iterable[Any]) -> None:

@@ -1,12 +1,10 @@
 """The files cudnn_rnn writes and reads: how each one's name ends, how each kind of model file starts,
 and the Keras facts its Keras files follow.
 
-One place for each fact, imported by the writers (:mod:`cudnn_rnn.convert.saving`, whose
-:data:`~cudnn_rnn.convert.saving.CONTAINERS` table says what each ending holds and how it is
-written; :mod:`cudnn_rnn.convert.keras_export`), the readers (:mod:`cudnn_rnn.convert.readers`, whose
-``file_kind`` is :func:`model_file_kind` with each kind's reader), ``cudnn_rnn.files.extension`` and
-the layers (which name the kind of a model file given to ``load``). It imports only the dtype and
-safetensors tables, so that the lowest modules can use it::
+One place for each fact, for the writers (:mod:`cudnn_rnn.convert.saving`, whose
+:data:`~cudnn_rnn.convert.saving.CONTAINERS` table says what each ending holds), the readers
+(:mod:`cudnn_rnn.convert.readers`) and the layers; it imports only the dtype and safetensors
+tables, so that the lowest modules can use it::
 
     model_file_kind("lstm.pt")  -> "torch"      (a key of MODEL_FILE_KINDS; a ValueError saying why not)
 """
@@ -99,8 +97,12 @@ def model_file_kind(path: str) -> str:
     if head.startswith(ZIP_LOCAL_HEADER):
         raise ValueError("a zip archive without its central directory (.keras, .npz and torch.save files are zip "
                          "archives): the file is truncated or corrupt")
-    # before the one-byte pickle and ONNX checks: a safetensors header length's low byte may be 0x80 or 0x08
-    header_length = _safetensors_header_length(head)
+    # before the one-byte pickle and ONNX checks: a safetensors header length's low byte may be 0x80 or 0x08.
+    # A safetensors file starts with a u64 n >= 2, then ``{``; it is one when 8 + n fits in the file.
+    header_length = None
+    if len(head) > HEADER_LENGTH.size and head[HEADER_LENGTH.size] == SAFETENSORS_OPENING:
+        (length,) = HEADER_LENGTH.unpack_from(head)
+        header_length = int(length) if length >= 2 else None
     if header_length is not None and HEADER_LENGTH.size + header_length <= file_size:
         return "safetensors"  # (its reader refuses a header over MAX_HEADER_BYTES, naming the bound)
     if head[0] == PICKLE_PROTOCOL_OPCODE:
@@ -125,15 +127,6 @@ def _tf_checkpoint_path(path: str) -> bool:
         return os.path.isdir(os.path.join(folder, "variables"))
     return ((not os.path.exists(path) and os.path.isfile(path + ".index")) or base.endswith(".index")
             or base == "checkpoint" or bool(re.search(r"\.data-\d+-of-\d+$", base)))
-
-
-def _safetensors_header_length(head: bytes) -> int | None:
-    """The header length n of a file starting with ``head`` when it starts as a safetensors file does (a
-    u64 n >= 2, then ``{``), else None; it is one when 8 + n fits in the file."""
-    if len(head) <= HEADER_LENGTH.size or head[HEADER_LENGTH.size] != SAFETENSORS_OPENING:
-        return None
-    (length,) = HEADER_LENGTH.unpack_from(head)
-    return int(length) if length >= 2 else None
 
 
 def _zip_kind(path: str) -> str:

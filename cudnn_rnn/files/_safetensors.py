@@ -82,12 +82,9 @@ class SafetensorsError(ValueError):
         reason: what is wrong (kept as :attr:`reason`).
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str) -> None:  # (its one argument is its args: it pickles across processes)
         self.reason = reason
         super().__init__(reason)
-
-    def __reduce__(self) -> tuple[type[SafetensorsError], tuple[str]]:  # picklable across processes
-        return (type(self), (self.reason,))
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ class Entry:
     @property
     def dtype(self) -> np.dtype:
         """The little-endian NumPy dtype (``bfloat16`` needs ml_dtypes, imported here)."""
-        dtype: np.dtype = _dtypes.numpy_dtype(_NAMES[self.code]).newbyteorder("<")
+        dtype: np.dtype = _dtypes.numpy_dtype(self.dtype_name).newbyteorder("<")
         return dtype
 
     @property

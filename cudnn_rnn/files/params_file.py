@@ -110,7 +110,7 @@ def _read_member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
         if dtype.hasobject or declared > info.file_size - member.tell():
             raise ValueError(f"member {name!r} declares {dtype} {tuple(shape)} ({declared} bytes) but the archive "
                              f"holds {info.file_size - member.tell()}")
-    with archive.open(info) as member:
+        member.seek(0)
         array: np.ndarray = np.lib.format.read_array(member, allow_pickle=False)
     return array
 
@@ -179,15 +179,8 @@ def config_fields(config: RNNConfig) -> dict[str, Any]:
 
 
 def config_from_fields(fields: Any, where: str) -> RNNConfig:
-    """The configuration that :func:`config_fields` gave ``fields``, validated.
-
-    Args:
-        fields: what should be a dict of configuration fields (some may be left to their defaults).
-        where: names the source in error messages.
-
-    Raises:
-        ValueError: not a dict of known fields, or fields that do not make a valid configuration.
-    """
+    """The configuration that :func:`config_fields` gave ``fields`` (some may be left to their defaults); a
+    ValueError naming ``where`` for what is not a dict of known fields that make a valid configuration."""
     if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS):
         raise ValueError(f"{where}: 'config' must be an object with fields among {list(CONFIG_FIELDS)}; "
                          f"got {fields!r:.200}")
@@ -198,17 +191,11 @@ def config_from_fields(fields: Any, where: str) -> RNNConfig:
 
 
 def parse_layer_state(state: Any, where: str) -> ParamsFile:
-    """Check a layer's state dict (``{"config": fields, "step": int, "params": array, "dropout_rng": ...}``).
+    """The params (the state's own array, NumPy or CuPy, not a copy), configuration and step of what should be a
+    layer's ``state_dict()`` (``where`` names it in messages), checked.
 
     ``dropout_rng`` (a layer's cuDNN RNG state, or None) may be absent, as in states saved
     before it existed; it is checked here and taken by the layer itself.
-
-    Args:
-        state: what should be a layer's ``state_dict()``.
-        where: names the source in error messages.
-
-    Returns:
-        Its params (the state's own array, NumPy or CuPy, not a copy), configuration and step.
 
     Raises:
         ValueError: the first thing that is wrong with the keys, configuration, step or the
