@@ -27,12 +27,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {name: (module.__name__, help_text) fo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``cudnn-rnn`` parser: one subparser per entry of :data:`COMMANDS`.
-
-    Returns:
-        The parser. Each subparser's description is the first line of its module's docstring, and
-        its ``run`` default is the module's ``run``.
-    """
+    """The ``cudnn-rnn`` parser: one subparser per entry of :data:`COMMANDS`, described by the first line of its
+    module's docstring, with the module's ``run`` as its ``run`` default."""
     parser = argparse.ArgumentParser(prog="cudnn-rnn", description="cuDNN fused RNNs for CuPy and NumPy.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:

@@ -20,14 +20,12 @@ other argument, and any bare ``name=``, is translated wherever it stands; "argum
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
-from typing import Callable, Sequence
 
 from ..convert.readers import CONFIG_FIELDS, one_line
 
-__all__ = ["FLAGS", "in_flags", "error_line", "run_alone"]
+__all__ = ["FLAGS", "in_flags", "error_line"]
 
 #: Python argument (of read_file, choose, FoundRNN.with_hints, to_params, write_into) -> the flag that gives it
 FLAGS: dict[str, str] = {
@@ -91,11 +89,3 @@ def error_line(command: str, error: BaseException) -> str:
     """
     return f"cudnn-rnn {command}: error: {one_line(in_flags(str(error)), 4000)}"
 
-
-def run_alone(command: str, doc: str | None, add_arguments: Callable[[argparse.ArgumentParser], None],
-              run: Callable[[argparse.Namespace], int], argv: Sequence[str] | None) -> int:
-    """Run one subcommand on its own (``argv``: the arguments after ``cudnn-rnn COMMAND``, ``sys.argv[1:]`` when
-    None), its parser's description the first line of its module's docstring ``doc``; returns its exit status."""
-    parser = argparse.ArgumentParser(prog=f"cudnn-rnn {command}", description=(doc or "").splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -45,14 +45,13 @@ from typing import Callable, Sequence
 
 from ..files import ONNX
 from ..config import RNNConfig
-from ..formats import FORMAT_SPECS
 from ..convert.into import write_into
 from ..convert.onnx_export import DEFAULT_OPSET
 from ..convert.readers import PARAMS_FORMAT, FoundRNN, choose, listing, one_line
 from ..convert.saving import (CONTAINERS, Container, Written, container_of, layer_class_name, suffixes_for,
                                write_file)
-from ..formats import describe
-from ._flags import error_line, run_alone
+from ..formats import FORMAT_SPECS, describe
+from ._flags import error_line
 from ._reading import CLI_FORMATS, CommandError, add_reading_arguments, hints_from, read_found
 
 __all__ = ["add_arguments", "run", "main", "EXAMPLES"]
@@ -169,12 +168,11 @@ def read_and_choose(args: argparse.Namespace) -> tuple[FoundRNN, RNNConfig]:
 
 # ---- the command ----------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``, the ``convert`` subparser or
-    a parser of its own (see :func:`main`)."""
+    """Add ``convert``'s arguments (and its examples, as the epilog) to ``parser``, the ``convert`` subparser."""
     parser.epilog = _epilog()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    defaults = ", ".join(f"{suffix} {container.default}" for suffix, container in CONTAINERS.items())
     parser.add_argument("--to", dest="target_format", default=None, choices=CLI_FORMATS, metavar="FORMAT",
-                        help=f"format of OUT: {', '.join(CLI_FORMATS)} (default: OUT's own: {_defaults()})")
+                        help=f"format of OUT: {', '.join(CLI_FORMATS)} (default: OUT's own: {defaults})")
     choosing = parser.add_argument_group("choosing the RNN (when IN holds several; see cudnn-rnn inspect)")
     choosing.add_argument("--name", action="append", metavar="NAME",
                           help="the RNN to convert; repeat to stack consecutive layers into one network "
@@ -198,10 +196,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", metavar="IN", help="the model file to read")
     parser.add_argument("output", metavar="OUT", help=f"output file: its name chooses the container "
                                                       f"({', '.join(CONTAINERS)})")
-
-
-def _defaults() -> str:
-    return ", ".join(f"{suffix} {container.default}" for suffix, container in CONTAINERS.items())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,7 +259,8 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT`` (``run_alone``'s
-    ``argv`` and result)."""
-    return run_alone("convert", __doc__, add_arguments, run, argv)
+    """``cudnn-rnn convert`` alone: ``main(["IN", "OUT"])`` runs ``cudnn-rnn convert IN OUT`` (``argv``:
+    ``sys.argv[1:]`` when None); returns its exit status."""
+    from . import main as cudnn_rnn_main
 
+    return cudnn_rnn_main(["convert", *(sys.argv[1:] if argv is None else argv)])

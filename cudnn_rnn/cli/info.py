@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Sequence
 
 from .._cudnn import _settings
 from ..info import GPU_EXTRA_HINT, collect
-from ._flags import run_alone
 
 __all__ = ["add_arguments", "run", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``cudnn-rnn info`` (``--json``) to ``parser``, the ``info`` subparser or a parser of its
-    own (see :func:`main`)."""
+    """Add the options of ``cudnn-rnn info`` (``--json``) to ``parser``, the ``info`` subparser."""
     parser.add_argument("--json", action="store_true", help="print the facts as one JSON object")
 
 
@@ -31,10 +30,6 @@ def _cells_text(cpu_facts: dict[str, Any]) -> str:
     if cpu_facts["numba"].startswith("not available"):
         return f"{cpu_facts['cells']} (numba {cpu_facts['numba']}; pip install 'cudnn_rnn[fast]' for the fused cells)"
     return f"{cpu_facts['cells']} (as chosen: cells={cpu_facts['cells_setting']!r})"
-
-
-def _pools_text(pools: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{pool['library']} {pool['threads']} thread(s)" for pool in pools) or "not visible"
 
 
 def _text(facts: dict[str, Any]) -> str:
@@ -53,10 +48,11 @@ def _text(facts: dict[str, Any]) -> str:
     driver = facts["cuda_driver"] or "none (libcuda.so.1 not found: no NVIDIA driver)"
     float32 = ("TF32 tensor cores allowed" if facts["tf32_allowed"] else
                f"true float32 (FMA); TF32 off (allow_tf32(True) or {_settings.TF32_ENV}=1 to allow)")
+    pools = ", ".join(f"{pool['library']} {pool['threads']} thread(s)" for pool in facts["cpu"]["blas"])
     rows = [("cudnn_rnn", facts["cudnn_rnn"]), ("Python", facts["python"]), ("NumPy", facts["numpy"]),
             ("CuPy", cupy), ("cuDNN", cudnn), ("CUDA runtime", runtime), ("CUDA driver", driver),
             ("GPUs", gpus), ("float32 math", float32), ("CPU cells", _cells_text(facts["cpu"])),
-            ("CPU threads", f"{facts['cpu']['threads']}; BLAS: {_pools_text(facts['cpu']['blas'])}")]
+            ("CPU threads", f"{facts['cpu']['threads']}; BLAS: {pools or 'not visible'}")]
     lines = [f"{name:<14}{value}" for name, value in rows]
     lines.append("Backends")
     lines += [f"  {name:<20}{status}" for name, status in facts["backends"].items()]
@@ -72,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json`` (``run_alone``'s ``argv``
-    and result)."""
-    return run_alone("info", __doc__, add_arguments, run, argv)
+    """``cudnn-rnn info`` alone: ``main(["--json"])`` runs ``cudnn-rnn info --json`` (``argv``: ``sys.argv[1:]``
+    when None); returns its exit status."""
+    from . import main as cudnn_rnn_main
+
+    return cudnn_rnn_main(["info", *(sys.argv[1:] if argv is None else argv)])

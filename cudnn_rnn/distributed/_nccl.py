@@ -61,31 +61,25 @@ class NcclTransport:
         self.device = device
         self._comm: Any = None
 
-    def _communicator(self) -> Any:
-        if self._comm is None:
-            import cupy
-            from cupy.cuda import nccl
+    def _communicator(self) -> tuple[Any, Any, int]:
+        """(the NCCL communicator, made at first use; ``cupy.cuda.nccl``; the pointer of CuPy's current stream)."""
+        import cupy
+        from cupy.cuda import nccl
 
+        if self._comm is None:
             unique_id = nccl.get_unique_id() if self._mpi_comm.rank == 0 else None
             unique_id = self._mpi_comm.bcast(unique_id, root=0)
             with cupy.cuda.Device(self.device):
                 self._comm = nccl.NcclCommunicator(self._mpi_comm.size, unique_id, self._mpi_comm.rank)
-        return self._comm
+        return self._comm, nccl, cupy.cuda.get_current_stream().ptr
 
     def allreduce_sum(self, flat: Array) -> None:
-        import cupy
-        from cupy.cuda import nccl
-
-        comm = self._communicator()
-        comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, nccl_data_type(nccl, flat.dtype), nccl.NCCL_SUM,
-                       cupy.cuda.get_current_stream().ptr)
+        comm, nccl, stream = self._communicator()
+        comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, nccl_data_type(nccl, flat.dtype), nccl.NCCL_SUM, stream)
 
     def broadcast(self, flat_bytes: Array, root: int) -> None:
-        import cupy
-        from cupy.cuda import nccl
-
-        comm = self._communicator()
-        comm.bcast(flat_bytes.data.ptr, flat_bytes.size, nccl.NCCL_UINT8, root, cupy.cuda.get_current_stream().ptr)
+        comm, nccl, stream = self._communicator()
+        comm.bcast(flat_bytes.data.ptr, flat_bytes.size, nccl.NCCL_UINT8, root, stream)
 
     def close(self) -> None:
         """Destroy the NCCL communicator, if one was made (idempotent)."""

@@ -44,12 +44,6 @@ def signature_of(arrays: Sequence[Array]) -> Signature:
     return tuple((array_kind(a), getattr(a, "shape", ()), getattr(a, "dtype", None)) for a in arrays)
 
 
-def describe_signature(signature: Signature) -> str:
-    """``[(3, 4) float32 numpy, (5,) float64 numpy]``: a signature as people read it."""
-    parts = [f"{shape} {np.dtype(dtype).name} {kind}" for kind, shape, dtype in signature]
-    return "[" + ", ".join(parts) + "]"
-
-
 def mismatch_message(operation: str, gathered: Sequence[tuple[Signature, int | None]]) -> str | None:
     """None when every rank passed the same arrays (and root); else a message naming what differs.
 
@@ -70,8 +64,10 @@ def mismatch_message(operation: str, gathered: Sequence[tuple[Signature, int | N
 
 
 def _describe(entry: tuple[Signature, int | None]) -> str:
+    """``[(3, 4) float32 numpy, (5,) float64 numpy] with root=1``: what a rank passed, as people read it."""
     signature, root = entry
-    return describe_signature(signature) + ("" if root is None else f" with root={root}")
+    arrays = ", ".join(f"{shape} {np.dtype(dtype).name} {kind}" for kind, shape, dtype in signature)
+    return f"[{arrays}]" + ("" if root is None else f" with root={root}")
 
 
 def _first_difference(reference: tuple[Signature, int | None], other: tuple[Signature, int | None]) -> str:
@@ -100,9 +96,8 @@ class Group:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where ``arrays[index]`` sits: elements [offset, offset + size) of group ``group``."""
+    """Where one array sits: elements [offset, offset + size) of group ``group``."""
 
-    index: int
     group: int
     offset: int
     size: int
@@ -126,10 +121,10 @@ class PackLayout:
         dtypes = list(dict.fromkeys(np.dtype(dtype) for _, _, dtype in signature))
         sizes = [0] * len(dtypes)
         slots = []
-        for index, (_, shape, dtype) in enumerate(signature):
+        for _, shape, dtype in signature:
             group = dtypes.index(np.dtype(dtype))
             size = math.prod(shape)
-            slots.append(Slot(index, group, sizes[group], size, tuple(shape)))
+            slots.append(Slot(group, sizes[group], size, tuple(shape)))
             sizes[group] += size
         groups, offset = [], 0
         for dtype, size in zip(dtypes, sizes):
@@ -177,24 +172,19 @@ def contiguous_span(arrays: Sequence[Array]) -> Array | None:
     arrays = [a for a in arrays if a.size]
     if not arrays:
         return None
-    dtype = arrays[0].dtype
-    if any(a.dtype != dtype or not a.flags.c_contiguous for a in arrays):
-        return None
     first = arrays[0]
     root = first if first.base is None else first.base
-    if type(root) is not type(first) or root.dtype != dtype or not root.flags.c_contiguous:
+    if type(root) is not type(first) or not root.flags.c_contiguous or any(
+            a.dtype != root.dtype or not a.flags.c_contiguous or (a if a.base is None else a.base) is not root
+            for a in arrays):
         return None
-    if any((a if a.base is None else a.base) is not root for a in arrays[1:]):
-        return None
-    start = address(first)
-    expected = start
+    start = end = address(first)
     for a in arrays:
-        if address(a) != expected:
+        if address(a) != end:
             return None
-        expected += a.nbytes
-    offset = (start - address(root)) // dtype.itemsize
-    total = (expected - start) // dtype.itemsize
-    return root.reshape(-1)[offset:offset + total]
+        end += a.nbytes
+    offset = (start - address(root)) // root.dtype.itemsize
+    return root.reshape(-1)[offset:offset + (end - start) // root.dtype.itemsize]
 
 
 def fuse_arrays(arrays: Sequence[Array]) -> list[Array]:
@@ -222,12 +212,9 @@ def fuse_arrays(arrays: Sequence[Array]) -> list[Array]:
     dtypes = {np.dtype(a.dtype) for a in arrays}
     if len(dtypes) > 1:
         raise TypeError(f"fuse_arrays needs arrays of one dtype; got {sorted(d.name for d in dtypes)}")
-    total = sum(int(a.size) for a in arrays)
-    flat = xp.empty(total, dtype=arrays[0].dtype)
-    views, offset = [], 0
-    for a in arrays:
-        view = flat[offset:offset + a.size].reshape(a.shape)
+    ends = np.cumsum([int(a.size) for a in arrays])
+    flat = xp.empty(int(ends[-1]), dtype=arrays[0].dtype)
+    views = [flat[end - a.size:end].reshape(a.shape) for a, end in zip(arrays, ends)]
+    for view, a in zip(views, arrays):
         view[...] = a
-        views.append(view)
-        offset += a.size
     return views

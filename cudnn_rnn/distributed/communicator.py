@@ -11,15 +11,14 @@ Data flow of one collective over a list of arrays (all ranks pass the same shape
 
 from __future__ import annotations
 
-import contextlib
 import types
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, TypeAlias
 
 import numpy as np
 
-from .._arrays import Array, array_kind, array_module, device_of
+from .._arrays import Array, array_kind, array_module, device_of, on_device
 from .._checks import choice
 from .._dtypes import TABLE
 from ._devices import check_one_gpu_per_process
@@ -94,18 +93,15 @@ class _PackPlan:
     layout: PackLayout
     xp: types.ModuleType
     transport: Transport
-    buffer: Array | None = None
-    views: list[Array] = field(default_factory=list)
-    groups: list[Array] = field(default_factory=list)
+    _packed: tuple[Array, list[Array], list[Array]] | None = None
 
     def packed(self, device: int | None) -> tuple[Array, list[Array], list[Array]]:
         """(buffer, per-array views, per-group views), allocated at first use on ``device``."""
-        if self.buffer is None:
-            with contextlib.nullcontext() if device is None else self.xp.cuda.Device(device):
-                self.buffer = self.layout.allocate(self.xp)
-            self.views = self.layout.slot_views(self.buffer)
-            self.groups = self.layout.group_views(self.buffer)
-        return self.buffer, self.views, self.groups
+        if self._packed is None:
+            with on_device(device):
+                buffer = self.layout.allocate(self.xp)
+            self._packed = buffer, self.layout.slot_views(buffer), self.layout.group_views(buffer)
+        return self._packed
 
 
 @dataclass(frozen=True)
@@ -302,6 +298,9 @@ class Communicator:
         refusal is raised on every rank instead of leaving some waiting.
         """
         self._check_open()
+        if self._mpi_comm is None:  # one process alone: nothing to send, only the arguments to check
+            _validate(operation, arrays, root, self.size, None)
+            return None
         key: _CallKey | None = None
         if isinstance(arrays, (list, tuple)) and (root is None or type(root) is int):
             key = (operation, root, *map(id, arrays))
@@ -310,8 +309,6 @@ class Communicator:
                 self._calls.move_to_end(key)
                 return call
         plan = self._plan(operation, arrays, root)
-        if plan is None:
-            return None
         call = _RecentCall(tuple(arrays), plan, contiguous_span(arrays) if arrays else None)
         if key is not None:
             self._calls[key] = call
@@ -319,7 +316,7 @@ class Communicator:
                 self._calls.popitem(last=False)
         return call
 
-    def _plan(self, operation: str, arrays: Sequence[Array], root: int | None) -> _PackPlan | None:
+    def _plan(self, operation: str, arrays: Sequence[Array], root: int | None) -> _PackPlan:
         """The cached plan for these shapes and dtypes, made (after the exchange between ranks) on first use."""
         key: _PlanKey | None = None
         if isinstance(arrays, (list, tuple)):
@@ -333,16 +330,11 @@ class Communicator:
             _validate(operation, arrays, root, self.size, self._nccl_device())
         except (TypeError, ValueError) as refused:
             error = type(refused).__name__, str(refused)
-        if self._mpi_comm is not None:
-            gathered = self._mpi_comm.allgather((key[2] if key is not None and error is None else None, root, error))
-            _raise_refusals(gathered, self.rank)
-            message = mismatch_message(operation, [(signature, r) for signature, r, _ in gathered])
-            if message is not None:
-                raise ValueError(message)
-        elif error is not None:
-            raise _ERRORS[error[0]](error[1])
-        if self._mpi_comm is None:
-            return None
+        gathered = self._mpi_comm.allgather((key[2] if key is not None and error is None else None, root, error))
+        _raise_refusals(gathered, self.rank)
+        message = mismatch_message(operation, [(signature, r) for signature, r, _ in gathered])
+        if message is not None:
+            raise ValueError(message)
         assert key is not None  # a call that passed no list or tuple of arrays was refused above, on every rank
         xp = array_module(**{f"arrays[{i}]": a for i, a in enumerate(arrays)})
         plan = _PackPlan(PackLayout.of(key[2]), xp, self._transports[xp.__name__])
