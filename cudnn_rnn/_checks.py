@@ -60,16 +60,8 @@ def shown(value: object) -> str:
 
 
 def flag(name: str, value: object) -> bool:
-    """``value`` as a bool when it is one (Python or NumPy), else a TypeError naming ``name``.
-
-    Args:
-        name: the argument, as the caller wrote it.
-        value: what the caller passed.
-
-    Raises:
-        TypeError: anything but True, False, ``np.True_`` or ``np.False_`` (``"no"``, 0 and None
-            are not False).
-    """
+    """``value`` as a bool when it is one (Python or NumPy), else a TypeError naming the argument ``name``
+    (``"no"``, 0 and None are not False)."""
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool; got {type(value).__name__} {shown(value)}")
     return bool(value)
@@ -86,17 +78,9 @@ def choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, obj
 
 
 def real_in_range(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False) -> float:
-    """``value`` as a float, finite and in the range (``low < value < high``; ``low <= value`` if ``low_closed``).
-
-    Args:
-        name: the argument, as the caller wrote it (it names it in messages).
-        value: any real number but a bool (Python or NumPy ints and floats, Fractions).
-        low: the lower bound.
-        high: the upper bound (excluded); infinity for none.
-        low_closed: whether ``low`` itself is allowed.
-
-    Returns:
-        The value as a Python float.
+    """``value`` (any real number but a bool: Python or NumPy ints and floats, Fractions) as a Python float,
+    finite and in the range (``low < value < high``; ``low <= value`` if ``low_closed``; ``high`` infinite for
+    none).
 
     Raises:
         TypeError: not a real number, or a bool.
@@ -118,19 +102,8 @@ def real_in_range(name: str, value: object, low: float, high: float = math.inf, 
 
 
 def checked_count(name: str, value: object) -> int:
-    """``value`` as an int in [0, :data:`MAX_COUNT`] (a step count).
-
-    Args:
-        name: the argument or field, as the caller wrote it (it names it in messages).
-        value: any integer but a bool (Python or NumPy).
-
-    Returns:
-        The value as a Python int.
-
-    Raises:
-        ValueError: not an integer (a bool is not one), negative, or larger than :data:`MAX_COUNT`;
-            the message names ``name`` and the value.
-    """
+    """``value`` (a step count) as a Python int in [0, :data:`MAX_COUNT`], else a ValueError naming ``name`` and
+    the value: not an integer (Python or NumPy; a bool is not one), negative, or larger."""
     kind = f"{type(value).__name__} "
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         number = int(value)

@@ -8,28 +8,22 @@ without waiting for the device. This module is its one owner::
     check(reserve, host_reserved, key)          ops, before every backprop: every refusal
     check_array(reserve, key)                   a bridge's backprop from its own residual: the array alone
 
-A reserve_space is ``[header | payload]``: the payload is the backend's own business; the
-header (:data:`HEADER_BYTES`, so the payload stays aligned for cuDNN) starts with the key's
-8-byte :meth:`ForwardKey.header_tag`, written bit for bit into the array's own dtype by the
-backend's forward. :func:`record` keeps the key's :meth:`ForwardKey.fingerprint` twice more::
+A reserve_space is ``[header | payload]``: the payload is the backend's; the header
+(:data:`HEADER_BYTES`, keeping the payload aligned for cuDNN) starts with the key's 8-byte
+:meth:`ForwardKey.header_tag`, written bit for bit by the backend's forward. :func:`record` keeps the
+key's :meth:`ForwardKey.fingerprint` twice more: as ``host_reserved`` (returned to the caller, TF's
+output) and in the records (reserve array -> fingerprint, held weakly, by identity).
 
-    host_reserved   returned to the caller (TF's output): host bytes
-    the records     reserve array -> fingerprint, for every reserve a forward returns (held
-                    weakly, by identity): host memory
-    the header      the header tag, inside the reserve: device memory on CuPy
+:func:`check` compares ``host_reserved`` when given, and the records when the reserve_space is the
+very array a forward returned; only another array (a copy, a view, an unpickled array) has its header
+read, which on CuPy waits for the device. A training step that passes its forward's own reserve_space
+never waits. Any mismatch is a ValueError: a reserve of another configuration, shape or layout never
+reaches a backend.
 
-:func:`check` compares ``host_reserved`` when it is given, and the records when the reserve_space
-is the very array a forward returned; only for another array (a copy, a view, an unpickled array)
-does it read the header, which on CuPy is a device-to-host copy that waits for the device. A
-training step that passes its forward's own reserve_space therefore never waits, whether
-``host_reserved`` is passed or None. Any mismatch is a ValueError: a reserve made for another
-configuration, shape or layout never reaches a backend.
-
-The fingerprint covers everything about the call, the seeds included. The header tag is what the
-backend's backprop depends on: the reference backend's is the fingerprint (its backprop draws the
-dropout masks again from the seeds); the cuDNN backend's leaves the seeds out and has the dropout
-that acts (its masks are in the reserve), so that a cached plan holds the header on the device for
-every seed and the forward writes it with one device-to-device copy.
+The fingerprint covers everything about the call, the seeds included; the header tag is what the
+backend's backprop depends on: the fingerprint for the reference backend (its backprop draws the masks
+again from the seeds); for cuDNN the seeds left out and the acting dropout kept (its masks are in the
+reserve), so that a cached plan holds one header for every seed, written with one device copy.
 """
 
 from __future__ import annotations

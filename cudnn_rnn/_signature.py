@@ -89,17 +89,14 @@ class Signature:
 
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {tuple(PLATFORMS)}; got {platform!r}")
-        config, head = self.config, _reserve.header_elements(self.dtype)
-        if self.max_time == 0 or self.batch == 0:
-            return head
         if platform == "cpu":
-            from .cpu._backend import ReserveLayout
-
-            return head + ReserveLayout.build(config, self.max_time, self.batch).size
+            return int(self.cpu_reserve_elements(self.max_time, self.batch))
+        if self.max_time == 0 or self.batch == 0:
+            return _reserve.header_elements(self.dtype)
         from ._cudnn import _backend as cudnn_backend
         from ._cudnn._streams import import_cupy
 
-        return cudnn_backend.reserve_elements(config, self.max_time, self.batch, self.runs_time_major(True),
+        return cudnn_backend.reserve_elements(self.config, self.max_time, self.batch, self.runs_time_major(True),
                                               import_cupy().cuda.Device().id)
 
     def cpu_reserve_elements(self, max_time: Any, batch: Any) -> Any:
@@ -247,25 +244,20 @@ def signature(input_shape: Shape | None, input_h_shape: Shape | None, input_c_sh
         if not num_proj and state_size != num_units:
             raise ValueError("input_h and input_c must have the same shape without projection; got input_h "
                              f"{h_shape} and input_c {given.c}")
-    fields = (rnn_mode, pseudo_layers // d, num_units, input_size, input_mode, direction, num_proj, dropout, seed,
-              seed2, given.dtype.name, algo)
+    sizes = (rnn_mode, pseudo_layers // d, num_units, input_size)
+    attrs = dict(input_mode=input_mode, direction=direction, num_proj=num_proj, dropout=dropout, seed=seed,
+                 seed2=seed2, dtype=given.dtype.name, algo=algo)
     try:
-        config = _config(*fields)
+        config = _config(*sizes, **attrs)
     except TypeError:  # an unhashable attribute: the constructor, uncached, says what is wrong with it
-        config = _config.__wrapped__(*fields)
+        config = RNNConfig(*sizes, **attrs)
     sig = _fit(config, time_major, given, lengths_shape, lengths_dtype)
     flag("is_training", is_training)
     return sig
 
 
-_CONFIG_KEYWORDS = ("input_mode", "direction", "num_proj", "dropout", "seed", "seed2", "dtype", "algo")
-
-
-@functools.lru_cache(maxsize=256, typed=True)
-def _config(*fields: Any) -> RNNConfig:
-    """``RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=..., ..., algo=...)`` of ``fields`` (the
-    positional four, then ``_CONFIG_KEYWORDS``), validated once per distinct call (``typed``: 1 and True differ)."""
-    return RNNConfig(*fields[:4], **dict(zip(_CONFIG_KEYWORDS, fields[4:])))
+#: ``RNNConfig``, validated once per distinct call (``typed``: 1 and True differ)
+_config = functools.lru_cache(maxsize=256, typed=True)(RNNConfig)
 
 
 def check(config: RNNConfig, time_major: bool, input_shape: Shape, input_h_shape: Shape,
@@ -277,9 +269,7 @@ def check(config: RNNConfig, time_major: bool, input_shape: Shape, input_h_shape
     ``time_major``; the shapes must be exactly those ``config`` gives (ValueError naming the array,
     the expected and the actual shape), the dtype ``config.dtype`` (TypeError).
     """
-    time_major = flag("time_major", time_major)
-    if config.has_cell and input_c_shape is None:
-        raise TypeError("input_c must be an array for rnn_mode='lstm'; got None")
+    time_major = check_head(config.rnn_mode, config.direction, time_major, {"input_c": input_c_shape is None})[2]
     given = _shapes(config.has_cell, time_major, input_shape, input_h_shape, input_c_shape, params_shape, dtype,
                     dtypes)
     if given.dtype.name != config.dtype:

@@ -28,7 +28,6 @@ biases per gate: a different function, not a different layout.
 from __future__ import annotations
 
 import types
-from typing import Callable
 
 from ._arrays import Array, array_module
 from .config import BUILTIN_DTYPES, dtype_name
@@ -36,15 +35,14 @@ from .config import BUILTIN_DTYPES, dtype_name
 __all__ = ["gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads"]
 
 
-def _validate(arrays: dict[str, Array],
-              shapes: Callable[[int, int, int], dict[str, tuple[int, ...]]]) -> types.ModuleType:
-    """One kind, one float dtype, exact shapes (given B, I, H from x and h_prev); returns the module."""
+def _validate(arrays: dict[str, Array]) -> types.ModuleType:
+    """One kind, one float dtype, exact shapes (:func:`_shapes` of B, I, H from x and h_prev); returns the module."""
     xp = array_module(**arrays)
     x, h_prev = arrays["x"], arrays["h_prev"]
     for name, value in (("x", x), ("h_prev", h_prev)):
         if value.ndim != 2:
             raise ValueError(f"{name} must be a 2-D array [batch, size]; got shape {tuple(value.shape)}")
-    expected_shapes = shapes(x.shape[0], x.shape[1], h_prev.shape[1])
+    expected_shapes = _shapes(x.shape[0], x.shape[1], h_prev.shape[1])
     dtype = dtype_name(arrays["x"].dtype, "x.dtype")
     if dtype not in BUILTIN_DTYPES:  # no float32 compute path here, and NumPy's bfloat16 matmul returns float32
         raise TypeError(f"x.dtype must be one of {BUILTIN_DTYPES} (the cell computes in its arrays' own dtype; cast "
@@ -58,8 +56,10 @@ def _validate(arrays: dict[str, Array],
     return xp
 
 
-def _cell_shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
-    return {"x": (b, i), "h_prev": (b, h), "w_ru": (i + h, 2 * h), "w_c": (i + h, h), "b_ru": (2 * h,), "b_c": (h,)}
+def _shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
+    """Every argument's shape, by name."""
+    return {"x": (b, i), "h_prev": (b, h), "w_ru": (i + h, 2 * h), "w_c": (i + h, h), "b_ru": (2 * h,), "b_c": (h,),
+            "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h), "d_r_bar_u_bar": (b, 2 * h), "d_c_bar": (b, h)}
 
 
 def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array
@@ -84,7 +84,7 @@ def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array
         TypeError: arrays of mixed kinds or dtypes, or an unsupported dtype.
         ValueError: a shape that does not fit x's and h_prev's.
     """
-    xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), _cell_shapes)
+    xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c))
     h = h_prev.shape[1]
     ru = 0.5 * (1.0 + xp.tanh(0.5 * (xp.concatenate([x, h_prev], axis=1) @ w_ru + b_ru)))  # sigmoid, as tanh
     r, u = ru[:, :h], ru[:, h:]
@@ -107,10 +107,7 @@ def gru_block_cell_grad(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: 
         (d_x [B, I], d_h_prev [B, H], d_c_bar [B, H], d_r_bar_u_bar [B, 2H]): the gradients of
         x and h_prev, and of the candidate's and the gates' pre-activations.
     """
-    def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
-        return {**_cell_shapes(b, i, h), "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h)}
-
-    xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=d_h), shapes)
+    xp = _validate(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=d_h))
     i = x.shape[1]
     d_c_bar = d_h * (1 - u) * (1 - c * c)
     d_u_bar = d_h * (h_prev - c) * u * (1 - u)
@@ -137,10 +134,7 @@ def gru_block_cell_weight_grads(x: Array, h_prev: Array, r: Array, d_r_bar_u_bar
     Returns:
         (d_w_ru [I+H, 2H], d_w_c [I+H, H], d_b_ru [2H], d_b_c [H]).
     """
-    def shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
-        return {"x": (b, i), "h_prev": (b, h), "r": (b, h), "d_r_bar_u_bar": (b, 2 * h), "d_c_bar": (b, h)}
-
-    xp = _validate(dict(x=x, h_prev=h_prev, r=r, d_r_bar_u_bar=d_r_bar_u_bar, d_c_bar=d_c_bar), shapes)
+    xp = _validate(dict(x=x, h_prev=h_prev, r=r, d_r_bar_u_bar=d_r_bar_u_bar, d_c_bar=d_c_bar))
     d_w_ru = xp.concatenate([x, h_prev], axis=1).T @ d_r_bar_u_bar
     d_w_c = xp.concatenate([x, h_prev * r], axis=1).T @ d_c_bar
     return d_w_ru, d_w_c, d_r_bar_u_bar.sum(axis=0), d_c_bar.sum(axis=0)

@@ -102,14 +102,10 @@ class _ValidatedCall(Signature):
         return _reserve.ForwardKey(self.backend_name, self.config, self.max_time, self.batch, self.run_time_major,
                                    self.lengths)
 
-    def on_device(self) -> Any:
-        """A context with the call's GPU current (nothing for NumPy): copies made inside land there."""
-        return on_device(self.device)
-
     def placed(self) -> "_ValidatedCall":
         """The call with x contiguous in the run layout, contiguous params and [L*D, B, X] states.
 
-        Run inside :meth:`on_device`.
+        Run with the call's device current.
         """
         return dataclasses.replace(self, x=self.seq_in(self.x), params=self.xp.ascontiguousarray(self.params),
                                    h0=self.states_in(self.h0), c0=None if self.c0 is None else self.states_in(self.c0))
@@ -121,9 +117,7 @@ class _ValidatedCall(Signature):
 
     def seq_out(self, values: Array) -> Array:
         """A sequence in the run layout back in the caller's layout (itself when they agree)."""
-        if self.time_major == self.run_time_major:
-            return values
-        return self.xp.ascontiguousarray(values.transpose(1, 0, 2))
+        return values if self.time_major == self.run_time_major else self.seq_in(values)
 
     def states_out(self, state: Array) -> Array:
         """[L*D, B, X] -> caller layout, contiguous (the swap is its own inverse: ``states_in`` is this too)."""
@@ -162,23 +156,20 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
     return host.astype(np.int32)
 
 
-#: A shape check of one call, ``(input_shape, input_h_shape, input_c_shape, params_shape, dtype, lengths_shape,
-#: lengths_dtype, dtypes=...) -> Signature``: ``_signature.signature`` with the op's keywords, or ``check`` with a
-#: config
+#: A call's shape check: ``_signature.signature`` with the op's keywords, or ``_signature.check`` with a config
 _ShapeCheck = Callable[..., Signature]
 
 
 def _prepare(config: RNNConfig, time_major: bool, input: Array, input_h: Array, input_c: Array | None,
              params: Array, sequence_lengths: object) -> _ValidatedCall:
-    """The call record of the internal op path: the shapes held to ``config`` (``_signature.check``), every call."""
+    """The validated call of the internal op path: the shapes held to ``config`` (``_signature.check``)."""
     return _validated(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c, params,
                       sequence_lengths)
 
 
 def _op_check(attrs: dict[str, Any], input: Array, input_h: Array, input_c: Array | None,
               params: Array) -> tuple[_ShapeCheck, bool]:
-    """A public op's shape check (its keywords ``attrs``, checked once into the call's config) and whether the call
-    has a cell, after the op's first checks (``_signature.check_head``)."""
+    """A public op's shape check (its keywords ``attrs``) and whether the call has a cell, after ``check_head``."""
     rnn_mode = check_head(attrs["rnn_mode"], attrs["direction"], attrs["time_major"], {
         "input": input is None, "input_h": input_h is None, "params": params is None, "input_c": input_c is None})[0]
     return functools.partial(signature, **attrs), rnn_mode == "lstm"
@@ -299,7 +290,7 @@ def _forward(call: _ValidatedCall, is_training: bool, dropout_rng: DropoutRNG | 
     xp, config, key = call.xp, call.config, call.reserve_key
     shapes = {"output": call.seq_shape(config.output_size), "output_h": call.state_shape(config.state_size),
               "output_c": call.state_shape(config.num_units), "reserve_space": None}
-    with call.on_device():
+    with on_device(call.device):
         call = call.placed()
         direct = _destinations(call, out, shapes)
         if call.max_time == 0 or call.batch == 0:
@@ -396,11 +387,9 @@ def cudnn_rnn_backprop_v3(input: Array, input_h: Array, input_c: Array | None, p
     """
     attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
                  seed2=seed2, num_proj=num_proj, time_major=time_major, algo=algo)
-    call = _prepare_backprop(*_op_check(attrs, input, input_h, input_c, params), input, input_h, input_c,
-                             params, sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
-                             output_c_backprop, reserve_space)
-    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space,
-                     functools.partial(_reserve.check, reserve_space, host_reserved), None, None)
+    return _backprop(*_op_check(attrs, input, input_h, input_c, params), input, input_h, input_c, params,
+                     sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
+                     output_c_backprop, reserve_space, host_reserved, False, None, None)
 
 
 def backprop(config: RNNConfig, input: Array, input_h: Array, input_c: Array | None, params: Array,
@@ -420,31 +409,29 @@ def backprop(config: RNNConfig, input: Array, input_h: Array, input_c: Array | N
     read, which on CuPy would wait for the device. Results and errors as
     :func:`cudnn_rnn_backprop_v3`'s (the shapes' as ``_signature.check`` says).
     """
-    call = _prepare_backprop(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c,
-                             params, sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
-                             output_c_backprop, reserve_space)
-    check_reserve = functools.partial(_reserve.check_array, reserve_space) if from_residual else functools.partial(
-        _reserve.check, reserve_space, host_reserved)
-    return _backprop(call, output, output_backprop, output_h_backprop, output_c_backprop, reserve_space, check_reserve,
-                     params_grad, out)
+    return _backprop(functools.partial(check, config, time_major), config.has_cell, input, input_h, input_c, params,
+                     sequence_lengths, output, output_h, output_c, output_backprop, output_h_backprop,
+                     output_c_backprop, reserve_space, host_reserved, from_residual, params_grad, out)
 
 
-def _prepare_backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: Array,
-                      input_c: Array | None, params: Array, sequence_lengths: Array | None, output: Array,
-                      output_h: Array, output_c: Array | None, output_backprop: Array | None,
-                      output_h_backprop: Array | None, output_c_backprop: Array | None, reserve_space: Array
-                      ) -> _ValidatedCall:
-    """Validate a backprop's arguments (the forward's as :func:`_validated`, then the outputs and their gradients)."""
+def _backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: Array, input_c: Array | None,
+              params: Array, sequence_lengths: Array | None, output: Array, output_h: Array, output_c: Array | None,
+              output_backprop: Array | None, output_h_backprop: Array | None, output_c_backprop: Array | None,
+              reserve_space: Array, host_reserved: Array | None, from_residual: bool, params_grad: Array | None,
+              out: Mapping[str, Array] | None) -> RNNGradients:
+    """Validate a backprop's arguments (the forward's as :func:`_validated`, then the outputs and their gradients,
+    ``params_grad`` and the reserve) and run it."""
     extra: dict[str, Array | None] = {"output": output, "output_h": output_h, "output_backprop": output_backprop,
                                       "output_h_backprop": output_h_backprop, "reserve_space": reserve_space}
     if has_cell:
         extra.update(output_c=output_c, output_c_backprop=output_c_backprop)
     call = _validated(shapes_check, has_cell, input, input_h, input_c, params, sequence_lengths, extra)
-    config, dtype = call.config, call.x.dtype
-    y_shape, h_shape = call.seq_shape(config.output_size), tuple(input_h.shape)
+    xp, config, dtype = call.xp, call.config, call.x.dtype
+    y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
+    c_shape = call.state_shape(config.num_units)
     expected = {"output": y_shape, "output_h": h_shape, "output_backprop": y_shape, "output_h_backprop": h_shape}
     if call.c0 is not None:  # LSTM
-        expected.update(output_c=tuple(call.c0.shape), output_c_backprop=tuple(call.c0.shape))
+        expected.update(output_c=c_shape, output_c_backprop=c_shape)
     for name, shape in expected.items():
         value = extra[name]
         if value is None:
@@ -453,21 +440,15 @@ def _prepare_backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, i
             continue
         _check_shape(name, value, shape)
         _check_dtype(name, value, dtype)
-    return call
-
-
-def _backprop(call: _ValidatedCall, output: Array, output_backprop: Array | None, output_h_backprop: Array | None,
-              output_c_backprop: Array | None, reserve_space: Array, check_reserve: Callable[[Any], None],
-              params_grad: Array | None, out: Mapping[str, Array] | None) -> RNNGradients:
-    xp, config, dtype = call.xp, call.config, call.x.dtype
-    y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
-    c_shape = call.state_shape(config.num_units)
     if params_grad is not None:
         array_module(input=call.x, params_grad=params_grad)
         _check_shape("params_grad", params_grad, call.params.shape)
         _check_dtype("params_grad", params_grad, dtype)
-    with call.on_device():  # a reserve that is not the forward's own array has its header read there
-        check_reserve(call.reserve_key)
+    with on_device(call.device):  # a reserve that is not the forward's own array has its header read there
+        if from_residual:
+            _reserve.check_array(reserve_space, call.reserve_key)
+        else:
+            _reserve.check(reserve_space, host_reserved, call.reserve_key)
         call = call.placed()
         direct = _destinations(call, out, {"input_backprop": call.seq_shape(config.input_size),
                                            "input_h_backprop": h_shape, "input_c_backprop": c_shape})

@@ -37,8 +37,6 @@ from ..ops import _host_lengths
 
 SECOND_ORDER = ("cudnn_rnn.jax: second-order differentiation (a gradient of the gradient: jax.grad of jax.grad, "
                 "jax.hessian) is not supported; the op has first-order reverse mode (jax.grad, jax.vjp, jax.jacrev)")
-#: the operands a call whose dropout acts adds after the arrays: integers of shape (), read to the host
-_SEEDS = ("seed", "seed2")
 #: the backward's operands after the forward's, by name; "_c" ones only for an LSTM
 _RESIDUALS = ("output", "output_h", "output_c", "output_backprop", "output_h_backprop", "output_c_backprop",
               "reserve_space")
@@ -233,7 +231,7 @@ def cudnn_rnn(input: Any, input_h: Any, input_c: Any, params: Any, sequence_leng
             seed outside a C int) fails when the call runs: an XLA error (``jax.errors.JaxRuntimeError``,
             or ``ValueError`` on JAX's fast dispatch path) whose text ends with the op's error.
     """
-    seeds = dict(zip(_SEEDS, (seed, seed2)))
+    seeds = {"seed": seed, "seed2": seed2}  # operands of shape () after the arrays where dropout acts
     seed_arrays = {name: _seed_array(name, value) for name, value in seeds.items()}
     ints = {name: 0 if seed_arrays[name] is not None else value for name, value in seeds.items()}
     named = {"input": input, "input_h": input_h, "input_c": input_c if rnn_mode == "lstm" else None,

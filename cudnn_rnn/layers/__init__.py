@@ -20,10 +20,8 @@ A typical step (``layer(x, ...)`` is ``layer.forward(x, ...)``)::
     dx, dh0, dc0 = layer.backward(dy)            # ADDS d loss / d params into layer.grad
     optimiser.step([layer.grad]); layer.zero_grad()
 
-The package: the three classes here, each constructor building the layer through that of their base,
-:class:`RecurrentLayer`, in ``_recurrent_layer`` (the arguments' checks: ``_args``); Keras' initialisation
-in ``_initializers``. This module exports the base and the initialisers with the classes. Each class's
-docstring lists its own constructor's arguments (the base writes them from one table).
+The classes' base, :class:`RecurrentLayer`, is in ``_recurrent_layer`` (it writes each class's Args from one
+table), the arguments' checks in ``_args``, Keras' initialisation in ``_initializers``.
 """
 
 from __future__ import annotations

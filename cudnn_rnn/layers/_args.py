@@ -203,15 +203,13 @@ class ArgumentCheck:
         message = (f"{name} must be {layout[name]} = {expected} ({layout['name']}: time_major={time_major}) for this "
                    f"layer ({self.describe()}: L*D = {layers}, {letter} = {width}) and a batch of {batch}; "
                    f"got {got}")
-        swapped = (expected[1], expected[0], width)
+        swapped, other = (expected[1], expected[0], width), _LAYOUTS[not time_major]
         if got == swapped and layers != batch:
-            other = _LAYOUTS[not time_major]
             message += (f", the {other['name']} layout {other[name]}: pass {self.swap_axes(name)} (with "
                         f"time_major={not time_major} x would be read as {other['x']} too)")
         elif self._x_shape:
             x_shape = self._x_shape[0]
             steps = x_shape[0] if time_major else x_shape[1]  # B if x is in the other layout
-            other = _LAYOUTS[not time_major]
             if steps != batch and got == ((steps, layers, width) if time_major else (layers, steps, width)):
                 message += (f": x {x_shape} looks {other['name']}, {other['x']} with B = {steps}, and {name} fits that "
                             f"layout, {other[name]}: pass time_major={not time_major}, or make both "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from .._arrays import Array, array_kind, array_module, beside, copy_into, to_host
+from .._arrays import Array, array_module, beside, copy_into, to_host
 from .._checks import MAX_COUNT, checked_count, flag
 from .. import _graph_watch
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
@@ -25,9 +25,6 @@ if TYPE_CHECKING:
     from ..formats import Converted
 
 __all__ = ["RecurrentLayer", "constructor_arguments", "SEED2_PERIOD"]
-
-#: bidirectional flag -> TF direction string
-_DIRECTION: dict[bool, str] = {False: "unidirectional", True: "bidirectional"}
 
 #: (kind, side) of a params entry -> the prefix of its name in :meth:`RecurrentLayer.weights`
 _NAME_PREFIX: dict[tuple[str, str], str] = {
@@ -174,7 +171,7 @@ class RecurrentLayer:
                  bidirectional: bool = False, num_proj: int = 0, dropout: float = 0.0,
                  input_mode: str = "linear_input", dtype: object = "float32", xp: types.ModuleType | None = None,
                  seed: int = 0, unit_forget_bias: bool = False, algo: str = "standard") -> None:
-        direction = _DIRECTION[flag("bidirectional", bidirectional)]
+        direction = "bidirectional" if flag("bidirectional", bidirectional) else "unidirectional"
         forget_bias = flag("unit_forget_bias", unit_forget_bias)
         config = RNNConfig(rnn_mode, num_layers, num_units, input_size, input_mode=input_mode, direction=direction,
                            num_proj=num_proj, dropout=dropout, seed=seed, seed2=0, dtype=dtype_name(dtype), algo=algo)
@@ -228,10 +225,6 @@ class RecurrentLayer:
         return self.named_views(self.grad)
 
     # -- forward / backward ----------------------------------------------------------------------
-    def _state_shape(self, batch: int, width: int, time_major: bool) -> tuple[int, int, int]:
-        layers = self.config.num_pseudo_layers
-        return (layers, batch, width) if time_major else (batch, layers, width)
-
     def forward(self, x: Array, lengths: Array | Sequence[int] | None = None, h0: Array | None = None,
                 c0: Array | None = None, *, time_major: bool = False,
                 training: bool = True) -> tuple[Array, Array, Array | None]:
@@ -270,11 +263,12 @@ class RecurrentLayer:
         batch, max_time = check.inputs(x, h0, c0, time_major)
         caller_lengths = lengths
         lengths = check.lengths(lengths, batch, max_time)
+        state = (config.num_pseudo_layers, batch) if time_major else (batch, config.num_pseudo_layers)
         with beside(self.params):  # default states on the params' GPU, whichever is current
             if h0 is None:
-                h0 = self.xp.zeros(self._state_shape(batch, config.state_size, time_major), dtype=x.dtype)
+                h0 = self.xp.zeros((*state, config.state_size), dtype=x.dtype)
             if config.has_cell and c0 is None:
-                c0 = self.xp.zeros(self._state_shape(batch, config.num_units, time_major), dtype=x.dtype)
+                c0 = self.xp.zeros((*state, config.num_units), dtype=x.dtype)
         if lengths is not caller_lengths:  # a list became an array; an array goes to the op as it is
             _graph_watch.saw_call(caller_lengths, x)  # a CUDA graph being recorded watches the caller's list
         call_config = _with_seed2(config, self.step % SEED2_PERIOD)
@@ -400,14 +394,12 @@ class RecurrentLayer:
                 another mode than ``cls`` holds; ``step`` is not a non-negative int.
         """
         config = check_config(config)
-        kind = array_kind(params)
-        if kind is None:
-            raise TypeError(f"params must be a numpy.ndarray or cupy.ndarray; got {type(params).__name__}")
-        module = array_module(params=params) if xp is None else _array_module_named(xp)
+        own = array_module(params=params)  # a TypeError for anything but an array
+        module = own if xp is None else _array_module_named(xp)
         ArgumentCheck(config, module).params(params)
         step = checked_count("step", step)
         with beside(params):  # a CuPy copy stays on the params' GPU
-            copy = params.copy() if module.__name__ == kind else to_host(params)  # crossing kinds copies anyway
+            copy = params.copy() if module is own else to_host(params)  # crossing kinds copies anyway
         return cls._from_saved(config, copy, step, module, "config", "from_params")
 
     def state_dict(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import itertools
 import weakref
-from typing import Any, Callable, ClassVar, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -274,33 +274,16 @@ _SECOND_ORDER = ("cudnn_rnn.torch: second-order differentiation (a gradient of t
                  "the op's gradient is its own backprop, which has no derivative")
 
 
-class _Operator(torch.autograd.Function):
-    """One of the custom operators, ``operator`` (a subclass names it), as an autograd.Function: ``forward`` is its
-    call (the same arguments and results) and the vmap rule is generated from it (the operator's own, :func:`_loop`).
-    A subclass gives the derivatives and keeps what they need; this one keeps nothing."""
+class _RNN(torch.autograd.Function):
+    """``rnn_forward`` as an autograd.Function (the same arguments and results; the vmap rule generated from the
+    operator's own, :func:`_loop`): its gradient ``rnn_backward`` of the forward's reserve; forward mode raises.
+    ``forward`` calls ``torch.ops.cudnn_rnn``'s packet, which Dynamo traces (it cannot wrap the CustomOpDef)."""
 
     generate_vmap_rule = True
-    #: ``torch.ops.cudnn_rnn``'s packet, which Dynamo traces inside the forward (it cannot wrap the CustomOpDef)
-    operator: ClassVar[Callable[..., tuple[Tensor, ...]]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        operator = cls.operator
-
-        def forward(*args: Any) -> Any:
-            return operator(*args)
-
-        cls.forward = staticmethod(forward)  # type: ignore[method-assign]
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-        pass
-
-
-class _RNN(_Operator):
-    """``rnn_forward``, its gradient ``rnn_backward`` of the forward's reserve; forward mode raises."""
-
-    operator = torch.ops.cudnn_rnn.rnn_forward
+    def forward(*args: Any) -> Any:
+        return torch.ops.cudnn_rnn.rnn_forward(*args)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
@@ -326,10 +309,19 @@ class _TracedRNN(_RNN):  # as torch.compile traces it: Dynamo refuses an autogra
     jvp = torch.autograd.Function.jvp
 
 
-class _Backprop(_Operator):
-    """``rnn_backward`` where a graph of the gradient is built: its own derivative raises."""
+class _Backprop(torch.autograd.Function):
+    """``rnn_backward`` (as :class:`_RNN` is ``rnn_forward``) where a graph of the gradient is built: its own
+    derivative raises."""
 
-    operator = torch.ops.cudnn_rnn.rnn_backward
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args: Any) -> Any:
+        return torch.ops.cudnn_rnn.rnn_backward(*args)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        pass
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:

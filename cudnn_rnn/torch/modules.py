@@ -173,7 +173,8 @@ class _RecurrentModule(nn.Module):
         if not isinstance(module, nn.RNNBase) or not (fields := module_fields(module)):
             raise TypeError(f"module must be a torch.nn.LSTM, nn.GRU or nn.RNN; got {type(module).__name__}")
         if (rnn_mode := fields["rnn_mode"]) not in cls.layer_class.modes:
-            theirs, ours = MODULE_CLASSES[rnn_mode], _module_class(rnn_mode).__name__
+            theirs = MODULE_CLASSES[rnn_mode]
+            ours = next(other for other in (LSTM, GRU, RNN) if rnn_mode in other.layer_class.modes).__name__
             kind = f"{theirs} (nonlinearity={module.nonlinearity!r})" if theirs == "nn.RNN" else theirs
             raise ValueError(f"module is a torch.{kind}; {cls.__name__}.from_torch takes a torch."
                              f"{MODULE_CLASSES[cls.layer_class.modes[0]]}: use "
@@ -245,8 +246,3 @@ class RNN(_RecurrentModule, layer=layers.RNN):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, activation={self.activation!r}"
-
-
-def _module_class(rnn_mode: str) -> type[_RecurrentModule]:
-    """The module class of this package that runs ``rnn_mode``."""
-    return next(cls for cls in (LSTM, GRU, RNN) if rnn_mode in cls.layer_class.modes)
