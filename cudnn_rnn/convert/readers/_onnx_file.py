@@ -42,15 +42,16 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 from ..._dtypes import names as dtype_names
 from ...formats.gru_block_cell import keras_reset_before_to_gru_block_cell
+from ...formats.onnx import ACTIVATIONS
 from ._found import FileReadError, FoundRNN, ReadOptions, check_declared_size, common_dtype, one_line
 from ._infer import infer
-from ._onnx_graph import Graph, MalformedGraph, NotFolded
+from ._onnx_graph import ONNX_DOMAINS, Graph, MalformedGraph, NotFolded, int_attribute
 
 __all__ = ["read"]
 
@@ -85,7 +86,7 @@ OPERATORS: dict[str, Operator] = {
 }
 
 #: an RNN node's activation (lower-cased) -> rnn_mode
-RNN_MODES: dict[str, str] = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
+RNN_MODES: dict[str, str] = {name.lower(): mode for mode, name in ACTIVATIONS.items()}
 
 #: the direction attribute -> the directions W holds
 DIRECTION_COUNTS: dict[str, int] = {"forward": 1, "reverse": 1, "bidirectional": 2}
@@ -127,8 +128,8 @@ def read(path: str, kind: str, options: ReadOptions) -> list[FoundRNN]:
 
 
 # ---- the file ----------------------------------------------------------------------------------------
-def _read_model_proto(path: str) -> Any:
-    """The ModelProto, without its external data; FileReadError when it is none."""
+def _read_model_proto(path: str) -> tuple[Any, int]:
+    """The ModelProto, without its external data, and its ONNX opset; FileReadError when it is none."""
     import onnx
 
     size = os.path.getsize(path)
@@ -146,10 +147,16 @@ def _read_model_proto(path: str) -> Any:
     if not model.ir_version or not model.HasField("graph"):
         raise FileReadError(path, "not an ONNX model: it parses as a protobuf but declares no IR version or no graph "
                                   "(a truncated file, or another format such as a TensorFlow .pb)")
-    if not any(opset.domain in ("", "ai.onnx") for opset in model.opset_import):
+    opsets = [entry.version for entry in model.opset_import if entry.domain in ONNX_DOMAINS]
+    if not opsets:
         raise FileReadError(path, "the model declares no opset for the ONNX operators (opset_import): a truncated "
                                   "file, or not an ONNX model")
-    return model
+    return model, max(opsets)
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    """The name of ``value`` in a protobuf enum of onnx's (``#99`` where it has none)."""
+    return str(enum.Name(value)) if value in enum.values() else f"#{value}"
 
 
 def _count(text: str, what: str, path: str) -> int:
@@ -172,7 +179,7 @@ class _TensorData:
         where = f"{what} keeps its data in {location!r}"
         if not location:
             raise FileReadError(self.path, f"{what} is marked external but names no location")
-        if os.path.isabs(location) or re.match(r"^([\\/]|[A-Za-z]:)", location) or "\x00" in location:
+        if re.match(r"^([\\/]|[A-Za-z]:)", location) or "\x00" in location:  # absolute here or on Windows
             raise FileReadError(self.path, f"{where}, an absolute path: external data must sit in the model's folder")
         if ".." in re.split(r"[\\/]+", location):
             raise FileReadError(self.path, f"{where}, which leaves the model's folder: external data must sit in it")
@@ -185,41 +192,34 @@ class _TensorData:
             raise FileReadError(self.path, f"{where}, which is {state}: copy the data file beside the model")
         size = os.path.getsize(full)
         offset = _count(entries.get("offset", "0"), f"the offset of {what}", self.path)
-        length = _count(entries["length"], f"the length of {what}", self.path) if "length" in entries else None
-        end = offset + (length if length is not None else 0)
-        if offset > size or end > size:
-            raise FileReadError(self.path, f"{where} at bytes {offset}..{end}, but that file has only {size} bytes: "
-                                           "it is truncated or belongs to another model")
-        return full, offset, length if length is not None else size - offset
+        length = _count(entries["length"], f"the length of {what}", self.path) if "length" in entries else \
+            max(size - offset, 0)
+        if offset + length > size:
+            raise FileReadError(self.path, f"{where} at bytes {offset}..{offset + length}, but that file has only "
+                                           f"{size} bytes: it is truncated or belongs to another model")
+        return full, offset, length
 
     def decode(self, tensor: Any, what: str) -> np.ndarray:
         """The array of a TensorProto (float16/32/64, int32/64 or bool)."""
         from onnx import TensorProto, helper, numpy_helper
 
         if tensor.data_type not in ELEMENT_TYPES:
-            types = TensorProto.DataType
-            name = types.Name(tensor.data_type) if tensor.data_type in types.values() else f"#{tensor.data_type}"
+            name = _enum_name(TensorProto.DataType, tensor.data_type)
             raise FileReadError(self.path, f"{what} has element type {name}, which is not read: RNN weights must be "
                                            "float16, float32 or float64")
         dtype = np.dtype(ELEMENT_TYPES[tensor.data_type])
         shape = tuple(int(d) for d in tensor.dims)
         if tensor.HasField("segment"):
             raise FileReadError(self.path, f"{what} is stored in segments, which are not read")
-        if tensor.data_location == _EXTERNAL:
-            return self._read_external(tensor, what, shape, dtype)
-        # typed values are one per element (float16's bit patterns too, in int32_data)
-        stored = len(tensor.raw_data) or len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))) * \
-            dtype.itemsize
-        self._check_size(what, shape, dtype.itemsize, stored)
-        return numpy_helper.to_array(tensor)
-
-    def _check_size(self, what: str, shape: tuple[int, ...], itemsize: int, stored: int) -> None:
-        declared = check_declared_size(self.path, what, shape, itemsize, stored, compressed=False)
-        if declared != stored:
-            raise FileReadError(self.path, f"{what} declares shape {shape} ({declared} bytes) but stores {stored} "
-                                           "bytes: the file is corrupt")
-
-    def _read_external(self, tensor: Any, what: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        if tensor.data_location != _EXTERNAL:
+            # typed values are one per element (float16's bit patterns too, in int32_data)
+            stored = len(tensor.raw_data) or len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))) * \
+                dtype.itemsize
+            declared = check_declared_size(self.path, what, shape, dtype.itemsize, stored, compressed=False)
+            if declared != stored:
+                raise FileReadError(self.path, f"{what} declares shape {shape} ({declared} bytes) but stores {stored} "
+                                               "bytes: the file is corrupt")
+            return numpy_helper.to_array(tensor)
         full, offset, available = self.external(tensor, what)
         declared = check_declared_size(self.path, what, shape, dtype.itemsize, available, compressed=False)
         if any(entry.key == "length" for entry in tensor.external_data) and declared != available:
@@ -234,13 +234,6 @@ class _TensorData:
 
 
 # ---- the graph ---------------------------------------------------------------------------------------
-def _tensor_attributes(nodes: Any) -> Iterator[tuple[Any, str]]:
-    for node in nodes:
-        for attribute in node.attribute:
-            if attribute.type == 4:  # TENSOR: a Constant's value, which may be external data too
-                yield attribute.t, f"the value of node {node.name!r}"
-
-
 def _subgraphs(nodes: Any) -> list[Any]:
     """The Loop/If/Scan bodies the nodes hold (GRAPH and GRAPHS attributes)."""
     return [graph for node in nodes for attribute in node.attribute
@@ -276,18 +269,18 @@ class _Reader:
     """One model being read: its tensors, its folded values and its RNN nodes."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.model = _read_model_proto(path)
+        self.model, opset = _read_model_proto(path)
         graph = self.model.graph
-        self.data = _TensorData(path)
+        data = _TensorData(path)
         self.graph_inputs = {value.name: value for value in graph.input}
         stored = os.path.getsize(path)
-        for tensor, what in [*((t, f"initializer {t.name!r}") for t in graph.initializer),
-                             *_tensor_attributes(graph.node)]:
+        # TENSOR attributes (4): a Constant's value, which may be external data too
+        values = [(attribute.t, f"the value of node {node.name!r}") for node in graph.node
+                  for attribute in node.attribute if attribute.type == 4]
+        for tensor, what in [*((t, f"initializer {t.name!r}") for t in graph.initializer), *values]:
             if tensor.data_location == _EXTERNAL:
-                stored += self.data.external(tensor, what)[2]
-        opset = max((entry.version for entry in self.model.opset_import if entry.domain in ("", "ai.onnx")))
-        self.graph = Graph(path, graph, self.data.decode, opset, FOLDING_FACTOR * stored + FOLDING_SLACK)
+                stored += data.external(tensor, what)[2]
+        self.graph = Graph(path, graph, data.decode, opset, FOLDING_FACTOR * stored + FOLDING_SLACK)
         self.values: dict[str, np.ndarray | Exception] = {}
         producer = one_line(self.model.producer_name, 60)
         self.exporter = EXPORTERS.get(producer.lower()) or one_line(
@@ -295,7 +288,7 @@ class _Reader:
 
     def found(self) -> list[FoundRNN]:
         indexed = [(index, node) for index, node in enumerate(self.model.graph.node)
-                   if node.op_type in OPERATORS and node.domain in ("", "ai.onnx")]
+                   if node.op_type in OPERATORS and node.domain in ONNX_DOMAINS]
         if not indexed:
             raise ValueError(_no_rnn(self.model))
         nodes, names, used = [node for _, node in indexed], [], set()
@@ -305,8 +298,7 @@ class _Reader:
             used.add(name)
             names.append(name)
         # every node's W, R, B, then P, then initial_h and initial_c: folded together (one child process at most)
-        self.values = self.graph.fold(node.input[i] for i in (1, 2, 3, 7, 5, 6) for node in nodes
-                                      if i < len(node.input) and node.input[i])
+        self.values = self.graph.fold(filter(None, (_input(node, i) for i in (1, 2, 3, 7, 5, 6) for node in nodes)))
         found = [self._node(node, name) for node, name in zip(nodes, names)]
         return self._link(nodes, found)
 
@@ -317,7 +309,7 @@ class _Reader:
         if len(node.input) > len(op.inputs):
             raise ValueError(f"{where} has {len(node.input)} inputs; an ONNX {node.op_type} takes at most "
                              f"{len(op.inputs)}")
-        inputs = dict(zip(op.inputs, [*node.input, *[""] * len(op.inputs)]))
+        inputs = {role: _input(node, index) for index, role in enumerate(op.inputs)}
         attributes = _attributes(node, where)
         direction = attributes.get("direction", "forward")
         if direction not in DIRECTION_COUNTS:
@@ -426,7 +418,7 @@ class _Reader:
         linked = []
         for node, item in zip(nodes, found):
             x = _input(node, 0)
-            sizes[item.name] = self._declared_sizes(x, _layout(node) == 1)
+            sizes[item.name] = self._declared_sizes(x, int_attribute(node, "layout") == 1)
             try:
                 sources = set(self.graph.trace(x, outputs).sources) if x else set()
             except (NotFolded, MalformedGraph):
@@ -464,8 +456,8 @@ class _Reader:
             steps, batch = PROBE_STEPS, PROBE_BATCH
         probe = np.arange(steps * batch * directions * units, dtype=np.float64).reshape(steps, batch, directions,
                                                                                           units)
-        y = probe.transpose(1, 0, 2, 3) if _layout(source_node) == 1 else probe.transpose(0, 2, 1, 3)
-        expected = probe.transpose(1, 0, 2, 3) if _layout(node) == 1 else probe
+        y = probe.transpose(1, 0, 2, 3) if int_attribute(source_node, "layout") == 1 else probe.transpose(0, 2, 1, 3)
+        expected = probe.transpose(1, 0, 2, 3) if int_attribute(node, "layout") == 1 else probe
         value = self.graph.probe(x, {source_node.output[0]: np.ascontiguousarray(y)})
         return value is not None and value.dtype == np.float64 and np.array_equal(
             value, expected.reshape(*expected.shape[:2], -1))
@@ -473,10 +465,6 @@ class _Reader:
 
 def _input(node: Any, index: int) -> str:
     return node.input[index] if index < len(node.input) else ""
-
-
-def _layout(node: Any) -> int:
-    return next((attribute.i for attribute in node.attribute if attribute.name == "layout"), 0)
 
 
 def _attributes(node: Any, where: str) -> dict[str, Any]:
@@ -490,8 +478,8 @@ def _attributes(node: Any, where: str) -> dict[str, Any]:
         if expected is None:
             continue
         if attribute.type != expected:
-            actual = types.Name(attribute.type) if attribute.type in types.values() else f"#{attribute.type}"
-            raise ValueError(f"{where}: attribute {attribute.name} must be {types.Name(expected)}; got {actual}")
+            raise ValueError(f"{where}: attribute {attribute.name} must be {types.Name(expected)}; got "
+                             f"{_enum_name(types, attribute.type)}")
         value = helper.get_attribute_value(attribute)
         if isinstance(value, bytes):
             value = one_line(value.decode("utf-8", "replace"), 60)

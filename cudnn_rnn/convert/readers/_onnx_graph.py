@@ -27,10 +27,13 @@ from ..._dtypes import TABLE
 from ._child import Reader, run_isolated
 from ._found import FileReadError, one_line
 
-__all__ = ["Graph", "NotFolded", "MalformedGraph", "evaluate"]
+__all__ = ["Graph", "NotFolded", "MalformedGraph", "evaluate", "ONNX_DOMAINS", "int_attribute"]
 
 #: the longest chain of nodes followed back from one value, and the most nodes computing it
 MAX_DEPTH, MAX_NODES = 64, 256
+
+#: the domain names of the ONNX operators (a node's ``domain``, an ``opset_import`` entry's)
+ONNX_DOMAINS = ("", "ai.onnx")
 
 #: onnx's evaluator in a child process, as its refusals name it
 EVALUATOR = Reader("onnx's reference evaluator", "ONNX model")
@@ -69,12 +72,13 @@ def _moved(node: Any, inputs: list[np.ndarray]) -> int:
     return sum(value.nbytes for value in inputs) + 64
 
 
-def _cast_to(node: Any) -> int:
-    return next((attribute.i for attribute in node.attribute if attribute.name == "to"), 0)
+def int_attribute(node: Any, name: str) -> int:
+    """The integer of ``node``'s attribute ``name``; 0 when it has none."""
+    return next((attribute.i for attribute in node.attribute if attribute.name == name), 0)
 
 
 def _cast(node: Any, inputs: list[np.ndarray]) -> int:
-    return inputs[0].size * _ITEMSIZES.get(_cast_to(node), 8) + 64 if inputs else 64
+    return inputs[0].size * _ITEMSIZES.get(int_attribute(node, "to"), 8) + 64 if inputs else 64
 
 
 def _elementwise(node: Any, inputs: list[np.ndarray]) -> int:
@@ -190,7 +194,7 @@ class Traced:
     @property
     def bounded(self) -> bool:
         """Whether every node says its output's size before it runs (:data:`BOUNDED_OPS`)."""
-        return all(node.op_type in BOUNDED_OPS and (node.op_type != "Cast" or _cast_to(node) in _ITEMSIZES)
+        return all(node.op_type in BOUNDED_OPS and (node.op_type != "Cast" or int_attribute(node, "to") in _ITEMSIZES)
                    for node in self.nodes)
 
 
@@ -224,16 +228,15 @@ class Graph:
         if name in self.initializers:
             return self.initializers[name]
         node = self.producers.get(name)
-        return node if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx") else None
+        return node if node is not None and node.op_type == "Constant" and node.domain in ONNX_DOMAINS else None
 
     def constant(self, name: str) -> np.ndarray:
         """The array of an initializer or Constant node (see :meth:`_leaf`), decoded once."""
         if name not in self._decoded:
-            leaf = self._leaf(name)
             if name in self.initializers:
-                self._decoded[name] = self.decode(leaf, f"initializer {name!r}")
+                self._decoded[name] = self.decode(self.initializers[name], f"initializer {name!r}")
             else:
-                self._decoded[name] = _constant_value(leaf, self.decode)
+                self._decoded[name] = _constant_value(self._leaf(name), self.decode)
         return self._decoded[name]
 
     def trace(self, name: str, sources: Iterable[str] = ()) -> Traced:
@@ -364,7 +367,7 @@ class Graph:
 
 def _check_foldable(node: Any) -> None:
     """NotFolded when ``node`` is of another domain, holds a subgraph, or is random."""
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in ONNX_DOMAINS:
         raise NotFolded(f"computed by a {node.op_type} node {node.name!r} of domain {one_line(node.domain, 40)!r}, "
                         "which is not followed here")
     if node.op_type in RANDOM_OPS or any(attribute.type in _GRAPH_ATTRIBUTES + (_SPARSE_TENSOR,)
