@@ -20,7 +20,7 @@ it replaces, else 0o666 less the umask).
 writes bytes or a sequence of buffers through it, and :func:`write_through_path` lends its partial
 file's *path* to writers that open a path themselves (``onnx.save``, ``torch.save``).
 :func:`read_bytes` reads a file back whole, refusing what is not a regular file; readers check what
-a file declares before they read it (``MAX_COMPRESSION_RATIO``, ``NPY_HEADER_READERS``).
+a file declares before they read it (:func:`decompression_bomb`, :func:`read_npy_header`).
 
 Leftovers. Every write first removes the partial files of earlier, killed writes of the same
 target (:func:`remove_leftovers`) whose writer is known to be gone:
@@ -59,13 +59,14 @@ import numpy as np
 from ._containers import COMPOUND_ENDINGS
 
 # what the readers and writers of other packages build on besides __all__ (each ``as`` marks a name exported from here)
-from ._containers import (CHECKPOINT_FORMAT as CHECKPOINT_FORMAT, ENDINGS as ENDINGS,
+from ._containers import (CHECKPOINT_FORMAT as CHECKPOINT_FORMAT, DAMAGED_ZIP as DAMAGED_ZIP, ENDINGS as ENDINGS,
                           HDF5_SIGNATURE as HDF5_SIGNATURE, KERAS as KERAS,
                           KERAS_DTYPE_ATTRIBUTE as KERAS_DTYPE_ATTRIBUTE, KERAS_MARKED_DTYPES as KERAS_MARKED_DTYPES,
                           KERAS_VERSION as KERAS_VERSION, KERAS_WEIGHTS as KERAS_WEIGHTS,
                           MODEL_FILE_KINDS as MODEL_FILE_KINDS, NPZ as NPZ, ONNX as ONNX,
                           PICKLE_PROTOCOL_OPCODE as PICKLE_PROTOCOL_OPCODE, PT as PT, PTH as PTH,
                           SAFETENSORS as SAFETENSORS, ZIP_LOCAL_HEADER as ZIP_LOCAL_HEADER,
+                          ZIP_READ_ERRORS as ZIP_READ_ERRORS,
                           model_file_kind as model_file_kind)
 from ._safetensors import (HEADER_LENGTH as HEADER_LENGTH, MAX_HEADER_BYTES as MAX_HEADER_BYTES, Entry as Entry,
                            Layout as Layout, SafetensorsError as SafetensorsError, decode as decode, encode as encode,
@@ -326,3 +327,21 @@ def read_bytes(path: PathLike, what: str = "file") -> bytes:
         raise
     with os.fdopen(descriptor, "rb") as handle:
         return handle.read()
+
+
+def decompression_bomb(declared: int, stored: int) -> bool:
+    """Whether ``declared`` bytes are more than ``stored`` compressed bytes can give: over
+    :data:`MAX_COMPRESSION_RATIO` times as many (a decompression bomb)."""
+    return declared > stored * MAX_COMPRESSION_RATIO
+
+
+def read_npy_header(member: IO[bytes], name: str,
+                    refuse: Callable[[str], Exception] = ValueError) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype ``.npy`` member ``name`` declares, from the header at ``member``'s start (``member`` is
+    left at its data); ``refuse(message)`` is raised for a format version :data:`NPY_HEADER_READERS` does not read,
+    NumPy's ValueError for a malformed header."""
+    version = np.lib.format.read_magic(member)
+    if version not in NPY_HEADER_READERS:
+        raise refuse(f"member {name!r} uses .npy format version {version}, which is not read here")
+    shape, _, dtype = NPY_HEADER_READERS[version](member)
+    return tuple(shape), dtype

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
+import zlib
 
 from .._dtypes import PACKAGES
 from ._safetensors import HEADER_LENGTH, MAX_HEADER_BYTES
@@ -66,6 +67,13 @@ ZIP_LOCAL_HEADER = b"PK\x03\x04"  # a zip archive's first bytes; its directory s
 SAFETENSORS_OPENING = ord("{")  # the header's first byte, after its 8-byte little-endian length
 PICKLE_PROTOCOL_OPCODE = 0x80   # the first byte of a pickle of protocol 2 or later
 ONNX_IR_VERSION_TAG = 0x08      # ModelProto field 1 (ir_version), varint: the first byte of every ONNX model
+
+#: what zipfile and zlib raise reading a damaged archive (RuntimeError: a member it cannot decrypt)
+ZIP_READ_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
+                                                OSError, NotImplementedError, RuntimeError)
+#: what opening and reading a damaged archive raises: those, and ValueError (zipfile's for some malformed headers,
+#: numpy's for a malformed .npy header)
+DAMAGED_ZIP: tuple[type[Exception], ...] = (*ZIP_READ_ERRORS, ValueError)
 
 
 def model_file_kind(path: str) -> str:
@@ -133,7 +141,7 @@ def _zip_kind(path: str) -> str:
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError) as error:
+    except DAMAGED_ZIP as error:
         raise ValueError(f"a damaged zip archive ({error})") from None
     if "config.json" in names and any(name.endswith(KERAS_WEIGHTS) for name in names):
         return "keras"

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -40,7 +39,7 @@ from .._cudnn._dropout_rng import checked_state
 from .._dtypes import BY_NAME, PACKAGES
 from ..config import RNNConfig, numpy_dtype
 from ..layout import params_size
-from . import MAX_COMPRESSION_RATIO, NPY_HEADER_READERS, PathLike, read_bytes, write_bytes
+from . import DAMAGED_ZIP, PathLike, decompression_bomb, read_bytes, read_npy_header, write_bytes
 
 __all__ = ["FORMAT_VERSION", "KEYS", "ParamsFile", "write_params_file", "read_params_file"]
 
@@ -98,17 +97,14 @@ def write_params_file(file: PathLike | IO[bytes], params: Array, config: RNNConf
 def _read_member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
     """Member ``name``'s array, its declared sizes checked against what the archive stores before any is read."""
     info = archive.getinfo(f"{name}.npy")
-    if info.file_size > max(info.compress_size, 1) * MAX_COMPRESSION_RATIO:
+    if decompression_bomb(info.file_size, max(info.compress_size, 1)):
         raise ValueError(f"member {name!r} declares {info.file_size} bytes from {info.compress_size} stored: more "
                          "than any compression gives")
     with archive.open(info) as member:
-        version = np.lib.format.read_magic(member)
-        if version not in NPY_HEADER_READERS:
-            raise ValueError(f"member {name!r} uses .npy format version {version}, which is not read here")
-        shape, _, dtype = NPY_HEADER_READERS[version](member)
+        shape, dtype = read_npy_header(member, name)
         declared = math.prod(shape) * dtype.itemsize
         if dtype.hasobject or declared > info.file_size - member.tell():
-            raise ValueError(f"member {name!r} declares {dtype} {tuple(shape)} ({declared} bytes) but the archive "
+            raise ValueError(f"member {name!r} declares {dtype} {shape} ({declared} bytes) but the archive "
                              f"holds {info.file_size - member.tell()}")
         member.seek(0)
         array: np.ndarray = np.lib.format.read_array(member, allow_pickle=False)
@@ -137,8 +133,7 @@ def read_params_file(path: PathLike) -> ParamsFile:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
             arrays = {name: _read_member(archive, name) for name in KEYS if name in names}
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, UnicodeDecodeError, ValueError,
-            NotImplementedError, RuntimeError) as error:
+    except DAMAGED_ZIP as error:
         raise ValueError(f"{where} is not a whole params file (a damaged or truncated archive, or another kind "
                          f"of file: {error})") from None
     missing = [name for name in KEYS if name not in names]

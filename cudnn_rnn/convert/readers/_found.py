@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...config import RNNConfig, dtype_name
-from ...files import MAX_COMPRESSION_RATIO
+from ...files import MAX_COMPRESSION_RATIO, decompression_bomb
 from ...formats import FORMATS, Converted, InexactConversionError, check_params, from_format
 from ...layers import RecurrentLayer
 
@@ -337,8 +337,7 @@ def check_declared_size(path: str, name: str, shape: tuple[int, ...], itemsize: 
     if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
         raise FileReadError(path, f"tensor {name!r} declares an invalid shape {tuple(shape)}")
     declared = math.prod(int(d) for d in shape) * int(itemsize)
-    limit = stored_bytes * MAX_COMPRESSION_RATIO if compressed else stored_bytes
-    if declared > limit:
+    if (decompression_bomb(declared, stored_bytes) if compressed else declared > stored_bytes):
         raise FileReadError(
             path, f"tensor {name!r} declares shape {tuple(int(d) for d in shape)} ({declared} bytes) but the file "
                   f"stores only {stored_bytes} bytes for it: the file is truncated or corrupt")

@@ -15,13 +15,13 @@ How each member is checked before its data is read (nothing is unpickled): :func
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
-from typing import IO
 
 import numpy as np
 
-from ...files import NPY_HEADER_READERS
+from ...files import read_npy_header
 from ...files.params_file import KEYS as PARAMS_FILE_KEYS, parse_params_file
 from ...formats import PREFIXED_TORCH_NAME, guess_format
 from ._found import (CONFIG_FIELDS, PARAMS_FORMAT, FileReadError, FoundRNN, ReadOptions, check_declared_size,
@@ -31,17 +31,6 @@ from ._state_dict import rnns_in_state_dict
 from ._zip import DAMAGED_ZIP, checked_members
 
 __all__ = ["read"]
-
-
-def _header(member: IO[bytes], path: str, name: str) -> tuple[tuple[int, ...], np.dtype]:
-    version = np.lib.format.read_magic(member)
-    if version not in NPY_HEADER_READERS:
-        raise FileReadError(path, f"member {name!r} uses .npy format version {version}, which is not read here")
-    shape, _, dtype = NPY_HEADER_READERS[version](member)
-    if dtype.hasobject:
-        raise FileReadError(path, f"member {name!r} holds Python objects (a pickle), which are never loaded; "
-                                  "save plain numeric arrays")
-    return tuple(shape), dtype
 
 
 def read_npz_safely(path: str) -> dict[str, np.ndarray]:
@@ -61,7 +50,10 @@ def read_npz_safely(path: str) -> dict[str, np.ndarray]:
                 name = info.filename[:-4]
                 compressed = info.compress_type != zipfile.ZIP_STORED
                 with archive.open(info) as member:
-                    shape, dtype = _header(member, path, name)
+                    shape, dtype = read_npy_header(member, name, functools.partial(FileReadError, path))
+                    if dtype.hasobject:
+                        raise FileReadError(path, f"member {name!r} holds Python objects (a pickle), which are never "
+                                                  "loaded; save plain numeric arrays")
                     stored = info.compress_size if compressed else info.file_size - member.tell()
                     check_declared_size(path, name, shape, dtype.itemsize, stored, compressed)
                     member.seek(0)

@@ -27,10 +27,6 @@ __all__ = ["rnns_in_state_dict", "rnn_groups", "select_rnns", "READ_DTYPES"]
 #: gates per cell -> the torch class whose state_dict it is
 RNN_CLASSES: dict[int, str] = {4: "nn.LSTM", 3: "nn.GRU", 1: "nn.RNN"}
 
-
-#: the dtypes an RNN's NumPy arrays may have
-ARRAY_DTYPES: tuple[str, ...] = BUILTIN_PARAMS
-
 #: a stored tensor's dtype -> the NumPy dtype a PyTorch or safetensors file's RNN tensor is read as (others are
 #: refused): a type NumPy has none for without a package (bfloat16) as the type it computes in (float32: exactly)
 READ_DTYPES: dict[str, str] = {name: COMPUTE.get(name, name) if name in PACKAGES else name for name in PARAMS}
@@ -80,7 +76,7 @@ def _listing(keys: list[Any], limit: int = 6) -> str:
 def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOptions, source: str, *,
                        dtype_of: Callable[[Any], str] = lambda array: str(array.dtype),
                        read: Callable[[list[str]], Mapping[str, np.ndarray]] | None = None,
-                       readable: Collection[str] = ARRAY_DTYPES) -> list[FoundRNN]:
+                       readable: Collection[str] = BUILTIN_PARAMS) -> list[FoundRNN]:
     """Every RNN in a (parent module's) state_dict, one per key prefix.
 
     Args:
@@ -105,7 +101,11 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOp
     """
     groups = select_rnns(path, list(state_dict), options.prefix)
     for names in groups.values():
-        check_one_dtype(path, {key: dtype_of(state_dict[key]) for key in names.values()}, readable)
+        dtypes = {key: dtype_of(state_dict[key]) for key in names.values()}
+        majority = shared_dtype(dtypes, f"cannot read {path!r}: an RNN's ")
+        if majority not in readable:
+            raise TypeError(f"cannot read {path!r}: tensor {next(iter(dtypes))!r} is {majority}; an RNN's weights "
+                            f"must be {', '.join(readable)}")
     keys = [key for names in groups.values() for key in names.values()]
     arrays = read(keys) if read is not None else {key: state_dict[key] for key in keys}
     found = []
@@ -121,11 +121,3 @@ def rnns_in_state_dict(path: str, state_dict: Mapping[str, Any], options: ReadOp
         found.append(FoundRNN(name, f"PyTorch {rnn_class} {source}", "torch", inferred.tensors, inferred.fields,
                               inferred.questions, notes))
     return found
-
-
-def check_one_dtype(path: str, dtypes: Mapping[str, str], readable: Collection[str]) -> None:
-    """TypeError naming the tensor whose dtype differs from the others', or that cannot be read."""
-    majority = shared_dtype(dtypes, f"cannot read {path!r}: an RNN's ")
-    if majority not in readable:
-        raise TypeError(f"cannot read {path!r}: tensor {next(iter(dtypes))!r} is {majority}; an RNN's weights must be "
-                        f"{', '.join(readable)}")

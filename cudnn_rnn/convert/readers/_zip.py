@@ -35,11 +35,11 @@ import mmap
 import os
 import struct
 import zipfile
-import zlib
 from typing import BinaryIO
 
-from ...files import ZIP_LOCAL_HEADER as LOCAL_HEADER_SIGNATURE
-from ._found import MAX_COMPRESSION_RATIO, FileReadError, one_line
+from ...files import (DAMAGED_ZIP, ZIP_LOCAL_HEADER as LOCAL_HEADER_SIGNATURE, ZIP_READ_ERRORS as READ_ERRORS,
+                      decompression_bomb)
+from ._found import FileReadError, one_line
 
 __all__ = ["checked_members", "read_member", "member_data_offset", "READ_ERRORS", "DAMAGED_ZIP",
            "LOCAL_HEADER_SIGNATURE"]
@@ -50,13 +50,6 @@ LOCAL_HEADER = struct.Struct("<4s22sHH")
 
 #: the compression methods read
 READ_METHODS: tuple[int, ...] = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
-
-#: what zipfile and zlib raise reading a damaged archive (RuntimeError: a member it cannot decrypt)
-READ_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
-                                            NotImplementedError, RuntimeError)
-#: what opening and reading a damaged archive raises: those, and ValueError (zipfile's for some malformed headers,
-#: numpy's for a malformed .npy header)
-DAMAGED_ZIP: tuple[type[Exception], ...] = (*READ_ERRORS, ValueError)
 
 
 def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -> None:
@@ -82,7 +75,7 @@ def _check_member(path: str, info: zipfile.ZipInfo, file: BinaryIO, size: int) -
     if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
         raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes but stores "
                                   f"{info.compress_size}: the file is corrupt")
-    if info.file_size > info.compress_size * MAX_COMPRESSION_RATIO:
+    if decompression_bomb(info.file_size, info.compress_size):
         raise FileReadError(path, f"zip member {name!r} declares {info.file_size} bytes from {info.compress_size} "
                                   "compressed bytes, more than deflate can expand (a decompression bomb)")
 
