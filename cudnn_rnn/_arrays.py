@@ -106,10 +106,9 @@ def copy_into(target: Array, source: Array) -> None:
         return
     import cupy
 
-    device = target.data.device_id
-    with on_device(device):
+    with beside(target):
         if not is_cupy_array(source):
             source = cupy.asarray(source)
-        elif source.data.device_id != device:
+        elif source.data.device_id != target.data.device_id:
             source = source.copy()  # CuPy copies onto the current device
         target[...] = source

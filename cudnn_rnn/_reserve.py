@@ -174,9 +174,8 @@ def check(reserve: Array, host_reserved: Any, key: ForwardKey) -> None:
         if array_kind(host_reserved) is None:
             raise TypeError("host_reserved must be None or the forward's int8 array; "
                             f"got {type(host_reserved).__name__}")
-        expected = (len(key.fingerprint),)
         # its shape first: a huge (broadcast) array is refused before any copy
-        fits = host_reserved.dtype == np.int8 and tuple(host_reserved.shape) == expected
+        fits = host_reserved.dtype == np.int8 and tuple(host_reserved.shape) == (len(key.fingerprint),)
         if host_reserved.size and not (fits and to_host(host_reserved).tobytes() == key.fingerprint):
             raise ValueError("host_reserved does not belong to this forward call (expected the int8 fingerprint "
                              f"of {len(key.fingerprint)} bytes returned by cudnn_rnn_v3); got dtype "

@@ -132,15 +132,16 @@ def is_count(value: object) -> bool:
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral) and int(value) >= 0
 
 
-def _int(name: str, value: object, *, minimum: int | None = None, maximum: int | None = None) -> int:
+def _int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int in [``minimum``, 2**31 - 1] (a C int); else TypeError or ValueError naming ``name``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer; got {type(value).__name__} {shown(value)}")
     value = int(value)
-    if minimum is not None and value < minimum:
+    if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {shown(value)}")
-    if maximum is not None and value > maximum:
-        c_int = " (a C int, as cuDNN and TensorFlow take it)" if maximum == _INT32_MAX else ""
-        raise ValueError(f"{name} must be <= {maximum}{c_int}; got {shown(value)}")
+    if value > _INT32_MAX:
+        raise ValueError(f"{name} must be <= {_INT32_MAX} (a C int, as cuDNN and TensorFlow take it); "
+                         f"got {shown(value)}")
     return value
 
 
@@ -280,10 +281,9 @@ class RNNConfig:
         set_ = object.__setattr__
         set_(self, "rnn_mode", choice("rnn_mode", self.rnn_mode, MODES))
         set_(self, "direction", choice("direction", self.direction, DIRECTIONS))
-        for name, smallest in (("num_layers", 1), ("num_units", 1), ("input_size", 1), ("num_proj", 0)):
-            set_(self, name, _int(name, getattr(self, name), minimum=smallest, maximum=MAX_SIZE))
-        for name in ("seed", "seed2"):
-            set_(self, name, _int(name, getattr(self, name), minimum=_INT32_MIN, maximum=_INT32_MAX))
+        for name, smallest in (("num_layers", 1), ("num_units", 1), ("input_size", 1), ("num_proj", 0),
+                               ("seed", _INT32_MIN), ("seed2", _INT32_MIN)):
+            set_(self, name, _int(name, getattr(self, name), smallest))
         set_(self, "dtype", dtype_name(self.dtype))
         set_(self, "algo", choice("algo", self.algo, ALGOS))
         set_(self, "mode", MODES[self.rnn_mode])

@@ -36,14 +36,18 @@ __all__ = ["gru_block_cell", "gru_block_cell_grad", "gru_block_cell_weight_grads
 
 
 def _validate(arrays: dict[str, Array]) -> types.ModuleType:
-    """One kind, one float dtype, exact shapes (:func:`_shapes` of B, I, H from x and h_prev); returns the module."""
+    """One kind, one float dtype, exact shapes (every argument's, by name, from B, I, H of x and h_prev); returns
+    the module."""
     xp = array_module(**arrays)
     x, h_prev = arrays["x"], arrays["h_prev"]
     for name, value in (("x", x), ("h_prev", h_prev)):
         if value.ndim != 2:
             raise ValueError(f"{name} must be a 2-D array [batch, size]; got shape {tuple(value.shape)}")
-    expected_shapes = _shapes(x.shape[0], x.shape[1], h_prev.shape[1])
-    dtype = dtype_name(arrays["x"].dtype, "x.dtype")
+    (b, i), h = x.shape, h_prev.shape[1]
+    expected_shapes = {"x": (b, i), "h_prev": (b, h), "w_ru": (i + h, 2 * h), "w_c": (i + h, h), "b_ru": (2 * h,),
+                       "b_c": (h,), "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h), "d_r_bar_u_bar": (b, 2 * h),
+                       "d_c_bar": (b, h)}
+    dtype = dtype_name(x.dtype, "x.dtype")
     if dtype not in BUILTIN_DTYPES:  # no float32 compute path here, and NumPy's bfloat16 matmul returns float32
         raise TypeError(f"x.dtype must be one of {BUILTIN_DTYPES} (the cell computes in its arrays' own dtype; cast "
                         f"bfloat16 arrays to float32); got {dtype!r}")
@@ -54,12 +58,6 @@ def _validate(arrays: dict[str, Array]) -> types.ModuleType:
         if tuple(value.shape) != expected:
             raise ValueError(f"{name} must have shape {expected}; got {tuple(value.shape)}")
     return xp
-
-
-def _shapes(b: int, i: int, h: int) -> dict[str, tuple[int, ...]]:
-    """Every argument's shape, by name."""
-    return {"x": (b, i), "h_prev": (b, h), "w_ru": (i + h, 2 * h), "w_c": (i + h, h), "b_ru": (2 * h,), "b_c": (h,),
-            "r": (b, h), "u": (b, h), "c": (b, h), "d_h": (b, h), "d_r_bar_u_bar": (b, 2 * h), "d_c_bar": (b, h)}
 
 
 def gru_block_cell(x: Array, h_prev: Array, w_ru: Array, w_c: Array, b_ru: Array, b_c: Array

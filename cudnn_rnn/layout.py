@@ -265,8 +265,7 @@ class ParamsLayout:
             ValueError: ``pseudo_layers`` not consecutive inside one run, or ``count`` entries from
                 ``lin_layer_id`` on that are not all there with one shape.
         """
-        self._check_consecutive(pseudo_layers)
-        found = self._head(pseudo_layers.start, lin_layer_id, kind, count)
+        found = self._head(pseudo_layers, lin_layer_id, kind, count)
         if found is None:
             return None
         region, head = found
@@ -275,21 +274,19 @@ class ParamsLayout:
         block = parts[:, head.offset:head.offset + count * head.size]
         return block.reshape(len(pseudo_layers), count * head.shape[0], *head.shape[1:])
 
-    def _check_consecutive(self, pseudo_layers: range) -> None:
-        """ValueError unless ``pseudo_layers`` are consecutive pseudo-layers inside one of :meth:`runs`."""
+    def _head(self, pseudo_layers: range, lin_layer_id: int, kind: str, count: int) -> tuple[_Region, _Slot] | None:
+        """The region and slot, in the first of ``pseudo_layers``, of the first of ``count`` entries of consecutive
+        linLayerIDs, or None where the buffer has no entry ``lin_layer_id``. ValueError unless ``pseudo_layers`` are
+        consecutive pseudo-layers inside one of :meth:`runs` and the entries lie end to end with one shape."""
         if pseudo_layers.step != 1 or not any(pseudo_layers.start in run and pseudo_layers.stop - 1 in run
                                               for run in self.runs()):
             raise ValueError(f"pseudo_layers must be consecutive pseudo-layers inside one of {self.runs()}; "
                              f"got {pseudo_layers}")
-
-    def _head(self, pseudo_layer: int, lin_layer_id: int, kind: str, count: int) -> tuple[_Region, _Slot] | None:
-        """The region and slot of the first of ``count`` entries of consecutive linLayerIDs that lie end to end with
-        one shape (ValueError where they do not), or None where the buffer has no entry ``lin_layer_id``."""
-        found = self._find(pseudo_layer, lin_layer_id, kind)
+        found = self._find(pseudo_layers.start, lin_layer_id, kind)
         if found is None:
             return None
         head = found[1]
-        tail = self._where[pseudo_layer >= self.config.num_directions].get((kind, lin_layer_id + count - 1))
+        tail = self._find(pseudo_layers.start, lin_layer_id + count - 1, kind)
         if tail is None or tail[1].shape != head.shape or tail[1].offset != head.offset + (count - 1) * head.size:
             raise ValueError(f"{count} {kind} entries from linLayerID {lin_layer_id} on are not one block")
         return found
@@ -300,9 +297,8 @@ class ParamsLayout:
         where the layout has none. Worked out once per layout and arguments: a call's weights cost a slice each."""
         key = (pseudo_layer, side == "input", kind == "bias")
         if key not in self._spans:
-            self._check_consecutive(range(pseudo_layer, pseudo_layer + 1))
             g = self.config.num_gates
-            found = self._head(pseudo_layer, 0 if side == "input" else g, kind, g)
+            found = self._head(range(pseudo_layer, pseudo_layer + 1), 0 if side == "input" else g, kind, g)
             span = None
             if found is not None:
                 region, head = found
@@ -500,7 +496,6 @@ def cudnn_rnn_canonical_to_params(num_layers: int, num_units: int, input_size: i
     for name, value in (("weights", weights), ("biases", biases)):
         if not isinstance(value, (list, tuple)):
             raise TypeError(f"{name} must be a list of arrays; got {type(value).__name__}")
-    weights, biases = list(weights), list(biases)
     for name, given, count in zip(("weights", "biases"), (weights, biases), entry_counts(config)):
         if len(given) != count:
             raise ValueError(f"{name} must have {count} entries for this configuration; got {len(given)}")

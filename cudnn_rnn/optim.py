@@ -55,8 +55,7 @@ def _array_list(name: str, arrays: Sequence[Array], *, updated: bool = False) ->
         raise TypeError(f"{name} must be a list of arrays; got {type(arrays).__name__}")
     arrays = list(arrays)
     for i, array in enumerate(arrays):
-        if array_kind(array) is None:
-            raise TypeError(f"{name}[{i}] must be a numpy.ndarray or cupy.ndarray; got {type(array).__name__}")
+        array_module(**{f"{name}[{i}]": array})  # TypeError unless a NumPy or CuPy array
         if array.dtype.kind != "f" and array.dtype.name not in DTYPES:  # (bfloat16 is of NumPy kind "V")
             raise TypeError(f"{name}[{i}] must have a floating dtype; got {array.dtype}")
         if updated and array_kind(array) == "numpy" and not array.flags.writeable:
@@ -204,9 +203,7 @@ class _Optimizer:
                 raise ValueError(f"{where}[{name!r}] must be empty under these hyperparameters; got {len(arrays)} "
                                  "arrays")
             for i, array in enumerate(arrays):
-                if array_kind(array) is None:
-                    raise TypeError(f"{where}[{name!r}][{i}] must be a numpy.ndarray or cupy.ndarray; "
-                                    f"got {type(array).__name__}")
+                array_module(**{f"{where}[{name!r}][{i}]": array})  # TypeError unless a NumPy or CuPy array
         return values
 
     @classmethod
