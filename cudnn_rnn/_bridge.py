@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from ._signature import PLATFORMS, Shape, Signature
+from ._signature import PLATFORMS, Signature
 from .config import RNNConfig, check_config
 from .layers import keras_init_params
 
@@ -36,7 +36,7 @@ from .ops import backprop, forward_with_rng as forward
 #: ``ops.backprop`` of a reserve_space that is the bridge's own forward's residual (its header unread)
 backward = functools.partial(backprop, from_residual=True)
 
-__all__ = ["Signature", "Shape", "signature", "forward", "backward", "init_params", "PLATFORMS"]
+__all__ = ["Signature", "signature", "forward", "backward", "init_params", "PLATFORMS"]
 
 
 def init_params(config: RNNConfig, seed: int = 0) -> np.ndarray:

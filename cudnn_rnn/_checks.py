@@ -6,9 +6,12 @@ Each refuses with the argument's name, what it must be and what it got, shown sh
 
     flag("training", value)                    -> bool        True, False or a NumPy bool
     choice("rnn_mode", value, MODES)           -> str         one of the names (keys) given
+    one_of("rnn_mode", value, MODES)           -> str         the same, a ValueError for a value of any type
     real_in_range("lr", value, 0.0)            -> float       finite, low < value (< high)
     checked_count("step", value)               -> int         in [0, MAX_COUNT], a file's int64
     path_argument("path", value)               -> str         a str or an os.PathLike, as a str
+    path_argument("path", value, layer=True)   -> str         the same, in a layer's words (no bytes path)
+    first_outside(lengths, T)                  -> int | None  the index of the first length outside [0, T]
     shown(value)                               -> str         for messages
 """
 
@@ -22,7 +25,8 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["MAX_COUNT", "flag", "choice", "real_in_range", "checked_count", "path_argument", "shown"]
+__all__ = ["MAX_COUNT", "flag", "choice", "one_of", "real_in_range", "checked_count", "path_argument", "first_outside",
+           "shown"]
 
 #: the largest count (a step counter) a layer, an optimiser or a file holds: an int64
 MAX_COUNT = 2**63 - 1
@@ -69,11 +73,15 @@ def flag(name: str, value: object) -> bool:
 
 def choice(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
     """``value`` when it is one of ``allowed`` (names, or a table's keys); else TypeError (not a str) or ValueError."""
-    options = tuple(allowed)
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {options}; got {type(value).__name__} {value!r}")
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+        raise TypeError(f"{name} must be a string, one of {tuple(allowed)}; got {type(value).__name__} {value!r}")
+    return one_of(name, value, allowed)
+
+
+def one_of(name: str, value: object, allowed: tuple[str, ...] | Mapping[str, object]) -> str:
+    """``value`` when it is one of ``allowed`` (names, or a table's keys); else a ValueError, whatever its type."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
     return value
 
 
@@ -113,8 +121,23 @@ def checked_count(name: str, value: object) -> int:
     raise ValueError(f"{name} must be a non-negative integer < 2**63; got {kind}{shown(value)}")
 
 
-def path_argument(argument: str, path: object) -> str:
-    """``path`` as a str; a TypeError naming ``argument`` for anything but a str or an os.PathLike."""
-    if not isinstance(path, (str, os.PathLike)):
+def path_argument(argument: str, path: object, *, layer: bool = False) -> str:
+    """``path`` as a str; a TypeError naming ``argument`` for anything but a str or an os.PathLike.
+
+    ``layer``: in a layer's words (its ``load``): the message says "path" and shows the value, and an
+    os.PathLike of bytes is refused too.
+    """
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if layer and not isinstance(text, str):
+        raise TypeError(f"{argument} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
+    if text is None:
         raise TypeError(f"{argument} must be a str or os.PathLike; got {type(path).__name__}")
-    return os.fspath(path)
+    return text
+
+
+def first_outside(lengths: np.ndarray, max_time: int) -> int | None:
+    """The index of the first of ``lengths`` (a host int array) outside [0, ``max_time``], or None where all are in
+    it (found from their minimum and maximum: the search for the index runs only for a refusal)."""
+    if not lengths.size or (int(lengths.min()) >= 0 and int(lengths.max()) <= max_time):
+        return None
+    return int(np.flatnonzero((lengths < 0) | (lengths > max_time))[0])

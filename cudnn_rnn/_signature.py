@@ -26,7 +26,7 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from ._checks import flag, shown
+from ._checks import flag, one_of, shown
 from .config import DIRECTIONS, MAX_SIZE, MODES, PERSISTENT_ALGOS, RNNConfig, numpy_dtype
 from .layout import params_size
 
@@ -109,20 +109,14 @@ class Signature:
         return _reserve.header_elements(self.dtype) + max_time * batch * ReserveLayout.build(self.config, 1, 1).size
 
 
-def _choice(name: str, value: object, allowed: Mapping[str, object]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}; got {value!r}")
-    return value
-
-
 def check_head(rnn_mode: object, direction: object, time_major: object, missing: Mapping[str, bool]
                ) -> tuple[str, str, bool]:
     """The op's first checks: the mode strings, ``time_major``, then the arrays given as None (``missing``).
 
     Returns ``(rnn_mode, direction, time_major)``, checked.
     """
-    mode = _choice("rnn_mode", rnn_mode, MODES)
-    checked_direction = _choice("direction", direction, DIRECTIONS)
+    mode = one_of("rnn_mode", rnn_mode, MODES)
+    checked_direction = one_of("direction", direction, DIRECTIONS)
     major = flag("time_major", time_major)
     absent = [name for name in ("input", "input_h", "params") if missing.get(name)]
     if absent:

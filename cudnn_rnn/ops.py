@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _reserve
 from ._arrays import Array, array_kind, array_module, device_of, on_device, to_host
-from ._checks import flag
+from ._checks import first_outside, flag
 from . import _graph_watch
 from ._signature import Signature, check, check_head, signature
 from .config import PERSISTENT_ALGOS, RNNConfig
@@ -130,14 +130,12 @@ class _ValidatedCall(Signature):
         return self.xp.empty((0,), dtype=self.x.dtype)
 
 
-def _check_dtype(name: str, array: Array, dtype: np.dtype) -> None:
-    if array.dtype != dtype:
-        raise TypeError(f"{name} must have the dtype of input ({dtype}); got {array.dtype}")
-
-
-def _check_shape(name: str, array: Array, shape: tuple[int, ...]) -> None:
+def _check_array(name: str, array: Array, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """A ValueError unless ``array`` has ``shape``, then a TypeError unless it has ``dtype`` (the input's)."""
     if tuple(array.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(array.shape)}")
+    if array.dtype != dtype:
+        raise TypeError(f"{name} must have the dtype of input ({dtype}); got {array.dtype}")
 
 
 def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.ndarray:
@@ -148,9 +146,8 @@ def _host_lengths(sequence_lengths: object, batch: int, max_time: int) -> np.nda
         raise TypeError("sequence_lengths must be None or a numpy/cupy int32 or int64 array of shape "
                         f"[batch]; got {type(sequence_lengths).__name__}")
     host = to_host(sequence_lengths)  # its dtype and shape checked by the call's signature
-    bad = np.flatnonzero((host < 0) | (host > max_time))
-    if bad.size:
-        i = int(bad[0])
+    i = first_outside(host, max_time)
+    if i is not None:
         raise ValueError(f"sequence_lengths values must be in [0, {max_time}] (the max time); "
                          f"got sequence_lengths[{i}] = {int(host[i])}")
     return host.astype(np.int32)
@@ -288,13 +285,13 @@ def _forward(call: _ValidatedCall, is_training: bool, dropout_rng: DropoutRNG | 
              out: Mapping[str, Array] | None) -> RNNOutputs:
     is_training = flag("is_training", is_training)
     xp, config, key = call.xp, call.config, call.reserve_key
-    shapes = {"output": call.seq_shape(config.output_size), "output_h": call.state_shape(config.state_size),
+    shapes = {"output": call.output_shape, "output_h": call.output_h_shape,
               "output_c": call.state_shape(config.num_units), "reserve_space": None}
     with on_device(call.device):
         call = call.placed()
         direct = _destinations(call, out, shapes)
         if call.max_time == 0 or call.batch == 0:
-            y = xp.zeros(call.seq_shape(config.output_size), dtype=call.x.dtype)
+            y = xp.zeros(call.output_shape, dtype=call.x.dtype)
             hy, cy = call.h0.copy(), None if call.c0 is None else call.c0.copy()
             reserve = _reserve.header_only(xp, y.dtype, key) if is_training else xp.empty(0, y.dtype)
         else:  # the backend writes the header of its training reserves
@@ -427,8 +424,7 @@ def _backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: 
         extra.update(output_c=output_c, output_c_backprop=output_c_backprop)
     call = _validated(shapes_check, has_cell, input, input_h, input_c, params, sequence_lengths, extra)
     xp, config, dtype = call.xp, call.config, call.x.dtype
-    y_shape, h_shape = call.seq_shape(config.output_size), call.state_shape(config.state_size)
-    c_shape = call.state_shape(config.num_units)
+    y_shape, h_shape, c_shape = call.output_shape, call.output_h_shape, call.state_shape(config.num_units)
     expected = {"output": y_shape, "output_h": h_shape, "output_backprop": y_shape, "output_h_backprop": h_shape}
     if call.c0 is not None:  # LSTM
         expected.update(output_c=c_shape, output_c_backprop=c_shape)
@@ -438,12 +434,10 @@ def _backprop(shapes_check: _ShapeCheck, has_cell: bool, input: Array, input_h: 
             if name in ("output", "output_h", "output_c"):
                 raise TypeError(f"{name} must be the forward's {name} array; got None")
             continue
-        _check_shape(name, value, shape)
-        _check_dtype(name, value, dtype)
+        _check_array(name, value, shape, dtype)
     if params_grad is not None:
         array_module(input=call.x, params_grad=params_grad)
-        _check_shape("params_grad", params_grad, call.params.shape)
-        _check_dtype("params_grad", params_grad, dtype)
+        _check_array("params_grad", params_grad, call.params.shape, dtype)
     with on_device(call.device):  # a reserve that is not the forward's own array has its header read there
         if from_residual:
             _reserve.check_array(reserve_space, call.reserve_key)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import types
 
-from ._args import mode_argument
+from .._checks import one_of
 from ._initializers import glorot_uniform, keras_init_params, orthogonal
 from ._recurrent_layer import RecurrentLayer
 
@@ -94,7 +94,7 @@ class RNN(RecurrentLayer):
                  bidirectional: bool = False, dropout: float = 0.0, input_mode: str = "linear_input",
                  dtype: object = "float32", xp: types.ModuleType | None = None, seed: int = 0,
                  algo: str = "standard") -> None:
-        rnn_mode = mode_argument("activation", activation, _ACTIVATIONS)
+        rnn_mode = _ACTIVATIONS[one_of("activation", activation, _ACTIVATIONS)]
         super().__init__(input_size, num_units, num_layers, rnn_mode=rnn_mode, bidirectional=bidirectional,
                          dropout=dropout, input_mode=input_mode, dtype=dtype, xp=xp, seed=seed, algo=algo)
 

@@ -10,25 +10,25 @@ layer expects and what it got, and says how to mend it where there is one way::
     ArgumentCheck(config, xp).lengths(lengths, B, T)   -> None, the caller's int array, or int32 [B]
     ArgumentCheck(config, xp).state("h0", h0, B, ...)  h0 or c0, in the layout of _LAYOUTS (after input: a state
                                                        that fits x read in the other layout says so)
-    ArgumentCheck(config, xp).gradient("dy", dy, y)    dy, dh, dc shaped like y, h, c
-    mode_argument("activation", value, modes)          the rnn_mode a class's own mode argument names
+    ArgumentCheck(config, xp).gradients(dy, dh, dc, y, h, c)
+                                                       dy, dh, dc shaped like y, h, c (dc: LSTM only)
 """
 
 from __future__ import annotations
 
 import numbers
-import os
 import types
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from .._arrays import Array, array_kind, array_module
+from .._checks import first_outside
 from ..config import DTYPES, MAX_SIZE, RNNConfig, numpy_dtype
 from ..layout import params_size
 
-__all__ = ["path_argument", "size_arguments", "mode_argument", "ArgumentCheck"]
+__all__ = ["size_arguments", "ArgumentCheck"]
 
 #: the layouts of x and the states, by time_major, in the layer's letters
 _LAYOUTS: dict[bool, dict[str, str]] = {
@@ -38,23 +38,6 @@ _LAYOUTS: dict[bool, dict[str, str]] = {
 
 #: a state's name -> (the config attribute of its width, that width's name in the layer's words)
 _STATE_WIDTHS: dict[str, tuple[str, str]] = {"h0": ("state_size", "P"), "c0": ("num_units", "N")}
-
-
-def path_argument(path: object, name: str = "path") -> str:
-    """``path`` as a string when it is a ``str`` or ``os.PathLike`` of one, else (bytes paths included) a
-    TypeError naming the argument ``name``."""
-    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a str or os.PathLike path; got {type(path).__name__} {path!r}")
-    return text
-
-
-def mode_argument(name: str, value: object, modes: Mapping[str, str]) -> str:
-    """The rnn_mode that ``value`` of a class's mode argument ``name`` (RNN's ``activation``) names in ``modes``
-    (value -> rnn_mode); a ValueError naming the argument for any other value."""
-    if not isinstance(value, str) or value not in modes:
-        raise ValueError(f"{name} must be one of {tuple(modes)}; got {value!r}")
-    return modes[value]
 
 
 def size_arguments(config: RNNConfig) -> list[str]:
@@ -142,8 +125,7 @@ class ArgumentCheck:
         """Check a forward's ``x`` (:meth:`input`) and its initial states (:meth:`state`; ``c0`` for an LSTM only)
         and return x's ``(B, T)``."""
         batch, max_time = self.input(x, time_major)
-        if not self.config.has_cell and c0 is not None:
-            raise ValueError(f"c0 is only for LSTM; this layer is {self.config.rnn_mode!r}, so c0 must be None")
+        self._cell_only("c0", c0)
         self.state("h0", h0, batch, time_major)
         self.state("c0", c0, batch, time_major)
         return batch, max_time
@@ -166,12 +148,10 @@ class ArgumentCheck:
                                 f"{array.dtype}")
             if _shape(array) != (batch,):
                 raise ValueError(f"lengths must have shape ({batch},), {counted}; got shape {_shape(array)}")
-            if on_host and array.size:
-                low, high = int(array.min()), int(array.max())
-                bad = low if low < 0 else high
-                if low < 0 or high > max_time:
-                    index = int(np.flatnonzero(array == bad)[0])
-                    raise ValueError(f"lengths[{index}] = {bad} is outside [0, {max_time}] (T, the steps of x)")
+            index = first_outside(array, max_time) if on_host else None
+            if index is not None:
+                raise ValueError(f"lengths[{index}] = {int(array[index])} is outside [0, {max_time}] (T, the steps "
+                                 "of x)")
             return array
         if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (list, tuple, range)):
             raise TypeError(f"lengths must be a list of ints or an int32/int64 array; got {type(lengths).__name__}")
@@ -216,12 +196,19 @@ class ArgumentCheck:
                             f"{layout['name']} ({self.swap_axes('x')} and {self.swap_axes(name)})")
         raise ValueError(message)
 
-    def gradient(self, name: str, value: object, like: Array, of: str) -> None:
-        """Check the gradient ``name`` of backward (None passes: zeros) against ``like``, the output ``of`` the
-        last training forward that it belongs to (``"dy"`` and ``"y"``, ...)."""
-        if value is None:
-            return
-        array = self._array(name, value, f"shaped like {of}")
-        if _shape(array) != _shape(like):
-            raise ValueError(f"{name} must have the shape of {of} from the last training forward, {_shape(like)}; "
-                             f"got {_shape(array)}")
+    def gradients(self, dy: object, dh: object, dc: object, y: Array, h: Array, c: Array) -> None:
+        """Check backward's gradients (None passes: zeros) against the outputs of the last training forward that
+        they belong to, ``y``, ``h`` and ``c``: ``dc`` for an LSTM only, each of them shaped like its output."""
+        self._cell_only("dc", dc)
+        for name, value, like, of in (("dy", dy, y, "y"), ("dh", dh, h, "h"), ("dc", dc, c, "c")):
+            if value is None:
+                continue
+            array = self._array(name, value, f"shaped like {of}")
+            if _shape(array) != _shape(like):
+                raise ValueError(f"{name} must have the shape of {of} from the last training forward, {_shape(like)}; "
+                                 f"got {_shape(array)}")
+
+    def _cell_only(self, name: str, value: object) -> None:
+        """A ValueError when ``value`` (``c0`` or ``dc``) is given to a layer without a cell state (GRU, RNN)."""
+        if not self.config.has_cell and value is not None:
+            raise ValueError(f"{name} is only for LSTM; this layer is {self.config.rnn_mode!r}, so {name} must be None")

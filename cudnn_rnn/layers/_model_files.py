@@ -46,7 +46,7 @@ def _a(name: str) -> str:
     return f"{'an' if name[:1] in 'AEFHILMNORSX' else 'a'} {name}"
 
 
-def model_file_hint(path: str, wanted: str | None = None, classes: Mapping[str, str] | None = None) -> str:
+def model_file_hint(path: str, wanted: str | None, classes: Mapping[str, str]) -> str:
     """What to say after "not a params file" when ``path`` is a model file that
     :func:`cudnn_rnn.convert.read_file` reads (``""`` when it is not): its kind, the RNNs it holds
     (``classes``: each rnn_mode's layer class, by name), that none is a ``wanted`` (the class whose
@@ -69,8 +69,7 @@ def model_file_hint(path: str, wanted: str | None = None, classes: Mapping[str, 
                 return ""
     except (ValueError, OSError, zipfile.BadZipFile):
         return ""
-    names_of = dict(classes or {})
-    held = [(names_of.get(mode, "RNN") if mode else "RNN", source, fields) for source, mode, fields in _held(path)]
+    held = [(classes.get(mode, "RNN") if mode else "RNN", source, fields) for source, mode, fields in _held(path)]
     holding = f" holding {'; '.join(f'{_a(name)} ({source}: {fields})' for name, source, fields in held)}" \
         if held else ""
     other = f", not {_a(wanted)}" if wanted and held and all(name != wanted for name, _, _ in held) else ""

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from .._arrays import Array, array_module, beside, copy_into, to_host
-from .._checks import MAX_COUNT, checked_count, flag
+from .._checks import MAX_COUNT, checked_count, flag, path_argument
 from .. import _graph_watch
 from ..config import ITEMSIZES, RNNConfig, check_config, dtype_name, numpy_dtype
 from ..layout import ParamEntry, params_layout, params_size
 from ..ops import DropoutRNG, RNNOutputs, backprop, forward_with_rng
-from ._args import ArgumentCheck, path_argument, size_arguments
+from ._args import ArgumentCheck, size_arguments
 from ._initializers import keras_init_params
 from ._model_files import model_file_hint
 
@@ -310,19 +310,13 @@ class RecurrentLayer:
         if saved is None:
             raise RuntimeError("backward needs a preceding forward(..., training=True) "
                                "(each forward supports one backward)")
-        config = self.config
-        if not config.has_cell and dc is not None:
-            raise ValueError(f"dc is only for LSTM; this layer is {config.rnn_mode!r}, so dc must be None")
         out = saved.outputs
-        check = ArgumentCheck(config, self.xp)
-        for name, value, like, of in (("dy", dy, out.output, "y"), ("dh", dh, out.output_h, "h"),
-                                      ("dc", dc, out.output_c, "c")):
-            check.gradient(name, value, like, of)
+        ArgumentCheck(self.config, self.xp).gradients(dy, dh, dc, out.output, out.output_h, out.output_c)
         grads = backprop(saved.config, saved.x, saved.h0, saved.c0, self.params, saved.lengths, out.output,
                          out.output_h, out.output_c, dy, dh, dc, out.reserve_space, out.host_reserved,
                          time_major=saved.time_major, params_grad=self.grad)  # grad += d loss / d params, in place
         self._saved = None
-        return grads.input_backprop, grads.input_h_backprop, (grads.input_c_backprop if config.has_cell else None)
+        return grads.input_backprop, grads.input_h_backprop, (grads.input_c_backprop if self.config.has_cell else None)
 
     def zero_grad(self) -> None:
         """Set ``grad`` to zero (in place)."""
@@ -358,7 +352,7 @@ class RecurrentLayer:
         """
         from ..files.params_file import read_params_file
 
-        path = path_argument(path)
+        path = path_argument("path", path, layer=True)
         try:
             saved = read_params_file(path)
         except ValueError:
@@ -368,7 +362,7 @@ class RecurrentLayer:
                 raise ValueError(f"{path!r} is not a cudnn_rnn params file (a saved layer or a converted "
                                  f"model){hint}") from None
             raise
-        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(os.fspath(path)), "load")
+        return cls._from_saved(saved.config, saved.params, saved.step, xp, repr(path), "load")
 
     @classmethod
     def from_params(cls, params: Array, config: RNNConfig, *, xp: types.ModuleType | None = None,
