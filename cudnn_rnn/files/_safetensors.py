@@ -66,10 +66,10 @@ METADATA_KEY = "__metadata__"
 #: the 8-byte little-endian length in front of the header
 HEADER_LENGTH = struct.Struct("<Q")
 
-#: the package's words for a file whose size is not the one its header declares (its last check)
-_INCOMPLETE = re.compile(r"^Error while deserializing( header)?: (incomplete metadata|MetadataIncompleteBuffer)")
 #: what the package puts in front of every reason
 _PACKAGE_PREFIX = re.compile(r"^Error while deserializing( header)?: ")
+#: the package's words for a file whose size is not the one its header declares (its last check)
+_INCOMPLETE = re.compile(_PACKAGE_PREFIX.pattern + "(incomplete metadata|MetadataIncompleteBuffer)")
 #: the fewest bytes an array's entry takes in a header besides its name:
 #: ``"":{"dtype":"U8","shape":[],"data_offsets":[0,0]},``
 _ENTRY_BYTES = 50
@@ -119,7 +119,7 @@ class Entry:
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return _dtypes.BY_NAME[_NAMES[self.code]].itemsize
+        return _dtypes.BY_NAME[self.dtype_name].itemsize
 
     @property
     def count(self) -> int:
@@ -300,8 +300,9 @@ def decode(blob: bytes | bytearray) -> tuple[Layout, dict[str, np.ndarray]]:
 def _layout(header: bytes, file_size: int, failure: str | None) -> Layout:
     """The layout of a file whose header is ``header``, given what the package said of it (``failure``: its
     refusal, None when it took the file)."""
+    reason = " ".join(_PACKAGE_PREFIX.sub("", failure or "").split())[:300]  # (the package's, when it refused)
     if failure is not None and not _INCOMPLETE.match(failure):
-        raise SafetensorsError(" ".join(_PACKAGE_PREFIX.sub("", failure).split())[:300])
+        raise SafetensorsError(reason)
     value = json.loads(header)  # (a JSON object: the package read it first, bounded and nested at most 128 deep)
     data_start = HEADER_LENGTH.size + len(header)
     metadata = value.pop(METADATA_KEY, None) or {}
@@ -312,7 +313,7 @@ def _layout(header: bytes, file_size: int, failure: str | None) -> Layout:
         raise SafetensorsError(f"the file is {state}: its arrays take {end - data_start} bytes after the header, and "
                                f"{file_size - data_start} are there")
     if failure is not None:  # (the package's words for the size, and the sizes agree: say what it said)
-        raise SafetensorsError(" ".join(_PACKAGE_PREFIX.sub("", failure).split())[:300])
+        raise SafetensorsError(reason)
     return Layout(data_start, entries, metadata)
 
 
