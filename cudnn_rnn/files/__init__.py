@@ -20,7 +20,7 @@ it replaces, else 0o666 less the umask).
 writes bytes or a sequence of buffers through it, and :func:`write_through_path` lends its partial
 file's *path* to writers that open a path themselves (``onnx.save``, ``torch.save``).
 :func:`read_bytes` reads a file back whole, refusing what is not a regular file; readers check what
-a file declares before they read it (:func:`decompression_bomb`, :func:`read_npy_header`).
+a file declares before they read it (``decompression_bomb``, ``read_npy_header``).
 
 Leftovers. Every write first removes the partial files of earlier, killed writes of the same
 target (:func:`remove_leftovers`) whose writer is known to be gone:
