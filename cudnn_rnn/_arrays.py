@@ -17,8 +17,8 @@ from typing import Any, ContextManager, TypeAlias, TypeGuard
 
 import numpy as np
 
-__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "device_of", "on_device", "beside", "to_host",
-           "copy_into"]
+__all__ = ["Array", "is_cupy_array", "array_module", "array_kind", "checked_kind", "device_of", "on_device", "beside",
+           "to_host", "copy_into"]
 
 #: A NumPy or CuPy ndarray. CuPy ships no type information, so to the type checker this is ``Any``;
 #: in annotations it says "an array" where a plain ``Any`` would say nothing.
@@ -40,18 +40,21 @@ def array_kind(value: object) -> str | None:
     return None
 
 
+def checked_kind(name: str, value: object) -> str:
+    """``value``'s :func:`array_kind`; a TypeError naming the argument ``name`` for anything but an array."""
+    kind = array_kind(value)
+    if kind is None:
+        raise TypeError(f"{name} must be a numpy.ndarray or cupy.ndarray; got {type(value).__name__}")
+    return kind
+
+
 def array_module(**arrays: object) -> types.ModuleType:
     """The module (numpy or cupy) of the named arrays; all must be of one kind.
 
     Raises TypeError naming the argument for a non-array (None included) or for a mix of
     NumPy and CuPy arrays. Leave optional arguments that are None out of the call.
     """
-    kinds: dict[str, str] = {}
-    for name, value in arrays.items():
-        kind = array_kind(value)
-        if kind is None:
-            raise TypeError(f"{name} must be a numpy.ndarray or cupy.ndarray; got {type(value).__name__}")
-        kinds[name] = kind
+    kinds = {name: checked_kind(name, value) for name, value in arrays.items()}
     found = set(kinds.values())
     if len(found) > 1:
         detail = ", ".join(f"{name}: {kind}" for name, kind in kinds.items())

@@ -27,7 +27,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ._arrays import Array, array_kind, array_module, beside, copy_into
+from ._arrays import Array, array_module, beside, checked_kind, copy_into
 from ._checks import checked_count, flag, real_in_range
 from .config import DTYPES
 
@@ -55,10 +55,10 @@ def _array_list(name: str, arrays: Sequence[Array], *, updated: bool = False) ->
         raise TypeError(f"{name} must be a list of arrays; got {type(arrays).__name__}")
     arrays = list(arrays)
     for i, array in enumerate(arrays):
-        array_module(**{f"{name}[{i}]": array})  # TypeError unless a NumPy or CuPy array
+        kind = checked_kind(f"{name}[{i}]", array)
         if array.dtype.kind != "f" and array.dtype.name not in DTYPES:  # (bfloat16 is of NumPy kind "V")
             raise TypeError(f"{name}[{i}] must have a floating dtype; got {array.dtype}")
-        if updated and array_kind(array) == "numpy" and not array.flags.writeable:
+        if updated and kind == "numpy" and not array.flags.writeable:
             raise ValueError(f"{name}[{i}] is read-only (a broadcast array, or a view of read-only memory), but it "
                              "is updated in place; pass a writable array (np.array(...) copies one)")
     return arrays
@@ -203,7 +203,7 @@ class _Optimizer:
                 raise ValueError(f"{where}[{name!r}] must be empty under these hyperparameters; got {len(arrays)} "
                                  "arrays")
             for i, array in enumerate(arrays):
-                array_module(**{f"{where}[{name!r}][{i}]": array})  # TypeError unless a NumPy or CuPy array
+                checked_kind(f"{where}[{name!r}][{i}]", array)
         return values
 
     @classmethod
